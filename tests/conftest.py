@@ -1,0 +1,45 @@
+"""Shared test fixtures: an isolated TONY_HOME per test, and cleanup of anything left running."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("TONY_SHARED_DIR") or REPO.parent / "shared")
+
+
+@pytest.fixture
+def tony_home(tmp_path, monkeypatch):
+    home = tmp_path / "tony-home"
+    monkeypatch.setenv("TONY_HOME", str(home))
+    monkeypatch.delenv("TONY_CONF_DIR", raising=False)
+    yield home
+    # Nothing a test started may outlive it: kill AMs and containers still around.
+    for am_json in home.glob("local/apps/*/am.json"):
+        try:
+            pid = json.loads(am_json.read_text())["pid"]
+            psutil.Process(pid).kill()
+        except (psutil.Error, ValueError, KeyError, OSError):
+            pass
+    for pid_file in home.glob("local/apps/*/containers/*/pid"):
+        try:
+            root = psutil.Process(int(pid_file.read_text()))
+            for p in [*root.children(recursive=True), root]:
+                p.kill()
+        except (psutil.Error, ValueError, OSError):
+            pass
+
+
+def run_tony(*args: str, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
+    """Runs the real ``tony`` command line in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "tony_workflow.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd or REPO)

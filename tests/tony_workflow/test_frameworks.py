@@ -1,0 +1,54 @@
+import json
+
+from tony_workflow.frameworks import TaskContext, build_env, tf_config
+
+CLUSTER = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"], "tensorboard": ["h4:5"]}
+
+
+def ctx(framework="tensorflow", task_type="worker", index=1, cluster=CLUSTER, chief=False):
+    return TaskContext(framework=framework, cluster=cluster, task_type=task_type, index=index,
+                       is_chief=chief, sidecar_types=["tensorboard"], monitored=3)
+
+
+def test_tf_config_excludes_sidecars_and_names_the_task():
+    env = build_env(ctx())
+    tf = json.loads(env["TF_CONFIG"])
+    assert tf == {"cluster": {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"]},
+                  "task": {"type": "worker", "index": 1}}
+    # CLUSTER_SPEC is the whole picture, sidecars included (TonY's contract).
+    assert json.loads(env["CLUSTER_SPEC"]) == CLUSTER
+    assert env["JOB_NAME"] == "worker" and env["TASK_INDEX"] == "1" and env["TASK_NUM"] == "3"
+    assert "IS_CHIEF" not in env
+
+
+def test_chief_flag_and_evaluator_hidden_from_others():
+    cluster = {**CLUSTER, "evaluator": ["h9:9"]}
+    assert "evaluator" not in tf_config(ctx(cluster=cluster))["cluster"]
+    assert "evaluator" in tf_config(ctx(cluster=cluster, task_type="evaluator", index=0))["cluster"]
+    assert build_env(ctx(task_type="chief", index=0, chief=True))["IS_CHIEF"] == "true"
+
+
+def test_pytorch_ranks_put_the_chief_first():
+    env = build_env(ctx("pytorch", "worker", 1))
+    assert env["MASTER_ADDR"] == "h0" and env["MASTER_PORT"] == "1"
+    assert env["INIT_METHOD"] == "tcp://h0:1"
+    assert env["RANK"] == "2" and env["WORLD_SIZE"] == "3" and env["WORLD"] == "3"
+    assert build_env(ctx("pytorch", "chief", 0, chief=True))["RANK"] == "0"
+
+
+def test_mxnet_and_jax_and_horovod():
+    cluster = {"scheduler": ["s:7"], "server": ["a:1", "b:2"], "worker": ["c:3", "d:4"]}
+    env = build_env(ctx("mxnet", "server", 0, cluster=cluster))
+    assert (env["DMLC_ROLE"], env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]) == ("server", "s", "7")
+    assert env["DMLC_NUM_SERVER"] == "2" and env["DMLC_NUM_WORKER"] == "2"
+    jax = build_env(ctx("jax", "worker", 1, cluster={"worker": ["c:3", "d:4"]}))
+    assert jax["JAX_COORDINATOR_ADDRESS"] == "c:3" and jax["JAX_PROCESS_ID"] == "1" and jax["JAX_NUM_PROCESSES"] == "2"
+    hvd = build_env(ctx("horovod", "worker", 1, cluster={"driver": ["z:9"], "worker": ["c:3", "c:4"]}))
+    assert hvd["HOROVOD_RANK"] == "1" and hvd["HOROVOD_SIZE"] == "2"
+    assert hvd["HOROVOD_LOCAL_RANK"] == "1" and hvd["HOROVOD_CROSS_SIZE"] == "1"
+    assert hvd["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "z"
+
+
+def test_standalone_sets_no_cluster():
+    env = build_env(ctx("standalone", "worker", 0, cluster={"worker": ["h:1"]}, chief=True))
+    assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env and env["IS_CHIEF"] == "true"

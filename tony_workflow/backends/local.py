@@ -1,0 +1,419 @@
+"""The embedded local cluster: containers are process groups on this machine.
+
+There is no daemon. Cluster state lives under ``$TONY_HOME/local`` (default ``~/.tony/local``):
+``cluster.json`` (the cluster's start time and the application counter) and ``ledger.json`` (who
+holds which resources, and who waits), both changed only under an exclusive ``flock``. Every AM
+allocates its whole gang (its own container plus all tasks) in one step, and waiting AMs are
+served strictly first-come-first-served, so two jobs can never deadlock holding half of what they
+need, and a big job is not starved by a stream of small ones. Entries of dead AMs are reclaimed.
+
+How vcores are counted: memory and GPUs are never oversubscribed, but a vcore here is a share of a
+core, not a core: the capacity is ``cores × tony.local.vcore-oversubscription`` (default 4), because
+training tasks on one machine spend much of their time waiting on each other, and an AM plus a
+3–4 task job must fit on a 2-core machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+from ..spec import JobSpec, parse_memory
+from ..status import JobState, JobStatus
+from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
+
+__all__ = ["LocalBackend", "LocalClusterManager", "Inventory", "tony_home", "detect_gpus"]
+
+
+def tony_home() -> Path:
+    return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
+
+
+def cluster_dir() -> Path:
+    d = tony_home() / "local"
+    (d / "apps").mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@contextlib.contextmanager
+def _locked_json(path: Path, default: dict) -> Iterator[dict]:
+    """Read-modify-write of a JSON file under an exclusive lock on ``path.lock``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            try:
+                data = json.loads(path.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                data = json.loads(json.dumps(default))
+            before = json.dumps(data, sort_keys=True)
+            yield data
+            if json.dumps(data, sort_keys=True) != before:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+                os.replace(tmp, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def next_application_id() -> str:
+    """``application_<cluster start ms>_<seq>``: YARN's shape, so YARN-id parsers work unchanged."""
+    with _locked_json(cluster_dir() / "cluster.json", {}) as c:
+        c.setdefault("cluster_timestamp", int(time.time() * 1000))
+        c["next_seq"] = c.get("next_seq", 0) + 1
+        return f"application_{c['cluster_timestamp']}_{c['next_seq']:04d}"
+
+
+def detect_gpus() -> list[int]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [int(x) for x in out.split() if x.strip().isdigit()]
+
+
+@dataclass
+class Inventory:
+    """What this machine offers to containers."""
+
+    memory_mb: int
+    vcores: int
+    gpus: list[int]
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, str]) -> "Inventory":
+        mem = conf.get("tony.local.memory", "").strip()
+        memory_mb = parse_memory(mem) if mem else psutil.virtual_memory().total // (1024 * 1024)
+        cores = conf.get("tony.local.vcores", "").strip()
+        factor = float(conf.get("tony.local.vcore-oversubscription", "4") or 4)
+        vcores = int((int(cores) if cores else (os.cpu_count() or 1)) * factor)
+        g = conf.get("tony.local.gpus", "").strip()
+        if not g:
+            gpus = detect_gpus()
+        elif "," in g:
+            gpus = [int(x) for x in g.split(",") if x.strip()]
+        else:
+            gpus = list(range(int(g)))
+        return cls(memory_mb, vcores, gpus)
+
+
+def _gang_key(req: ContainerRequest) -> str:
+    return "tony.am" if req.task_id == "am" else f"tony.{req.task_id.split(':')[0]}"
+
+
+def check_fits(requests: list[ContainerRequest], inv: Inventory) -> None:
+    """Raises :class:`NeverFits` naming the key to change when the gang can never be placed."""
+    for r in requests:
+        key = _gang_key(r)
+        if r.memory_mb > inv.memory_mb:
+            raise NeverFits(f"{key}.memory", f"{r.task_id} asks for {r.memory_mb} MB but this machine has "
+                            f"{inv.memory_mb} MB in all (tony.local.memory)")
+        if r.gpus > len(inv.gpus):
+            raise NeverFits(f"{key}.gpus", f"{r.task_id} asks for {r.gpus} GPU(s) but this machine has "
+                            f"{len(inv.gpus)} (tony.local.gpus)")
+        if r.vcores > inv.vcores:
+            raise NeverFits(f"{key}.vcores", f"{r.task_id} asks for {r.vcores} vcores but this machine offers "
+                            f"{inv.vcores} (cores × tony.local.vcore-oversubscription)")
+    total_mem = sum(r.memory_mb for r in requests)
+    total_gpu = sum(r.gpus for r in requests)
+    total_vc = sum(r.vcores for r in requests)
+    per_type = _describe(requests)
+    if total_gpu > len(inv.gpus):
+        raise NeverFits(_biggest(requests, "gpus"), f"the job needs {total_gpu} GPUs at once ({per_type('gpus')}) "
+                        f"but this machine has {len(inv.gpus)} (tony.local.gpus)")
+    if total_mem > inv.memory_mb:
+        raise NeverFits(_biggest(requests, "memory_mb", ".memory"), f"the job needs {total_mem} MB at once "
+                        f"({per_type('memory_mb')}) but this machine has {inv.memory_mb} MB (tony.local.memory)")
+    if total_vc > inv.vcores:
+        raise NeverFits(_biggest(requests, "vcores"), f"the job needs {total_vc} vcores at once "
+                        f"({per_type('vcores')}) but this machine offers {inv.vcores} "
+                        f"(cores × tony.local.vcore-oversubscription)")
+
+
+def _describe(requests: list[ContainerRequest]):
+    def fmt(attr: str) -> str:
+        groups: dict[str, list[int]] = {}
+        for r in requests:
+            groups.setdefault(r.task_id.split(":")[0], []).append(getattr(r, attr))
+        return ", ".join(f"{t} {len(v)}×{v[0]}" for t, v in groups.items())
+    return fmt
+
+
+def _biggest(requests: list[ContainerRequest], attr: str, suffix: str | None = None) -> str:
+    totals: dict[str, int] = {}
+    for r in requests:
+        totals[_gang_key(r)] = totals.get(_gang_key(r), 0) + getattr(r, attr)
+    key = max(totals, key=totals.__getitem__)
+    return key + (suffix or "." + attr)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class LocalClusterManager(ClusterManager):
+    """AM-side: the ledger, and containers as local process groups."""
+
+    def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None):
+        self.app_id = app_id
+        self.app_dir = app_dir
+        self.inventory = inventory
+        self.owner_pid = owner_pid or os.getpid()
+        self.ledger = cluster_dir() / "ledger.json"
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def _purge(self, L: dict) -> None:
+        L.setdefault("allocations", {})
+        L.setdefault("queue", [])
+        for app, a in list(L["allocations"].items()):
+            if not _pid_alive(a["pid"]):
+                del L["allocations"][app]
+        L["queue"] = [q for q in L["queue"] if _pid_alive(q["pid"])]
+
+    def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
+        check_fits(requests, self.inventory)
+        inv = self.inventory
+        try:
+            while True:
+                with _locked_json(self.ledger, {}) as L:
+                    self._purge(L)
+                    if not any(q["app"] == self.app_id for q in L["queue"]):
+                        L["queue"].append({"app": self.app_id, "pid": self.owner_pid, "since": time.time()})
+                    used_mem = sum(a["memory_mb"] for a in L["allocations"].values())
+                    used_vc = sum(a["vcores"] for a in L["allocations"].values())
+                    used_gpu = {g for a in L["allocations"].values() for g in a["gpus"]}
+                    free_gpu = [g for g in inv.gpus if g not in used_gpu]
+                    head = L["queue"][0]["app"] == self.app_id
+                    need_gpu = sum(r.gpus for r in requests)
+                    if (head and used_mem + sum(r.memory_mb for r in requests) <= inv.memory_mb
+                            and used_vc + sum(r.vcores for r in requests) <= inv.vcores
+                            and need_gpu <= len(free_gpu)):
+                        containers = []
+                        for r in requests:
+                            gpus, free_gpu = free_gpu[:r.gpus], free_gpu[r.gpus:]
+                            containers.append(self._make(r.task_id, r.memory_mb, r.vcores, gpus))
+                        L["allocations"][self.app_id] = {
+                            "pid": self.owner_pid, "since": time.time(),
+                            "memory_mb": sum(r.memory_mb for r in requests),
+                            "vcores": sum(r.vcores for r in requests),
+                            "gpus": [g for c in containers for g in c.gpu_indices],
+                        }
+                        L["queue"] = [q for q in L["queue"] if q["app"] != self.app_id]
+                        return containers
+                if cancel.wait(0.25):
+                    raise InterruptedError("allocation cancelled")
+        except BaseException:
+            with _locked_json(self.ledger, {}) as L:
+                L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
+            raise
+
+    def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: list[int]) -> Container:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        _, ts, app_seq = self.app_id.split("_")
+        cid = f"container_{ts}_{app_seq}_01_{seq:06d}"
+        return Container(id=cid, task_id=task_id, memory_mb=memory_mb, vcores=vcores, gpu_indices=gpus)
+
+    def new_container(self, like: Container) -> Container:
+        return self._make(like.task_id, like.memory_mb, like.vcores, list(like.gpu_indices))
+
+    def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+        wd = self.app_dir / "containers" / container.id
+        wd.mkdir(parents=True, exist_ok=True)
+        staged = self.app_dir / "src"
+        if staged.is_dir():  # localisation: each container gets its own copy of src_dir
+            shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True)
+        container.workdir = wd
+        container.stdout, container.stderr = wd / "stdout", wd / "stderr"
+        env = dict(env)
+        # Exactly the GPUs this container holds; an empty value hides every GPU.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in container.gpu_indices)
+        env["CONTAINER_ID"] = container.id
+        with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
+            p = subprocess.Popen(argv, cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, close_fds=True)
+        container.pid = p.pid
+        (wd / "task_id").write_text(container.task_id)
+        (wd / "pid").write_text(str(p.pid))
+        with self._lock:
+            self._procs[container.id] = p
+
+    def poll(self, container: Container) -> int | None:
+        p = self._procs.get(container.id)
+        return None if p is None else p.poll()
+
+    def kill(self, container: Container, grace: float = 5.0) -> None:
+        p = self._procs.get(container.id)
+        if p is None or p.poll() is not None:
+            return
+        kill_tree(p.pid, grace)
+        try:
+            p.wait(timeout=grace + 5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def release(self) -> None:
+        for c_id, p in list(self._procs.items()):
+            if p.poll() is None:
+                kill_tree(p.pid, 2.0)
+        with _locked_json(self.ledger, {}) as L:
+            L.get("allocations", {}).pop(self.app_id, None)
+            L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
+
+
+def kill_tree(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM the process group led by ``pid`` and every descendant (some leave the group), then
+    SIGKILL whatever is left after ``grace``. SIGCONT goes along so a stopped tree can die."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(sig)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=2)
+
+
+class LocalBackend(Backend):
+    """Client side of the embedded cluster."""
+
+    name = "local"
+
+    def __init__(self, python: str | None = None):
+        self.python = python or sys.executable
+
+    def app_dir(self, app_id: str) -> Path:
+        return cluster_dir() / "apps" / app_id
+
+    def submit(self, spec: JobSpec) -> str:
+        from ..am import am_requests  # the AM owns what a job asks for
+        check_fits(am_requests(spec), Inventory.from_conf(spec.conf))
+        app_id = next_application_id()
+        d = self.app_dir(app_id)
+        d.mkdir(parents=True)
+        if spec.src_dir:
+            shutil.copytree(spec.src_dir, d / "src", symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
+        (d / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
+        status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,
+                           started_at=time.time(), backend=self.name)
+        (d / "status.json").write_text(json.dumps(status.to_dict()))
+        token, view = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
+        secret = d / "am.secret"
+        secret.touch(mode=0o600)
+        secret.write_text(json.dumps({"token": token, "view_token": view}))
+        with open(d / "am.stdout", "ab") as out, open(d / "am.stderr", "ab") as err:
+            subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
+                             cwd=d, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                             close_fds=True, env={**os.environ, "TONY_APPLICATION_ID": app_id})
+        return app_id
+
+    def _secret(self, app_id: str) -> dict:
+        return json.loads((self.app_dir(app_id) / "am.secret").read_text())
+
+    def endpoint(self, app_id: str) -> AMEndpoint | None:
+        d = self.app_dir(app_id)
+        try:
+            am = json.loads((d / "am.json").read_text())
+            secret = self._secret(app_id)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if am.get("stopped") or not _pid_alive(am["pid"]):
+            return None
+        return AMEndpoint(am["address"], secret["token"], secret.get("view_token"))
+
+    def stored_status(self, app_id: str) -> JobStatus:
+        d = self.app_dir(app_id)
+        try:
+            status = JobStatus.from_dict(json.loads((d / "status.json").read_text()))
+        except FileNotFoundError:
+            raise KeyError(app_id) from None
+        if not status.is_final:
+            am = self._am_info(app_id)
+            gone = am is not None and not _pid_alive(am["pid"])
+            never = am is None and status.started_at and time.time() - status.started_at > 60
+            if gone or never:
+                status.state = JobState.FAILED
+                status.diagnostics = (status.diagnostics + "\n" if status.diagnostics else "") + \
+                    f"ApplicationMaster exited unexpectedly; see {d / 'am.stderr'}"
+                status.finished_at = status.finished_at or time.time()
+        return status
+
+    def _am_info(self, app_id: str) -> dict | None:
+        try:
+            return json.loads((self.app_dir(app_id) / "am.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def force_kill(self, app_id: str) -> None:
+        am = self._am_info(app_id)
+        if am and _pid_alive(am["pid"]):
+            kill_tree(am["pid"], 5.0)
+        d = self.app_dir(app_id)
+        for c in (d / "containers").glob("*/pid"):
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(c.read_text())
+                if _pid_alive(pid):
+                    kill_tree(pid, 2.0)
+        status = self.stored_status(app_id)
+        if not status.is_final:
+            status.state, status.finished_at = JobState.KILLED, time.time()
+            status.diagnostics = "killed by user (ApplicationMaster unresponsive)"
+            (d / "status.json").write_text(json.dumps(status.to_dict()))
+
+    def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
+        d = self.app_dir(app_id)
+        if not d.is_dir():
+            raise KeyError(app_id)
+        out: dict[str, Path] = {}
+        if task in (None, "am"):
+            out["am/stdout"], out["am/stderr"] = d / "am.stdout", d / "am.stderr"
+        for cdir in sorted((d / "containers").glob("*")):
+            try:
+                tid = (cdir / "task_id").read_text().strip()
+            except FileNotFoundError:
+                continue
+            if task is None or task == tid:
+                # A relaunch gets a new container; keep every attempt, oldest first.
+                n = sum(1 for k in out if k.startswith(tid + "/stdout"))
+                suffix = f"#{n}" if n else ""
+                out[f"{tid}/stdout{suffix}"], out[f"{tid}/stderr{suffix}"] = cdir / "stdout", cdir / "stderr"
+        return out
+
+    def list_applications(self) -> list[str]:
+        apps = [p.name for p in (cluster_dir() / "apps").glob("application_*") if p.is_dir()]
+        return sorted(apps, key=lambda a: (int(a.split("_")[1]), int(a.split("_")[2])))

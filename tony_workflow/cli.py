@@ -1,0 +1,173 @@
+"""The ``tony`` command: submit, status, kill, logs, list."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Sequence
+
+from .client import JobHandle, SubmitError, TonyClient, load_job
+from .spec import SpecError
+from .status import JobStatus
+
+__all__ = ["main"]
+
+
+def _progress(stream=sys.stderr):
+    def show(st: JobStatus) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        print(f"[tony {stamp}] {st.summary()}", file=stream, flush=True)
+        if st.is_final and st.diagnostics:
+            print(f"[tony {stamp}] diagnostics: {st.diagnostics}", file=stream, flush=True)
+    return show
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for v in values or ():
+        if "=" not in v or not v.split("=", 1)[0]:
+            raise SpecError.single(flag, v, "expected KEY=VALUE")
+        k, _, val = v.partition("=")
+        out[k] = val
+    return out
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    spec = load_job(args.spec, conf=args.conf or (), variables=_pairs(args.set, "--set"),
+                    executes=args.executes, task_params=args.task_params, src_dir=args.src_dir,
+                    python_binary_path=args.python_binary_path, python_venv=args.python_venv,
+                    shell_env=_pairs(args.shell_env, "--shell-env") or None)
+    client = TonyClient(args.backend)
+    handle = client.submit(spec)
+    print(f"[tony] submitted {handle.app_id}", file=sys.stderr, flush=True)
+    # The id on a line of its own, as its own token: schedulers scan logs for it.
+    print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
+    if not args.wait:
+        st = handle.status()
+        print(json.dumps(st.to_dict(), indent=1) if args.json else handle.app_id)
+        return 0
+    st = handle.wait(poll_interval=args.poll_interval, on_update=_progress())
+    if args.json:
+        print(json.dumps(st.to_dict(), indent=1))
+    else:
+        print(f"{st.application_id} {st.state}" + (f": {st.diagnostics}" if st.diagnostics and not st.succeeded else ""))
+    return 0 if st.succeeded else 1
+
+
+def _handle(args: argparse.Namespace) -> JobHandle:
+    return TonyClient(args.backend).attach(args.app_id)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    st = _handle(args).status()
+    if args.json:
+        print(json.dumps(st.to_dict(), indent=1))
+    else:
+        print(st.summary())
+        for t in st.tasks:
+            code = "" if t.exit_code is None else f" exit={t.exit_code}"
+            print(f"  {t.task_id:<14} {t.state:<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
+        if st.diagnostics:
+            print(f"  diagnostics: {st.diagnostics}")
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    st = _handle(args).kill()
+    print(f"{st.application_id} {st.state}")
+    return 0 if st.is_final else 1
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    files = _handle(args).logs(args.task)
+    if args.task and not files:
+        print(f"tony: no logs for task {args.task!r} in {args.app_id}", file=sys.stderr)
+        return 2
+    for name, path in files.items():
+        if args.stdout_only and not name.split("#")[0].endswith("stdout"):
+            continue
+        print(f"==> {name} ({path}) <==")
+        try:
+            sys.stdout.write(path.read_text(errors="replace"))
+        except FileNotFoundError:
+            print("(not written yet)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    statuses = TonyClient(args.backend).list()
+    if args.json:
+        print(json.dumps([s.to_dict() for s in statuses], indent=1))
+        return 0
+    for s in statuses:
+        print(f"{s.application_id}  {s.state:<10} session={s.session_id}  {s.name or ''}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tony", description="Run distributed training jobs (TonY-compatible).")
+    ap.add_argument("--backend", choices=["local", "yarn"], default="local", help="cluster backend (default local)")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("submit", help="submit a job spec (YAML, JSON or TonY XML; Jinja2 templates allowed)")
+    s.add_argument("spec")
+    s.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a tony.* key (repeatable)")
+    s.add_argument("--set", action="append", metavar="NAME=VALUE", help="a template variable (repeatable)")
+    s.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    s.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    s.add_argument("--json", action="store_true", help="print the JobStatus as JSON on stdout")
+    s.add_argument("--poll-interval", type=float, default=1.0)
+    s.add_argument("--executes")
+    s.add_argument("--task-params", "--task_params", dest="task_params")
+    s.add_argument("--src-dir", "--src_dir", dest="src_dir")
+    s.add_argument("--python-binary-path", "--python_binary_path", dest="python_binary_path")
+    s.add_argument("--python-venv", "--python_venv", dest="python_venv")
+    s.add_argument("--shell-env", "--shell_env", dest="shell_env", action="append", metavar="K=V")
+    s.set_defaults(fn=cmd_submit)
+
+    for name, fn, helptext in (("status", cmd_status, "show an application's status"),
+                               ("kill", cmd_kill, "kill an application")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("app_id")
+        p.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+        if name == "status":
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(fn=fn)
+
+    lg = sub.add_parser("logs", help="print an application's logs")
+    lg.add_argument("app_id")
+    lg.add_argument("--task", help="one task, e.g. worker:0 (or am)")
+    lg.add_argument("--stdout-only", action="store_true")
+    lg.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    lg.set_defaults(fn=cmd_logs)
+
+    ls = sub.add_parser("list", help="list applications")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    ls.set_defaults(fn=cmd_list)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except SpecError as e:
+        print(f"tony: invalid job spec, nothing was submitted:\n{e}", file=sys.stderr)
+        return 2
+    except SubmitError as e:
+        print(f"tony: the job cannot run on this cluster, nothing was submitted:\n{e}", file=sys.stderr)
+        return 2
+    except KeyError as e:
+        print(f"tony: unknown application {e.args[0]}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"tony: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The client: validate a spec, submit it to a backend, and follow the application.
+
+``TonyClient.submit(spec)`` returns a :class:`JobHandle`; ``TonyClient.attach(app_id)`` returns one
+for an application submitted earlier (by this process or any other). Every front end (CLI, Airflow,
+Azkaban) goes through here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from .backends.base import Backend, get_backend
+from .rpc import AMClient, AMError, AMUnreachable
+from .spec import JobSpec, SpecError, SpecIssue, apply_overrides, load_spec, load_tony_xml
+from .status import JobState, JobStatus
+
+__all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
+
+
+class SubmitError(RuntimeError):
+    """The cluster refused the job before anything ran (e.g. it can never fit)."""
+
+
+def _site_conf() -> dict[str, str]:
+    conf_dir = os.environ.get("TONY_CONF_DIR")
+    if conf_dir and (Path(conf_dir) / "tony-site.xml").is_file():
+        return load_tony_xml(str(Path(conf_dir) / "tony-site.xml"))
+    return {}
+
+
+def load_job(path_or_text: str, *, conf: Iterable[str] | Mapping[str, str] = (),
+             variables: Mapping[str, object] | None = None, **fields: object) -> JobSpec:
+    """Loads a spec file (YAML, JSON or TonY XML; Jinja2 templated), applies ``conf`` overrides
+    (``key=value``) and fields such as ``executes`` or ``src_dir``, then ``$TONY_CONF_DIR/tony-site.xml``
+    (last, as TonY does), and resolves relative paths against the spec file's directory.
+    Does not validate; :meth:`TonyClient.submit` does."""
+    spec = load_spec(path_or_text, overrides=conf, variables=variables)
+    site = _site_conf()
+    if site:
+        spec = dataclasses.replace(spec, conf={**spec.conf, **site})
+    updates = {k: v for k, v in fields.items() if v is not None}
+    base = Path(spec.source).resolve().parent if spec.source and Path(spec.source).is_file() else None
+    for key in ("src_dir", "python_venv"):
+        value = updates.get(key, getattr(spec, key))
+        if value and base is not None and key not in updates and not os.path.isabs(str(value)):
+            updates[key] = str(base / str(value))
+        elif value and key in updates:
+            updates[key] = str(Path(str(value)).resolve())
+    return dataclasses.replace(spec, **updates) if updates else spec
+
+
+def check_paths(spec: JobSpec) -> None:
+    issues = []
+    if spec.src_dir and not Path(spec.src_dir).is_dir():
+        issues.append(SpecIssue("src_dir", spec.src_dir, "must be an existing directory", spec.source))
+    if spec.python_venv and not Path(spec.python_venv).exists():
+        issues.append(SpecIssue("python_venv", spec.python_venv, "must be an existing directory or zip file",
+                                spec.source))
+    if issues:
+        raise SpecError(issues)
+
+
+class JobHandle:
+    """One application: status, wait, kill and logs. Cheap to create; holds no connection."""
+
+    def __init__(self, app_id: str, backend: Backend):
+        self.app_id = app_id
+        self.backend = backend
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.app_id!r}, backend={self.backend.name!r})"
+
+    def _am(self) -> AMClient | None:
+        ep = self.backend.endpoint(self.app_id)
+        return AMClient(ep.address, ep.token, timeout=5, retries=1) if ep else None
+
+    def status(self) -> JobStatus:
+        """Live status from the AM, or the last persisted one once the AM is gone."""
+        am = self._am()
+        if am is not None:
+            try:
+                return JobStatus.from_dict(am.status())
+            except (AMUnreachable, AMError):
+                pass
+        return self.backend.stored_status(self.app_id)
+
+    def wait(self, *, poll_interval: float = 1.0, timeout: float | None = None,
+             on_update: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Blocks until the application ends (or ``timeout`` seconds pass); returns the last status.
+        ``on_update`` is called with every status that differs from the previous one."""
+        deadline = None if timeout is None else time.time() + timeout
+        last = None
+        while True:
+            st = self.status()
+            key = (st.state, st.session_id, st.tensorboard_url,
+                   tuple((t.task_id, t.state, t.restarts) for t in st.tasks))
+            if on_update and key != last:
+                on_update(st)
+            last = key
+            if st.is_final or (deadline is not None and time.time() >= deadline):
+                return st
+            time.sleep(poll_interval)
+
+    def kill(self, reason: str = "killed by user", timeout: float = 60.0) -> JobStatus:
+        """Asks the AM to stop every task; force-kills if the AM does not answer."""
+        am = self._am()
+        if am is not None:
+            try:
+                am.kill(reason)
+                st = self.wait(poll_interval=0.2, timeout=timeout)
+                if st.is_final:
+                    return st
+            except (AMUnreachable, AMError):
+                pass
+        st = self.backend.stored_status(self.app_id)
+        if not st.is_final:
+            self.backend.force_kill(self.app_id)
+        return self.backend.stored_status(self.app_id)
+
+    def logs(self, task: str | None = None) -> dict[str, Path]:
+        return self.backend.logs(self.app_id, task)
+
+
+class TonyClient:
+    """Entry point for submitting and following applications on one backend."""
+
+    def __init__(self, backend: str | Backend = "local", **backend_kwargs: object):
+        self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_kwargs)
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        """Validates ``spec`` (raising :class:`SpecError` listing every problem, with nothing
+        submitted), checks the cluster can ever hold it (:class:`SubmitError` otherwise), and starts
+        the application."""
+        spec.validate()
+        check_paths(spec)
+        from .backends.base import NeverFits
+        try:
+            app_id = self.backend.submit(spec)
+        except NeverFits as e:
+            raise SubmitError(str(e)) from None
+        handle = JobHandle(app_id, self.backend)
+        return handle
+
+    def attach(self, app_id: str) -> JobHandle:
+        """A handle on an existing application (KeyError if unknown)."""
+        self.backend.stored_status(app_id)
+        return JobHandle(app_id, self.backend)
+
+    def list(self) -> list[JobStatus]:
+        out = []
+        for app_id in self.backend.list_applications():
+            try:
+                out.append(JobHandle(app_id, self.backend).status())
+            except KeyError:
+                continue
+        return out
+
+
+def with_overrides(spec: JobSpec, conf: Iterable[str] | Mapping[str, str]) -> JobSpec:
+    return dataclasses.replace(spec, conf=apply_overrides(dict(spec.conf), conf))

@@ -1,0 +1,341 @@
+"""The TaskExecutor: runs in every task container.
+
+It reserves the task's port, registers with the AM, waits for the cluster spec, restores the
+checkpoint directory, sets the task's environment, runs the user's command (and, on the chief,
+TensorBoard), heartbeats, mirrors the chief's checkpoints, and reports the exit code. When told to
+stop it kills the whole process tree it started.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import psutil
+import requests
+
+from .frameworks import TaskContext, build_env
+from .rpc import AMClient, AMError, AMUnreachable
+from .spec import JobSpec
+from .storage import CheckpointMirror, open_storage
+
+__all__ = ["TaskExecutor", "PortReservation", "main"]
+
+log = logging.getLogger("tony.executor")
+
+
+class PortReservation:
+    """Holds a TCP port so no other job on this host can take it before the task binds it.
+
+    With ``shared=True`` the socket sets SO_REUSEPORT and stays bound while the user process runs:
+    gRPC (TensorFlow's servers) binds with SO_REUSEPORT too, so it can share the port, while any
+    other process asking the kernel for a free port never gets this one. Servers that do not set
+    SO_REUSEPORT need the port released just before they start (a window TonY has as well).
+    """
+
+    def __init__(self, host: str, port: int = 0, shared: bool = False):
+        self.shared = shared
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if shared:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        bind_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else ""
+        self.sock.bind((bind_host, port))
+        self.port = self.sock.getsockname()[1]
+
+    def release_for_launch(self) -> None:
+        if not self.shared:
+            self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def kill_process_tree(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=2)
+
+
+class TaskExecutor:
+    def __init__(self, env: dict[str, str] | None = None):
+        self.env = dict(os.environ if env is None else env)
+        e = self.env
+        self.task_id = e["TONY_TASK_ID"]
+        self.task_type, idx = self.task_id.split(":")
+        self.index = int(idx)
+        self.session_id = int(e.get("SESSION_ID", "0"))
+        self.app_id = e.get("TONY_APPLICATION_ID", "")
+        self.container_id = e.get("TONY_CONTAINER_ID")
+        self.host = e.get("TONY_TASK_HOST", "127.0.0.1")
+        self.spec = JobSpec.from_dict(json.loads(Path(e["TONY_SPEC_FILE"]).read_text()))
+        self.am = AMClient(e["TONY_AM_ADDRESS"], e["TONY_AM_TOKEN"], timeout=10)
+        self.workdir = Path.cwd()
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.user: subprocess.Popen | None = None
+        self.tensorboard: subprocess.Popen | None = None
+        self.interval = max(0.05, self.spec.heartbeat_interval_ms / 1000.0)
+        self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
+        self.mirror: CheckpointMirror | None = None
+
+    # ------------------------------------------------------------------ steps
+    def _register(self, port: int) -> None:
+        deadline = time.time() + max(60.0, self.interval * self.spec.max_missed_heartbeats)
+        while True:
+            try:
+                self.am.register(self.task_id, self.session_id, self.host, port, pid=os.getpid(),
+                                 container_id=self.container_id)
+                return
+            except AMUnreachable:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _wait_cluster_spec(self) -> dict:
+        while not self.stop_event.is_set():
+            reply = self.am.cluster_spec(self.task_id, self.session_id, wait=20.0)
+            if reply:
+                return reply
+        raise InterruptedError(self.stop_reason or "stopped while waiting for the cluster spec")
+
+    def _heartbeat_loop(self) -> None:
+        failures = 0
+        while not self.stop_event.wait(self.interval):
+            try:
+                metrics = self._metrics()
+                reply = self.am.heartbeat(self.task_id, self.session_id, **metrics)
+                failures = 0
+                if reply.get("action") == "stop":
+                    self._stop("the ApplicationMaster asked this task to stop")
+            except AMError as e:
+                if e.status in (404, 409):
+                    self._stop(f"the ApplicationMaster no longer runs this task ({e})")
+            except AMUnreachable:
+                failures += 1
+                if failures > self.spec.max_missed_heartbeats:
+                    self._stop("lost the ApplicationMaster (heartbeats failing)")
+
+    def _metrics(self) -> dict:
+        if self.user is None or self.user.poll() is not None:
+            return {}
+        try:
+            root = psutil.Process(self.user.pid)
+            procs = [root, *root.children(recursive=True)]
+            rss = sum(p.memory_info().rss for p in procs if p.is_running())
+            return {"rss_mb": rss // (1024 * 1024), "processes": len(procs)}
+        except psutil.Error:
+            return {}
+
+    def _stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+            self.stop_event.set()
+
+    def _python(self) -> str:
+        venv = self.spec.python_venv
+        pbp = self.spec.python_binary_path
+        if venv:
+            target = self.workdir / "venv"
+            src = Path(venv)
+            if src.is_file() and zipfile.is_zipfile(src) and not target.exists():
+                with zipfile.ZipFile(src) as z:
+                    z.extractall(target)
+                for p in (target / "bin").glob("*"):
+                    p.chmod(p.stat().st_mode | 0o111)
+            elif src.is_dir() and not target.exists():
+                target.symlink_to(src.resolve())
+            if pbp and not os.path.isabs(pbp):
+                return str(target / pbp)
+            return pbp or str(target / "bin" / "python")
+        return pbp or sys.executable
+
+    def _command_for(self) -> str | None:
+        try:
+            return self.spec.command_for(self.task_type, python=self._python())
+        except TypeError:
+            return self.spec.command_for(self.task_type)
+
+    def command(self) -> str:
+        cmd = self._command_for()
+        if cmd is None and self.task_type in self.spec.sidecar_types and self.task_type == "tensorboard":
+            return ""  # a tensorboard sidecar with no command of its own just serves TensorBoard
+        if cmd is None:
+            raise ValueError(f"no command for task type {self.task_type!r}: set tony.{self.task_type}.command, "
+                             "tony.containers.command or executes")
+        return cmd
+
+    def _user_env(self, cluster: dict[str, list[str]], tb_port: int | None) -> dict[str, str]:
+        spec = self.spec
+        monitored = sum(len(a) for t, a in cluster.items() if t in spec.tracked_types)
+        ctx = TaskContext(framework=spec.framework, cluster=cluster, task_type=self.task_type, index=self.index,
+                          is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored)
+        env = {k: v for k, v in self.env.items() if k not in ("TONY_AM_TOKEN",)}
+        env.update(build_env(ctx))
+        env.update({
+            "SESSION_ID": str(self.session_id),
+            "TONY_APPLICATION_ID": self.app_id,
+            "TONY_TASK_ID": self.task_id,
+            "TONY_CHECKPOINT_DIR": str(self.checkpoint_dir),
+            "TONY_LOG_DIR": self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard")),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if tb_port:
+            env["TB_PORT"] = str(tb_port)
+        env.update(spec.execution_env)
+        env.update(spec.shell_env)
+        return env
+
+    def _wants_tensorboard(self) -> bool:
+        if self.spec.conf.get("tony.task.tensorboard.enabled", "true").lower() != "true":
+            return False
+        if "tensorboard" in self.spec.tasks:
+            return self.task_type == "tensorboard"
+        return self.is_chief
+
+    def _start_tensorboard(self, port: int) -> None:
+        logdir = self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard"))
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        python = sys.executable if importlib.util.find_spec("tensorboard") else self._python()
+        bind = ["--host", self.host] if self.host in ("127.0.0.1", "localhost") else ["--bind_all"]
+        argv = [python, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), *bind,
+                "--reload_interval", "5"]
+        out = open(self.workdir / "tensorboard.log", "ab")
+        self.tensorboard = subprocess.Popen(argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        url = f"http://{self.host}:{port}"
+        threading.Thread(target=self._announce_tensorboard, args=(url,), daemon=True).start()
+
+    def _announce_tensorboard(self, url: str) -> None:
+        deadline = time.time() + 180
+        while time.time() < deadline and not self.stop_event.is_set():
+            if self.tensorboard is None or self.tensorboard.poll() is not None:
+                log.warning("TensorBoard exited early; see tensorboard.log")
+                return
+            try:
+                if requests.get(url + "/data/logdir", timeout=2).status_code == 200:
+                    self.am.register_tensorboard(url)
+                    log.info("TensorBoard ready at %s", url)
+                    return
+            except (requests.RequestException, AMError, AMUnreachable):
+                pass
+            time.sleep(0.5)
+
+    def _mirror_loop(self) -> None:
+        while not self.stop_event.wait(2.0):
+            if self.user is not None and self.user.poll() is not None:
+                return
+            try:
+                self.mirror.sync()
+            except OSError as e:
+                log.warning("checkpoint mirror: %s", e)
+
+    # ------------------------------------------------------------------ main
+    def run(self) -> int:
+        framework_shares_port = self.spec.framework == "tensorflow"
+        fixed = int(self.env.get("TONY_TASK_PORT", "0") or 0)
+        port = PortReservation(self.host, fixed, shared=framework_shares_port)
+        tb_port = PortReservation(self.host) if self._wants_tensorboard() else None
+        self.checkpoint_dir = self.workdir / "checkpoint"
+        self.checkpoint_dir.mkdir(exist_ok=True)
+        try:
+            self._register(port.port)
+        except AMError as e:
+            log.error("registration refused: %s", e)
+            return 1
+        hb = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        hb.start()
+        try:
+            reply = self._wait_cluster_spec()
+        except (InterruptedError, AMError) as e:
+            log.info("not starting: %s", e)
+            return 0 if self.stop_event.is_set() else 1
+        cluster = reply["cluster"]
+        location = self.env.get("TONY_CHECKPOINT_LOCATION")
+        if location:
+            self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)
+            restored = self.mirror.restore()
+            if restored:
+                log.info("restored %d checkpoint files from %s", restored, location)
+        command = self.command()
+        env = self._user_env(cluster, tb_port.port if tb_port else None)
+        if tb_port:
+            tb_port.release_for_launch()
+            self._start_tensorboard(tb_port.port)
+        port.release_for_launch()
+        if command:
+            self.user = subprocess.Popen(["bash", "-c", command], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL)
+            log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
+            with contextlib.suppress(AMError, AMUnreachable):
+                self.am.task_started(self.task_id, self.session_id, self.user.pid)
+        else:
+            with contextlib.suppress(AMError, AMUnreachable):
+                self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0)
+        if self.mirror and self.is_chief:
+            threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
+        code = self._wait()
+        port.close()
+        if self.stop_event.is_set() and code != 0 and self.user is not None:
+            log.info("user process ended after stop (%s)", self.stop_reason)
+        kill_process_tree(self.tensorboard, grace=2.0)
+        if self.mirror and self.is_chief and not self.stop_event.is_set():
+            with contextlib.suppress(OSError):
+                self.mirror.sync()
+        if not self.stop_event.is_set():
+            with contextlib.suppress(AMError, AMUnreachable):
+                self.am.result(self.task_id, self.session_id, code)
+        return code
+
+    def _wait(self) -> int:
+        proc = self.user or self.tensorboard
+        while True:
+            if proc is not None and proc.poll() is not None:
+                rc = proc.returncode
+                return 128 - rc if rc < 0 else rc
+            if self.stop_event.wait(0.1):
+                kill_process_tree(self.user, grace=5.0)
+                return 143
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s tony-executor %(levelname)s %(message)s")
+    executor = TaskExecutor()
+    signal.signal(signal.SIGTERM, lambda s, f: executor._stop("received SIGTERM"))
+    try:
+        return executor.run()
+    except (ValueError, OSError) as e:
+        log.error("%s", e)
+        with contextlib.suppress(Exception):
+            executor.am.result(executor.task_id, executor.session_id, 1, str(e))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The per-job event log: one JSON object per line, appended by the ApplicationMaster."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["EventLog", "read_events"]
+
+
+class EventLog:
+    """Appends events to ``path`` (JSONL). Each line is flushed at once so a crash loses nothing."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"ts": round(time.time(), 3), "event": event, **fields}
+        line = json.dumps(record, sort_keys=False, default=str)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yields the events of a log; a torn last line (writer killed mid-write) is skipped."""
+    try:
+        fh = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue

@@ -1,0 +1,125 @@
+"""The one status type that flows back from the ApplicationMaster to every front end."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES"]
+
+
+class JobState:
+    NEW = "NEW"
+    SUBMITTED = "SUBMITTED"
+    ALLOCATING = "ALLOCATING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED})
+
+
+class TaskState:
+    NEW = "NEW"
+    LAUNCHED = "LAUNCHED"        # container process started, not yet registered
+    REGISTERED = "REGISTERED"    # executor registered its address with the AM
+    RUNNING = "RUNNING"          # user process started (cluster spec delivered)
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"            # stopped by the AM (session teardown, job end)
+    LOST = "LOST"                # missed heartbeats or vanished without reporting
+
+
+@dataclass
+class TaskStatus:
+    """One task of the current session."""
+
+    type: str
+    index: int
+    state: str = TaskState.NEW
+    exit_code: int | None = None
+    host: str | None = None
+    port: int | None = None
+    log_url: str | None = None
+    pid: int | None = None
+    container_id: str | None = None
+    restarts: int = 0
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TaskStatus":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class JobStatus:
+    """Status of one application, as JSON-safe data.
+
+    ``state`` is one of :class:`JobState`; ``session_id`` is the current session (0 first);
+    ``attempts`` counts sessions started; ``tasks`` lists the current session's tasks.
+    """
+
+    application_id: str
+    state: str = JobState.NEW
+    session_id: int = 0
+    attempts: int = 0
+    tasks: list[TaskStatus] = field(default_factory=list)
+    tensorboard_url: str | None = None
+    tracking_url: str | None = None
+    diagnostics: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    name: str | None = None
+    backend: str = "local"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == JobState.SUCCEEDED
+
+    def task(self, task_id: str) -> TaskStatus | None:
+        for t in self.tasks:
+            if t.task_id == task_id:
+                return t
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tasks"] = [t.to_dict() for t in self.tasks]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobStatus":
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        kwargs["tasks"] = [TaskStatus.from_dict(t) for t in d.get("tasks", [])]
+        return cls(**kwargs)
+
+    def summary(self) -> str:
+        """One progress line: state, session, task states and URLs."""
+        parts = [f"{self.application_id} {self.state}", f"session={self.session_id}"]
+        if self.tasks:
+            parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
+        if self.tensorboard_url:
+            parts.append(f"tensorboard={self.tensorboard_url}")
+        if self.tracking_url:
+            parts.append(f"tracking={self.tracking_url}")
+        return " ".join(parts)
+
+    def elapsed(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at or time.time()) - self.started_at

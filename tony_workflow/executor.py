@@ -309,7 +309,7 @@ class TaskExecutor:
                 self.mirror.sync()
         if not self.stop_event.is_set():
             with contextlib.suppress(AMError, AMUnreachable):
-                self.am.result(self.task_id, self.session_id, code)
+                self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "")
         return code
 
     def _wait(self) -> int:
@@ -321,6 +321,21 @@ class TaskExecutor:
             if self.stop_event.wait(0.1):
                 kill_process_tree(self.user, grace=5.0)
                 return 143
+
+
+def stderr_tail(lines: int = 20) -> str:
+    """The user process's last stderr lines (it shares this executor's stderr file), without the
+    executor's own log lines: the first thing anyone needs to see when a task fails."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = [ln for ln in text.splitlines() if ln.strip() and " tony-executor " not in ln][-lines:]
+    return ("Last lines of stderr:\n" + "\n".join(keep)) if keep else ""
 
 
 def main() -> int:

@@ -164,6 +164,17 @@ def _biggest(requests: list[ContainerRequest], attr: str, suffix: str | None = N
     return key + (suffix or "." + attr)
 
 
+def _app_seq(app_id: str) -> tuple[int, int]:
+    _, ts, seq = app_id.split("_")
+    return int(ts), int(seq)
+
+
+def enqueue(ledger: dict, app_id: str, pid: int) -> None:
+    """Queues in submission order (the application sequence), whichever AM reaches the ledger first."""
+    ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "since": time.time()})
+    ledger["queue"].sort(key=lambda q: _app_seq(q["app"]))
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         p = psutil.Process(pid)
@@ -201,7 +212,7 @@ class LocalClusterManager(ClusterManager):
                 with _locked_json(self.ledger, {}) as L:
                     self._purge(L)
                     if not any(q["app"] == self.app_id for q in L["queue"]):
-                        L["queue"].append({"app": self.app_id, "pid": self.owner_pid, "since": time.time()})
+                        enqueue(L, self.app_id, self.owner_pid)
                     used_mem = sum(a["memory_mb"] for a in L["allocations"].values())
                     used_vc = sum(a["vcores"] for a in L["allocations"].values())
                     used_gpu = {g for a in L["allocations"].values() for g in a["gpus"]}
@@ -337,9 +348,12 @@ class LocalBackend(Backend):
         secret.touch(mode=0o600)
         secret.write_text(json.dumps({"token": token, "view_token": view}))
         with open(d / "am.stdout", "ab") as out, open(d / "am.stderr", "ab") as err:
-            subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
+            am = subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
                              cwd=d, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
                              close_fds=True, env={**os.environ, "TONY_APPLICATION_ID": app_id})
+        # Take the job's place in the queue now, so jobs are served in the order they were submitted.
+        with _locked_json(cluster_dir() / "ledger.json", {}) as L:
+            enqueue(L, app_id, am.pid)
         return app_id
 
     def _secret(self, app_id: str) -> dict:

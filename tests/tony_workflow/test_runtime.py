@@ -1,0 +1,272 @@
+"""The runtime end to end on the embedded cluster, with real processes and plain shell commands.
+
+TensorFlow itself is exercised in test_tf_examples.py; these tests pin down the AM, executor and
+local-cluster behaviour quickly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+import yaml
+
+from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.history import read_events
+from tony_workflow.rpc import TOKEN_HEADER
+from tony_workflow.spec import SpecError
+
+SMALL = {"memory": "128m", "vcores": 1}
+
+
+def spec_file(tmp_path: Path, command: str, tasks: dict, conf: dict | None = None, **top) -> Path:
+    doc = {"name": "rt", "command": command, "am": {"memory": "128m"},
+           "tasks": {t: {**SMALL, **v} for t, v in tasks.items()},
+           "conf": {"tony.task.tensorboard.enabled": "false", **(conf or {})}, **top}
+    p = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def submit(tmp_path, command, tasks, conf=None, **top):
+    return TonyClient("local").submit(load_job(str(spec_file(tmp_path, command, tasks, conf, **top))))
+
+
+def events(handle):
+    return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
+
+
+def wait_for(pred, timeout=60.0, interval=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def stdout_of(handle, task_id):
+    files = handle.logs(task_id)
+    return "".join(p.read_text() for k, p in files.items() if k.split("#")[0].endswith("stdout"))
+
+
+ENV_DUMP = ("python3 -c 'import os,json; print(\"ENV\", json.dumps({k: os.environ.get(k) for k in "
+            "[\"TF_CONFIG\",\"CLUSTER_SPEC\",\"JOB_NAME\",\"TASK_INDEX\",\"TASK_NUM\",\"IS_CHIEF\",\"SESSION_ID\","
+            "\"TONY_CHECKPOINT_DIR\",\"TONY_APPLICATION_ID\",\"CUDA_VISIBLE_DEVICES\",\"TONY_AM_TOKEN\",\"A\",\"B\"]}))'")
+
+
+def dumped_env(handle, task_id):
+    line = [ln for ln in stdout_of(handle, task_id).splitlines() if ln.startswith("ENV ")][-1]
+    return json.loads(line[4:])
+
+
+def test_job_succeeds_with_tony_task_env(tony_home, tmp_path):
+    h = submit(tmp_path, ENV_DUMP, {"worker": {"instances": 2}, "ps": {"instances": 1}},
+               conf={"tony.containers.envs": "A=1", "tony.execution.envs": "B=2"})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    w0, w1, ps = (dumped_env(h, t) for t in ("worker:0", "worker:1", "ps:0"))
+    tf = json.loads(w1["TF_CONFIG"])
+    assert tf["task"] == {"type": "worker", "index": 1}
+    assert set(tf["cluster"]) == {"worker", "ps"} and len(tf["cluster"]["worker"]) == 2
+    assert json.loads(w0["CLUSTER_SPEC"]) == tf["cluster"]
+    assert w0["IS_CHIEF"] == "true" and w1["IS_CHIEF"] is None and ps["IS_CHIEF"] is None
+    assert (w1["JOB_NAME"], w1["TASK_INDEX"], w1["TASK_NUM"], w1["SESSION_ID"]) == ("worker", "1", "2", "0")
+    assert w0["TONY_APPLICATION_ID"] == h.app_id and Path(w0["TONY_CHECKPOINT_DIR"]).is_dir()
+    assert w0["CUDA_VISIBLE_DEVICES"] == ""  # no GPUs allocated: none visible
+    assert w0["TONY_AM_TOKEN"] is None  # the AM secret never reaches user code
+    assert (w0["A"], w0["B"]) == ("1", "2")
+    # every container is its own process group with its own directory and log files
+    dirs = {p.parent for p in h.logs().values() if p.parent.name.startswith("container_")}
+    assert len(dirs) == 3 and all((d / "stdout").is_file() and (d / "stderr").is_file() for d in dirs)
+    # the ps (untracked) is stopped once the workers are done
+    assert st.task("ps:0").state in ("KILLED", "SUCCEEDED")
+
+
+def test_gpus_are_pinned_exactly(tony_home, tmp_path):
+    h = submit(tmp_path, ENV_DUMP, {"worker": {"instances": 2, "gpus": 2}, "ps": {"instances": 1}},
+               conf={"tony.local.gpus": "0,1,2,3,5"})
+    assert h.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    seen = [dumped_env(h, t)["CUDA_VISIBLE_DEVICES"] for t in ("worker:0", "worker:1", "ps:0")]
+    assert seen[2] == ""
+    gpus = [set(s.split(",")) for s in seen[:2]]
+    assert all(len(g) == 2 for g in gpus) and not gpus[0] & gpus[1]
+    assert gpus[0] | gpus[1] <= {"0", "1", "2", "3", "5"}
+
+
+@pytest.mark.parametrize("task, conf, key", [
+    ({"gpus": 1}, {"tony.local.gpus": "0"}, "tony.worker.gpus"),
+    ({"memory": "64g"}, {"tony.local.memory": "8g"}, "tony.worker.memory"),
+    ({"memory": "3g"}, {"tony.local.memory": "8g"}, "tony.worker.memory"),   # 3 × 3g > 8g only together
+])
+def test_a_job_that_can_never_fit_fails_at_once(tony_home, tmp_path, task, conf, key):
+    t0 = time.time()
+    with pytest.raises(SubmitError) as e:
+        submit(tmp_path, "true", {"worker": {"instances": 3, **task}}, conf=conf)
+    assert key in str(e.value) and "this machine has" in str(e.value)
+    assert time.time() - t0 < 10
+    assert not list((tony_home / "local" / "apps").glob("application_*"))  # nothing submitted
+
+
+def test_two_whole_machine_jobs_run_one_after_the_other(tony_home, tmp_path):
+    conf = {"tony.local.memory": "1g"}
+    tasks = {"worker": {"instances": 2, "memory": "448m"}}  # 128m AM + 2 × 448m = the whole 1g
+    a = submit(tmp_path, "sleep 1.5", tasks, conf)
+    b = submit(tmp_path, "sleep 0.2", tasks, conf)
+    assert a.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    assert b.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    span = {h: ([e["ts"] for e in events(h) if e["event"] == "allocated"][0],
+                [e["ts"] for e in events(h) if e["event"] == "application_finished"][0]) for h in (a, b)}
+    # served in submission order, and b got its gang only once a gave its back
+    assert span[b][0] >= span[a][1] - 0.05
+
+
+FAIL_ONCE = 'if [ "$SESSION_ID" = 0 ] && [ "$TASK_INDEX" = 1 ]; then echo boom >&2; exit 3; fi; sleep 0.3'
+
+
+def test_failed_task_relaunches_the_session(tony_home, tmp_path):
+    h = submit(tmp_path, FAIL_ONCE, {"worker": {"instances": 2}}, conf={"tony.am.retry-count": 1})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert (st.session_id, st.attempts) == (1, 2)
+    ended = [e for e in events(h) if e["event"] == "session_finished"]
+    assert [(e["session"], e["state"]) for e in ended] == [(0, "FAILED"), (1, "SUCCEEDED")]
+    assert "worker:1" in ended[0]["diagnostics"] and "exit code 3" in ended[0]["diagnostics"]
+
+
+def test_retries_used_up_fail_the_job_naming_task_and_exit_code(tony_home, tmp_path):
+    cmd = '[ "$TASK_INDEX" = 0 ] && { echo chief-broke >&2; exit 7; }; sleep 0.2'
+    h = submit(tmp_path, cmd, {"worker": {"instances": 2}}, conf={"tony.am.retry-count": 1})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED"
+    assert st.attempts == 2
+    assert "worker:0" in st.diagnostics and "exit code 7" in st.diagnostics
+    assert "chief-broke" in st.diagnostics  # the tail of the task's stderr comes along
+
+
+def test_worker_failure_is_tolerated_without_retries_as_in_tony(tony_home, tmp_path):
+    h = submit(tmp_path, FAIL_ONCE, {"worker": {"instances": 3}})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED" and "failedCnt=1" in st.diagnostics
+    h2 = submit(tmp_path, FAIL_ONCE, {"worker": {"instances": 3}},
+                conf={"tony.application.fail-on-worker-failure-enabled": "true"})
+    assert h2.wait(poll_interval=0.2, timeout=60).state == "FAILED"
+
+
+def test_stop_on_failure_type_fails_the_job(tony_home, tmp_path):
+    cmd = '[ "$JOB_NAME" = ps ] && exit 4; sleep 30'
+    h = submit(tmp_path, cmd, {"worker": {"instances": 1}, "ps": {"instances": 1}})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED" and "ps:0" in st.diagnostics and "exit code 4" in st.diagnostics
+
+
+def test_hung_task_is_detected_by_missed_heartbeats(tony_home, tmp_path):
+    cmd = '[ "$SESSION_ID" = 0 ] && sleep 60; exit 0'
+    h = submit(tmp_path, cmd, {"worker": {"instances": 2}},
+               conf={"tony.am.retry-count": 1, "tony.task.heartbeat-interval-ms": 200,
+                     "tony.task.max-missed-heartbeats": 5})
+    st = wait_for(lambda: (s := h.status()).task("worker:1") and s.task("worker:1").state == "RUNNING" and s)
+    container_pid = int((Path(st.task("worker:1").log_url).parent / "pid").read_text())
+    os.killpg(container_pid, signal.SIGSTOP)  # the whole container hangs: executor and user process
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED" and st.session_id == 1
+    lost = [e for e in events(h) if e["event"] == "task_state" and e["state"] == "LOST"]
+    assert lost and lost[0]["task"] == "worker:1" and "missed" in lost[0]["diagnostics"]
+    assert not psutil.pid_exists(container_pid) or psutil.Process(container_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_task_restart_policy_relaunches_only_that_task_at_the_same_address(tony_home, tmp_path):
+    mark = tmp_path / "worker1-failed-once"
+    cmd = (f'if [ "$JOB_NAME" = chief ]; then sleep 4; exit 0; fi; '
+           f'if [ "$JOB_NAME$TASK_INDEX" = worker1 ] && [ ! -e {mark} ]; then touch {mark}; sleep 0.5; exit 5; fi; '
+           f'sleep 60')
+    h = submit(tmp_path, cmd, {"chief": {"instances": 1}, "worker": {"instances": 2, "restart_policy": "task"},
+                               "ps": {"instances": 1}},
+               conf={"tony.am.retry-count": 1, "tony.application.untracked.jobtypes": "ps,worker"})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 0 and st.attempts == 1
+    ev = events(h)
+    restarted = [e for e in ev if e["event"] == "task_restarted"]
+    assert [e["task"] for e in restarted] == ["worker:1"]
+    regs = [e for e in ev if e["event"] == "task_state" and e["state"] == "REGISTERED"]
+    w1_ports = {e["port"] for e in regs if e["task"] == "worker:1"}
+    assert len([e for e in regs if e["task"] == "worker:1"]) == 2 and len(w1_ports) == 1
+    for other in ("chief:0", "ps:0", "worker:0"):  # launched once, never relaunched
+        assert len([e for e in ev if e["event"] == "task_state" and e["task"] == other
+                    and e["state"] == "RUNNING"]) == 1
+    assert st.task("worker:1").restarts == 1
+
+
+def test_kill_stops_every_process(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 120", {"worker": {"instances": 2}, "ps": {"instances": 1}})
+    st = wait_for(lambda: (s := h.status()).tasks and all(t.state == "RUNNING" for t in s.tasks) and s)
+    pids = [int((Path(t.log_url).parent / "pid").read_text()) for t in st.tasks]
+    children = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
+    st = h.kill()
+    assert st.state == "KILLED"
+    for pid in pids + children:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_am_api_refuses_requests_without_the_token(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 60", {"worker": {"instances": 1}})
+    wait_for(lambda: h.backend.endpoint(h.app_id))
+    ep = h.backend.endpoint(h.app_id)
+    base = f"http://{ep.address}"
+    body = {"task_id": "worker:0", "session_id": 0, "host": "127.0.0.1", "port": 1}
+    for headers in ({}, {TOKEN_HEADER: "wrong"}, {TOKEN_HEADER: ep.view_token}):
+        assert requests.post(base + "/v1/register", json=body, headers=headers, timeout=5).status_code == 401
+        assert requests.post(base + "/v1/kill", json={}, headers=headers, timeout=5).status_code == 401
+        assert requests.get(base + "/v1/cluster-spec", headers=headers, timeout=5).status_code == 401
+    for headers in ({}, {TOKEN_HEADER: "wrong"}):
+        assert requests.get(base + "/v1/status", headers=headers, timeout=5).status_code == 401
+    assert requests.get(base + "/ui/not-the-token", timeout=5).status_code == 401
+    # the view token reads status only; the tracking page carries it
+    assert requests.get(base + "/v1/status", headers={TOKEN_HEADER: ep.view_token}, timeout=5).status_code == 200
+    page = requests.get(h.status().tracking_url, timeout=5)
+    assert page.status_code == 200 and h.app_id in page.text
+    assert h.kill().state == "KILLED"
+
+
+def test_application_timeout(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 60", {"worker": {"instances": 1}}, conf={"tony.application.timeout": 1500})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED" and "tony.application.timeout" in st.diagnostics
+
+
+def test_registration_timeout(tony_home, tmp_path):
+    # An executor that hangs before it can register (as on a stuck filesystem): a sitecustomize
+    # on its PYTHONPATH sleeps at interpreter start-up.
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
+    path = os.pathsep.join([str(hang), *filter(None, [os.environ.get("PYTHONPATH")])])
+    h = submit(tmp_path, "true", {"worker": {"instances": 1}},
+               conf={"tony.containers.envs": f"PYTHONPATH={path}", "tony.container.registration.timeout": 1500})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED" and "tony.container.registration.timeout" in st.diagnostics
+
+
+def test_attach_from_another_client_and_list(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 0.2", {"worker": {"instances": 1}})
+    other = TonyClient("local").attach(h.app_id)
+    assert other.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    assert h.app_id in [s.application_id for s in TonyClient("local").list()]
+    with pytest.raises(KeyError):
+        TonyClient("local").attach("application_1_9999")
+
+
+def test_bad_spec_is_refused_before_anything_runs(tony_home, tmp_path):
+    with pytest.raises(SpecError) as e:
+        submit(tmp_path, "true", {"worker": {"instances": -1}})
+    assert "tony.worker.instances" in str(e.value) or "tasks.worker.instances" in str(e.value)
+    assert not (tony_home / "local" / "apps").exists() or not list((tony_home / "local" / "apps").iterdir())

@@ -8,7 +8,7 @@ import time
 from typing import Sequence
 
 from .client import JobHandle, SubmitError, TonyClient, load_job
-from .spec import SpecError
+from .spec import SpecError, SpecIssue
 from .status import JobStatus
 
 __all__ = ["main"]
@@ -27,7 +27,7 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
     out = {}
     for v in values or ():
         if "=" not in v or not v.split("=", 1)[0]:
-            raise SpecError.single(flag, v, "expected KEY=VALUE")
+            raise SpecError([SpecIssue(flag, v, "expected KEY=VALUE")])
         k, _, val = v.partition("=")
         out[k] = val
     return out

@@ -176,14 +176,8 @@ class TaskExecutor:
             return pbp or str(target / "bin" / "python")
         return pbp or sys.executable
 
-    def _command_for(self) -> str | None:
-        try:
-            return self.spec.command_for(self.task_type, python=self._python())
-        except TypeError:
-            return self.spec.command_for(self.task_type)
-
     def command(self) -> str:
-        cmd = self._command_for()
+        cmd = self.spec.command_for(self.task_type, python=self._python())
         if cmd is None and self.task_type in self.spec.sidecar_types and self.task_type == "tensorboard":
             return ""  # a tensorboard sidecar with no command of its own just serves TensorBoard
         if cmd is None:

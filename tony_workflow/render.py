@@ -1,0 +1,104 @@
+"""Jinja2 rendering of job spec templates.
+
+A spec file may be a template: ``{{ epochs }}`` is filled from the variables the caller passes, and
+``{{ env.HOME }}`` from the environment of the process that renders it. Rendering is strict and
+sandboxed: an undefined variable is an error rather than an empty string (a silently empty memory
+size or command is worse than a refusal), and templates cannot reach Python internals through
+attributes such as ``__class__``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from collections.abc import Iterator, Mapping
+
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
+
+from .spec import SpecError, SpecIssue
+
+__all__ = ["render_template"]
+
+# The name Jinja gives to frames of a template compiled from a string; they carry template lines.
+_TEMPLATE_FRAME = "<template>"
+_UNDEFINED_NAME = re.compile(r"'([^']+)' is undefined|has no attribute '([^']+)'")
+
+
+class _EnvVars(Mapping):
+    """A read-only snapshot of ``os.environ``: templates may read it, never change the process env."""
+
+    def __init__(self, values: Mapping[str, str]):
+        self._values = dict(values)
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class _Environment(SandboxedEnvironment):
+    def getattr(self, obj, attribute):
+        # ``env.NAME`` for an unset variable would otherwise read "'..._EnvVars object' has no
+        # attribute 'NAME'"; say what is actually missing.
+        if (isinstance(obj, _EnvVars) and isinstance(attribute, str) and attribute not in obj
+                and not hasattr(obj, attribute)):
+            return self.undefined(f"'env.{attribute}' is undefined: no such environment variable",
+                                  obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+
+_ENVIRONMENT = _Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def render_template(text: str, variables: Mapping[str, object] | None = None, *,
+                    source: str | None = None) -> str:
+    """Render ``text`` as a Jinja2 template and return the result.
+
+    Parameters
+    ----------
+    text : str
+        The template. A text with neither ``{{`` nor ``{%`` is returned unchanged, so plain specs
+        never go through Jinja (whose comment syntax ``{#`` could otherwise eat part of them).
+    variables : mapping, optional
+        Values the template may use. Besides these the template sees ``env``, a read-only copy of
+        ``os.environ`` (``{{ env.HOME }}``, ``{{ env.get('X', 'default') }}``); a variable named
+        ``env`` in ``variables`` takes its place.
+    source : str, optional
+        Where the text came from (a file path), used in error messages.
+
+    Raises
+    ------
+    SpecError
+        With one issue naming the undefined variable, or the line of a syntax error, and the source.
+    """
+    if "{{" not in text and "{%" not in text:
+        return text
+    context: dict[str, object] = {"env": _EnvVars(os.environ)}
+    context.update(variables or {})
+    try:
+        return _ENVIRONMENT.from_string(text).render(context)
+    except TemplateSyntaxError as exc:
+        issue = SpecIssue(f"line {exc.lineno}", None, f"template syntax error: {exc.message}", source)
+    except UndefinedError as exc:
+        match = _UNDEFINED_NAME.search(exc.message or "")
+        name = (match.group(1) or match.group(2)) if match else "template"
+        issue = SpecIssue(name, None, f"undefined template variable{_line_of(exc)}: {exc.message}; pass it "
+                          "as a variable or give a default with |default(...)", source)
+    except SecurityError as exc:
+        issue = SpecIssue("template", None, f"not allowed in a template{_line_of(exc)}: {exc}", source)
+    except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        issue = SpecIssue("template", None,
+                          f"template failed{_line_of(exc)}: {type(exc).__name__}: {exc}", source)
+    raise SpecError([issue]) from None
+
+
+def _line_of(exc: BaseException) -> str:
+    """' at line N' for the innermost template frame of ``exc``'s traceback, or ''."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == _TEMPLATE_FRAME]
+    return f" at line {lines[-1]}" if lines else ""

@@ -1,0 +1,86 @@
+"""The ``tony`` command line, run as a real subprocess."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import run_tony
+
+BAD_SPECS = Path(__file__).parent / "bad_specs"
+
+
+def write_job(tmp_path, **overrides):
+    doc = {"name": "cli", "command": "echo hello-from-$JOB_NAME-$TASK_INDEX", "am": {"memory": "128m"},
+           "tasks": {"worker": {"instances": 2, "memory": "128m"}},
+           "conf": {"tony.task.tensorboard.enabled": "false"}, **overrides}
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_submit_wait_json_then_status_logs_list(tony_home, tmp_path):
+    r = run_tony("submit", str(write_job(tmp_path)), "--wait", "--json", "--poll-interval", "0.2")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["state"] == "SUCCEEDED" and len(st["tasks"]) == 2
+    app = st["application_id"]
+    # progress lines on stderr, and the id as its own token for log scanners
+    assert f"Submitted application {app}" in r.stderr and "worker:0=" in r.stderr
+
+    s = run_tony("status", app, "--json")
+    assert s.returncode == 0 and json.loads(s.stdout)["state"] == "SUCCEEDED"
+    assert "SUCCEEDED" in run_tony("status", app).stdout
+
+    logs = run_tony("logs", app, "--task", "worker:1")
+    assert logs.returncode == 0 and "hello-from-worker-1" in logs.stdout and "hello-from-worker-0" not in logs.stdout
+    assert "hello-from-worker-0" in run_tony("logs", app).stdout
+
+    listed = run_tony("list", "--json")
+    assert app in [a["application_id"] for a in json.loads(listed.stdout)]
+
+
+def test_conf_overrides_and_failure_exit_code(tony_home, tmp_path):
+    r = run_tony("submit", str(write_job(tmp_path)), "--conf", "tony.worker.instances=1",
+                 "--conf", "tony.worker.command=exit 9", "--wait", "--json", "--poll-interval", "0.2")
+    assert r.returncode == 1
+    st = json.loads(r.stdout)
+    assert st["state"] == "FAILED" and len(st["tasks"]) == 1 and "exit code 9" in st["diagnostics"]
+
+
+def test_submit_without_wait_prints_the_id_and_kill_works(tony_home, tmp_path):
+    r = run_tony("submit", str(write_job(tmp_path, command="sleep 60")))
+    assert r.returncode == 0
+    app = r.stdout.strip()
+    assert app.startswith("application_")
+    k = run_tony("kill", app)
+    assert k.returncode == 0 and "KILLED" in k.stdout
+    assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"
+
+
+def test_bad_specs_give_clear_errors_and_submit_nothing(tony_home, tmp_path):
+    files = sorted(BAD_SPECS.iterdir())
+    assert len(files) >= 25
+    for f in files[:25]:
+        expect = f.read_text().splitlines()[0].split("expect:", 1)[1].strip().rstrip("->").strip()
+        r = run_tony("submit", str(f), "--wait")
+        assert r.returncode == 2, f.name
+        assert expect in r.stderr, (f.name, r.stderr)
+        assert "Traceback" not in r.stderr and "nothing was submitted" in r.stderr
+    assert not list((tony_home / "local" / "apps").glob("application_*"))
+
+
+def test_unknown_application_and_bad_conf_pair(tony_home, tmp_path):
+    r = run_tony("status", "application_1_0001")
+    assert r.returncode == 2 and "unknown application" in r.stderr and "Traceback" not in r.stderr
+    r = run_tony("submit", str(write_job(tmp_path)), "--conf", "novalue")
+    assert r.returncode == 2 and "novalue" in r.stderr and "Traceback" not in r.stderr
+    r = run_tony("submit", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and "missing.yaml" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cannot_fit_via_cli(tony_home, tmp_path):
+    job = write_job(tmp_path, tasks={"worker": {"instances": 1, "gpus": 4}})
+    r = run_tony("submit", str(job), "--conf", "tony.local.gpus=2", "--wait")
+    assert r.returncode == 2 and "tony.worker.gpus" in r.stderr and "Traceback" not in r.stderr

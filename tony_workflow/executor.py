@@ -202,6 +202,11 @@ class TaskExecutor:
         })
         if tb_port:
             env["TB_PORT"] = str(tb_port)
+        # A bare `python` in a command means the job's interpreter (venv, python_binary_path, or
+        # the one running this executor), not whatever else happens to be first on PATH.
+        python_dir = os.path.dirname(self._python())
+        if python_dir:
+            env["PATH"] = os.pathsep.join([python_dir, env.get("PATH", os.defpath)])
         env.update(spec.execution_env)
         env.update(spec.shell_env)
         return env

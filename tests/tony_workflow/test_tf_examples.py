@@ -1,0 +1,125 @@
+"""The examples as real multi-process TensorFlow jobs on 127.0.0.1, through the embedded cluster."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import REPO, run_tony
+from tony_workflow.client import TonyClient, load_job
+from tony_workflow.history import read_events
+
+pytestmark = pytest.mark.tf
+
+MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
+MWMS_XML = REPO / "examples" / "mnist_mwms" / "mnist_mwms.xml"
+PS = REPO / "examples" / "ps_strategy" / "ps_strategy.yaml"
+PS_XML = REPO / "examples" / "ps_strategy" / "ps_strategy.xml"
+# Keep the AM small: the examples' defaults are sized for real machines.
+SMALL = ["tony.am.memory=512m"]
+
+
+def wait_for(pred, timeout=180.0, interval=0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def stdout(handle, task_id):
+    return "".join(p.read_text() for k, p in handle.logs(task_id).items()
+                   if k.split("#")[0].endswith("stdout") and p.exists())
+
+
+def events(handle):
+    return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
+
+
+def user_process(pid: int, script: str = "train.py") -> psutil.Process:
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        if any(script in part for part in p.cmdline()):
+            return p
+    raise AssertionError(f"no {script} process under pid {pid}")
+
+
+def test_mwms_example_succeeds_through_the_cli(tony_home):
+    r = run_tony("submit", str(MWMS), "--conf", *SMALL, "--wait", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = json.loads(r.stdout)
+    assert st["state"] == "SUCCEEDED"
+    assert [t["task_id"] if "task_id" in t else f"{t['type']}:{t['index']}" for t in st["tasks"]] == ["worker:0", "worker:1"]
+    assert st["tensorboard_url"].startswith("http://127.0.0.1:")
+    app_dir = tony_home / "local" / "apps" / st["application_id"]
+    metrics = json.loads((app_dir / "checkpoints" / "final" / "metrics.json").read_text())
+    assert metrics["steps"] > 0
+    # both workers trained in lockstep: the same global steps, the same losses
+    outs = [p.read_text() for p in sorted(app_dir.glob("containers/*/stdout"))]
+    steps = [re.findall(r"step=(\d+) loss=([\d.]+)", o) for o in outs]
+    assert steps[0] and steps[0] == steps[1]
+
+
+def test_mwms_tonyxml_spec_runs(tony_home):
+    r = run_tony("submit", str(MWMS_XML), "--src-dir", str(MWMS.parent), "--conf", *SMALL,
+                 "--conf", "tony.containers.command=python train.py --epochs 1 --steps-per-epoch 10",
+                 "--wait", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["state"] == "SUCCEEDED"
+
+
+def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(tony_home):
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
+                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+    h = TonyClient("local").submit(spec)
+    # TensorBoard comes up on the chief while the job runs, and answers on /data/logdir
+    st = wait_for(lambda: (s := h.status()).tensorboard_url and s)
+    assert st.state == "RUNNING"
+    assert requests.get(st.tensorboard_url + "/data/logdir", timeout=10).status_code == 200
+
+    store = h.backend.app_dir(h.app_id) / "checkpoints"
+    wait_for(lambda: re.search(r"step=(3\d|[4-9]\d|\d{3})", stdout(h, "worker:0"))
+             and list(store.rglob("checkpoint")))
+    victim = h.status().task("worker:1")
+    user_process(victim.pid).send_signal(signal.SIGKILL)
+
+    st = h.wait(poll_interval=0.5, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 1 and st.attempts == 2
+    ended = [e for e in events(h) if e["event"] == "session_finished"]
+    assert ended[0]["state"] == "FAILED" and "worker:1" in ended[0]["diagnostics"]
+    resumed = [int(m) for m in re.findall(r"session=1 task=worker:\d start_step=(\d+)", stdout(h, "worker:0"))]
+    assert resumed and resumed[0] > 0, stdout(h, "worker:0")[-2000:]
+
+
+def test_ps_example_succeeds(tony_home):
+    h = TonyClient("local").submit(load_job(str(PS), conf=SMALL))
+    st = h.wait(poll_interval=0.5, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert {t.task_id for t in st.tasks} == {"chief:0", "worker:0", "worker:1", "ps:0"}
+    assert re.search(r"\[ps\] session=0 done steps=\d+", stdout(h, "chief:0"))
+
+
+def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home):
+    spec = load_job(str(PS), conf=[*SMALL, "tony.worker.restart-policy=task", "tony.am.retry-count=2"],
+                    task_params="--steps 200 --step-sleep 0.05")
+    h = TonyClient("local").submit(spec)
+    wait_for(lambda: re.search(r"step=[2-9]\d", stdout(h, "chief:0")))
+    before = {t.task_id: t.pid for t in h.status().tasks}
+    user_process(before["worker:1"]).send_signal(signal.SIGKILL)
+    st = h.wait(poll_interval=0.5, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 0 and st.attempts == 1
+    after = {t.task_id: t.pid for t in st.tasks}
+    assert after["chief:0"] == before["chief:0"] and after["ps:0"] == before["ps:0"]
+    assert after["worker:0"] == before["worker:0"] and after["worker:1"] != before["worker:1"]
+    assert st.task("worker:1").restarts == 1
+    assert [e["task"] for e in events(h) if e["event"] == "task_restarted"] == ["worker:1"]

@@ -270,3 +270,62 @@ def test_bad_spec_is_refused_before_anything_runs(tony_home, tmp_path):
         submit(tmp_path, "true", {"worker": {"instances": -1}})
     assert "tony.worker.instances" in str(e.value) or "tasks.worker.instances" in str(e.value)
     assert not (tony_home / "local" / "apps").exists() or not list((tony_home / "local" / "apps").iterdir())
+
+
+def _make_venv(path: Path) -> Path:
+    import venv
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
+    return path
+
+
+def _zip_dir(src: Path, dest: Path) -> Path:
+    import zipfile
+    with zipfile.ZipFile(dest, "w") as z:
+        for p in src.rglob("*"):
+            if p.is_file():
+                z.write(p, p.relative_to(src).as_posix())
+    return dest
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["venv-dir", "venv-zip"])
+def test_executes_runs_with_the_shipped_src_dir_and_python_venv(tony_home, tmp_path, packed):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text("import sys, os\nprint('PREFIX', sys.prefix, 'ARGS', *sys.argv[1:])\n"
+                                 "print('HERE', sorted(os.listdir('.')))\n")
+    venv_dir = _make_venv(tmp_path / "venv")
+    venv = _zip_dir(venv_dir, tmp_path / "venv.zip") if packed else venv_dir
+    doc = {"name": "venv", "executes": "main.py", "task_params": "--lr 0.1", "src_dir": "src",
+           "python_venv": str(venv), "am": {"memory": "128m"}, "tasks": {"worker": {"instances": 1, **SMALL}},
+           "conf": {"tony.task.tensorboard.enabled": "false"}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    h = TonyClient("local").submit(load_job(str(tmp_path / "job.yaml")))
+    assert h.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    out = stdout_of(h, "worker:0")
+    prefix = out.split("PREFIX ", 1)[1].split(" ARGS")[0]
+    assert prefix.endswith("/venv") and Path(prefix).parent.name.startswith("container_")
+    assert "ARGS --lr 0.1" in out and "'main.py'" in out
+
+
+def test_command_precedence_type_over_containers_over_executes(tony_home, tmp_path):
+    h = submit(tmp_path, "echo from-containers", {"worker": {"instances": 1}, "chief": {"instances": 1,
+               "command": "echo from-chief-type"}}, executes="never.py")
+    assert h.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    assert "from-chief-type" in stdout_of(h, "chief:0") and "from-containers" in stdout_of(h, "worker:0")
+
+
+@pytest.mark.tf
+def test_tensorboard_sidecar_serves_the_job_and_stays_out_of_tf_config(tony_home, tmp_path):
+    h = submit(tmp_path, ENV_DUMP + "; sleep 30", {"worker": {"instances": 1}, "tensorboard": {"instances": 1}},
+               conf={"tony.task.tensorboard.enabled": "true"})
+    st = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=120)
+    assert requests.get(st.tensorboard_url + "/data/logdir", timeout=10).status_code == 200
+    assert st.task("tensorboard:0").state == "RUNNING"
+    # the sidecar serves TensorBoard, so the chief does not run one of its own
+    tb_dir = Path(st.task("tensorboard:0").log_url).parent
+    chief_dir = Path(st.task("worker:0").log_url).parent
+    assert (tb_dir / "tensorboard.log").exists() and not (chief_dir / "tensorboard.log").exists()
+    w0 = dumped_env(h, "worker:0")
+    assert "tensorboard" not in json.loads(w0["TF_CONFIG"])["cluster"]
+    assert "tensorboard" in json.loads(w0["CLUSTER_SPEC"])
+    assert h.kill().state == "KILLED"

@@ -131,6 +131,16 @@ class ApplicationMaster:
         self._sent_status = ""
         self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or str(self.app_dir / "checkpoints")
         self.log_dir = str(self.app_dir / "tensorboard")
+        # The spec derives these from its flat conf on every access; the monitor and the HTTP
+        # handlers need them on every pass, so take them once.
+        self.type_order = list(spec.tasks)
+        self.tracked = frozenset(spec.tracked_types)
+        self.sidecars = frozenset(spec.sidecar_types)
+        self.stop_on_failure = frozenset(spec.stop_on_failure_types)
+        self.chief = tuple(spec.chief)
+        self.restart_policy = {t: ts.restart_policy for t, ts in spec.tasks.items()}
+        self.retry_count = spec.retry_count
+        self.fail_on_worker_failure = spec.fail_on_worker_failure
         hb = max(1, spec.heartbeat_interval_ms)
         self.heartbeat_expiry = hb * max(3, spec.max_missed_heartbeats) / 1000.0
         self.tick = min(0.5, hb / 2000.0)
@@ -267,7 +277,7 @@ class ApplicationMaster:
 
     def cluster_dict(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for t in sorted(self.tasks.values(), key=lambda t: (list(self.spec.tasks).index(t.status.type), t.status.index)):
+        for t in sorted(self.tasks.values(), key=lambda t: (self.type_order.index(t.status.type), t.status.index)):
             out.setdefault(t.status.type, []).append(f"{t.status.host}:{t.status.port}")
         return out
 
@@ -280,7 +290,7 @@ class ApplicationMaster:
                     return 409, {"error": "stale session", "action": "stop"}
                 if all(t.status.host is not None and t.registered_at for t in self.tasks.values()):
                     return 200, {"cluster": self.cluster_dict(), "session_id": session_id,
-                                 "chief": list(self.spec.chief)}
+                                 "chief": list(self.chief)}
                 remaining = deadline - time.time()
                 if remaining <= 0:
                     return 204, None
@@ -392,23 +402,23 @@ class ApplicationMaster:
         return msg + (f". {extra.strip()}" if extra.strip() else "")
 
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
-        spec, ttype = self.spec, task.status.type
-        if ttype in spec.sidecar_types:
+        ttype = task.status.type
+        if ttype in self.sidecars:
             self.events.emit("sidecar_failed", task=task.id, exit_code=code)
             return
-        is_chief = (ttype, task.status.index) == tuple(spec.chief)
-        policy = spec.tasks[ttype].restart_policy if ttype in spec.tasks else "session"
+        is_chief = (ttype, task.status.index) == self.chief
+        policy = self.restart_policy.get(ttype, "session")
         used = self.task_restarts.get(task.id, 0)
-        if (policy == "task" and not is_chief and ttype not in spec.stop_on_failure_types
-                and used < spec.retry_count):
+        if (policy == "task" and not is_chief and ttype not in self.stop_on_failure
+                and used < self.retry_count):
             self.task_restarts[task.id] = used + 1
             self._pending_task_restarts.append(task)
             return
         message = self._failure_message(task, code, diagnostics)
-        if self.session_id < spec.retry_count:
+        if self.session_id < self.retry_count:
             raise SessionEnd(JobState.FAILED, message)
-        tracked = ttype in spec.tracked_types
-        if is_chief or ttype in spec.stop_on_failure_types or (tracked and spec.fail_on_worker_failure):
+        tracked = ttype in self.tracked
+        if is_chief or ttype in self.stop_on_failure or (tracked and self.fail_on_worker_failure):
             raise SessionEnd(JobState.FAILED, message, retryable=False)
         if not tracked:
             # TonY stops the session when an untracked task dies; the verdict then follows the rules.
@@ -417,7 +427,7 @@ class ApplicationMaster:
 
     def _verdict(self, stopped_early: str | None = None) -> tuple[str, str]:
         """TonY's end-of-session rules over the tracked tasks."""
-        tracked = [t for t in self.tasks.values() if t.status.type in self.spec.tracked_types]
+        tracked = [t for t in self.tasks.values() if t.status.type in self.tracked]
         unfinished = [t for t in tracked if not t.final]
         failed = [t for t in tracked if t.failed]
         notes = [stopped_early] if stopped_early else []
@@ -425,7 +435,7 @@ class ApplicationMaster:
         notes += [self._failure_message(t, t.status.exit_code or 0) for t in failed]
         if unfinished:
             return JobState.FAILED, "\n".join(notes)
-        if failed and (self.spec.fail_on_worker_failure or len(failed) >= len(tracked)):
+        if failed and (self.fail_on_worker_failure or len(failed) >= len(tracked)):
             return JobState.FAILED, "\n".join(
                 [f"At least one job task exited with non-zero status, failedCnt={len(failed)}", *notes])
         if failed:
@@ -475,7 +485,7 @@ class ApplicationMaster:
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
                                  f"(tony.container.registration.timeout)")
-        tracked = [t for t in self.tasks.values() if t.status.type in self.spec.tracked_types]
+        tracked = [t for t in self.tasks.values() if t.status.type in self.tracked]
         if tracked and all(t.final for t in tracked):
             raise SessionEnd(*self._verdict(), retryable=False)
 
@@ -553,7 +563,7 @@ class ApplicationMaster:
             end = self._run_session()
             self.events.emit("session_finished", session=session, state=end.state, diagnostics=end.diagnostics)
             self._teardown()
-            if end.state == JobState.FAILED and end.retryable and session < self.spec.retry_count:
+            if end.state == JobState.FAILED and end.retryable and session < self.retry_count:
                 session += 1
                 with self.lock:
                     self.status.diagnostics = f"session {session - 1} failed: {end.diagnostics}"

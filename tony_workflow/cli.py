@@ -40,7 +40,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     shell_env=_pairs(args.shell_env, "--shell-env") or None)
     client = TonyClient(args.backend)
     handle = client.submit(spec)
-    print(f"[tony] submitted {handle.app_id}", file=sys.stderr, flush=True)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
     print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
     if not args.wait:

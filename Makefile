@@ -10,10 +10,10 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[tensorflow,test]'
+	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test]'
 	touch $(STAMP)
 
 run: $(STAMP)

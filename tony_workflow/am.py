@@ -237,7 +237,31 @@ class ApplicationMaster:
                     st = am.status.to_dict()
                 if len(parts) > 2 and parts[2] == "status.json":
                     return self._send(200, st)
+                if len(parts) > 2 and parts[2] == "logs":
+                    return self._logs(parts[3:])
                 self._send(200, render_status_page(st).encode(), "text/html; charset=utf-8")
+
+            def _logs(self, rest: list[str]) -> None:
+                base = f"/ui/{am.view_token}/logs"
+                with am.lock:
+                    files = {t.id: (t.container.stdout, t.container.stderr) for t in am.tasks.values()}
+                if not rest:
+                    items = "".join(
+                        f"<li>{html.escape(tid)}: <a href='{base}/{tid}/stdout'>stdout</a> "
+                        f"<a href='{base}/{tid}/stderr'>stderr</a></li>" for tid in files)
+                    page = f"<!doctype html><html><body><h1>Task logs</h1><ul>{items}</ul></body></html>"
+                    return self._send(200, page.encode(), "text/html; charset=utf-8")
+                if len(rest) != 2 or rest[0] not in files or rest[1] not in ("stdout", "stderr"):
+                    return self._send(404, {"error": "no such log"})
+                path = files[rest[0]][0 if rest[1] == "stdout" else 1]
+                try:
+                    with open(path, "rb") as fh:
+                        fh.seek(0, os.SEEK_END)
+                        fh.seek(max(0, fh.tell() - (1 << 20)))  # the last MiB is what anyone reads
+                        data = fh.read()
+                except (OSError, TypeError):
+                    data = b""
+                self._send(200, data, "text/plain; charset=utf-8")
 
         self.server = ThreadingHTTPServer((self.host, 0), Handler)
         self.server.daemon_threads = True

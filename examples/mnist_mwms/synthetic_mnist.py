@@ -35,6 +35,20 @@ def make_arrays(num_examples, seed):
     return images.astype("float32"), labels
 
 
+def save(path, train_examples=4096, validation_examples=1024):
+    """Write a train/validation split to one .npz file (what a data-preparation step hands over)."""
+    x_train, y_train = make_arrays(train_examples, TRAIN_SEED)
+    x_val, y_val = make_arrays(validation_examples, VALIDATION_SEED)
+    np.savez_compressed(path, x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    return path
+
+
+def load(path):
+    """Read what save() wrote: ((x_train, y_train), (x_val, y_val))."""
+    with np.load(path) as d:
+        return (d["x_train"], d["y_train"]), (d["x_val"], d["y_val"])
+
+
 def build_model(keras):
     """A tiny classifier; `keras` is passed in so callers pick the Keras flavour."""
     model = keras.Sequential(

@@ -47,6 +47,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--step-sleep", type=float, default=0.0,
         help="seconds to pause after every step, to stretch a run out")
+    parser.add_argument(
+        "--data", default=None,
+        help="an .npz written by prepare_data.py; generated in memory if omitted")
     return parser.parse_args(argv)
 
 
@@ -148,10 +151,14 @@ def main(argv=None):
     # Same seed everywhere: workers must agree on initial weights and on the
     # shuffling order that the data sharding is applied to.
     keras.utils.set_random_seed(SEED)
-    train_images, train_labels = synthetic_mnist.make_arrays(
-        TRAIN_EXAMPLES, synthetic_mnist.TRAIN_SEED)
-    val_images, val_labels = synthetic_mnist.make_arrays(
-        VALIDATION_EXAMPLES, synthetic_mnist.VALIDATION_SEED)
+    if args.data:
+        (train_images, train_labels), (val_images, val_labels) = \
+            synthetic_mnist.load(args.data)
+    else:
+        train_images, train_labels = synthetic_mnist.make_arrays(
+            TRAIN_EXAMPLES, synthetic_mnist.TRAIN_SEED)
+        val_images, val_labels = synthetic_mnist.make_arrays(
+            VALIDATION_EXAMPLES, synthetic_mnist.VALIDATION_SEED)
     train_data = make_dataset(
         train_images, train_labels, args.batch_size, repeat=True)
     val_data = make_dataset(

@@ -1,0 +1,1 @@
+"""Airflow provider for tony-workflow: the ``tony`` connection, TonyOperator, its trigger and links."""

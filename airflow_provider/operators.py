@@ -1,0 +1,232 @@
+"""TonyOperator: run a distributed training job as an Airflow task."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import yaml
+from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk import conf as airflow_conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider.hooks import TonyHook
+from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTrackingLink
+from airflow_provider.triggers import TonyJobTrigger
+from tony_workflow.client import SubmitError, load_job
+from tony_workflow.spec import JobSpec, SpecError
+from tony_workflow.status import JobState, JobStatus
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["TonyOperator"]
+
+_ACTIVE = {JobState.NEW, JobState.SUBMITTED, JobState.ALLOCATING, JobState.RUNNING}
+
+
+class TonyOperator(ResumableJobMixin, BaseOperator):
+    """Submits a TonY job, shows its TensorBoard and tracking links while it runs, and waits for it.
+
+    :param job_spec: the job: a dict (the YAML schema), a YAML/XML/JSON string, or a path to a spec
+        file (``.yaml .yml .xml .j2`` files are rendered as Jinja templates by Airflow).
+    :param conf: ``tony.*`` overrides, applied like ``tony submit --conf`` (env keys append).
+    :param executes: script each task runs with ``python_binary_path`` (TonY's ``--executes``).
+    :param task_params: arguments for ``executes``.
+    :param src_dir: directory shipped into each task's working directory; relative paths are
+        relative to the DAG file's folder.
+    :param python_venv: a virtualenv directory or zip the tasks run with.
+    :param python_binary_path: the interpreter for ``executes`` (relative to the venv if one is given).
+    :param shell_env: extra environment for the training processes.
+    :param tony_conn_id: the ``tony`` connection; ``tony_default`` with no connection defined is the
+        embedded local cluster.
+    :param deferrable: wait in the triggerer instead of a worker slot (default from
+        ``[operators] default_deferrable``).
+    :param poll_interval: seconds between status checks.
+    :param tensorboard_wait: seconds to wait after submission for TensorBoard's URL, so that the
+        link is there while the job runs (the job keeps running either way).
+    """
+
+    template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv",
+                                      "python_binary_path", "shell_env")
+    template_ext: Sequence[str] = (".yaml", ".yml", ".xml", ".j2")
+    template_fields_renderers = {"job_spec": "yaml", "conf": "json", "shell_env": "json"}
+    ui_color = "#f2a65a"
+    operator_extra_links = (TonyTensorBoardLink(), TonyTrackingLink(), TonyLogsLink())
+    external_id_key = "tony_application_id"
+
+    def __init__(self, *, job_spec: Mapping[str, Any] | str, conf: Mapping[str, Any] | None = None,
+                 executes: str | None = None, task_params: str | None = None, src_dir: str | None = None,
+                 python_venv: str | None = None, python_binary_path: str | None = None,
+                 shell_env: Mapping[str, str] | None = None, tony_conn_id: str = TonyHook.default_conn_name,
+                 deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
+                 poll_interval: float = 5.0, tensorboard_wait: float = 60.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_spec = job_spec
+        self.conf = dict(conf or {})
+        self.executes = executes
+        self.task_params = task_params
+        self.src_dir = src_dir
+        self.python_venv = python_venv
+        self.python_binary_path = python_binary_path
+        self.shell_env = dict(shell_env or {})
+        self.tony_conn_id = tony_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.tensorboard_wait = tensorboard_wait
+        self.application_id: str | None = None
+
+    @property
+    def hook(self) -> TonyHook:
+        return TonyHook(self.tony_conn_id)
+
+    # ------------------------------------------------------------------ spec
+    def _base_dir(self) -> Path:
+        fileloc = getattr(getattr(self, "dag", None), "fileloc", None)
+        return Path(fileloc).resolve().parent if fileloc else Path.cwd()
+
+    def _resolve(self, path: str | None) -> str | None:
+        if not path or os.path.isabs(path):
+            return path
+        return str(self._base_dir() / path)
+
+    def build_spec(self) -> JobSpec:
+        """The validated JobSpec; a bad spec fails the task at once, naming the key, with no retry."""
+        spec_in = self.job_spec
+        if isinstance(spec_in, Mapping):
+            source = yaml.safe_dump(dict(spec_in), sort_keys=False)
+        elif isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
+            source = self._resolve(spec_in.strip())
+        else:
+            source = str(spec_in)
+        conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()}}
+        try:
+            spec = load_job(source, conf=conf, executes=self.executes, task_params=self.task_params,
+                            src_dir=self._resolve(self.src_dir), python_venv=self._resolve(self.python_venv),
+                            python_binary_path=self.python_binary_path, shell_env=self.shell_env or None)
+            if spec.src_dir and not os.path.isabs(spec.src_dir):
+                spec = dataclasses.replace(spec, src_dir=self._resolve(spec.src_dir))
+            spec.validate()
+        except SpecError as e:
+            raise AirflowFailException(f"Invalid TonY job spec, nothing was submitted:\n{e}") from None
+        return spec
+
+    # ------------------------------------------------------------------ execute
+    def execute(self, context: Context) -> Any:
+        self._spec = self.build_spec()
+        return self.execute_resumable(context)
+
+    def submit_job(self, context: Context) -> str:
+        try:
+            handle = self.hook.submit(self._spec)
+        except SpecError as e:
+            raise AirflowFailException(f"Invalid TonY job spec, nothing was submitted:\n{e}") from None
+        except SubmitError as e:
+            raise AirflowFailException(f"The TonY job can never run on this cluster, nothing was submitted:\n{e}") from None
+        self.application_id = handle.app_id
+        self.log.info("Submitted application %s", handle.app_id)
+        status = handle.status()
+        # Wait briefly for TensorBoard so its link shows while the job runs.
+        deadline = time.time() + self.tensorboard_wait
+        while not status.tensorboard_url and not status.is_final and time.time() < deadline:
+            time.sleep(min(1.0, self.poll_interval))
+            status = handle.status()
+        self._push_urls(context, status)
+        self.log.info("Tracking URL: %s", status.tracking_url)
+        if status.tensorboard_url:
+            self.log.info("TensorBoard: %s", status.tensorboard_url)
+        return handle.app_id
+
+    def _push_urls(self, context: Context, status: JobStatus) -> None:
+        ti = context["ti"]
+        values = {
+            "application_id": status.application_id,
+            "tracking_url": status.tracking_url,
+            "tensorboard_url": status.tensorboard_url,
+            "logs_url": f"{status.tracking_url}/logs" if status.tracking_url else None,
+        }
+        for key, value in values.items():
+            ti.xcom_push(key=key, value=value)
+        # Link XComs are normally written when the task ends; writing them now shows the links
+        # in the UI while the job is still running.
+        for link in self.operator_extra_links:
+            if values.get(link.xcom_value_key):
+                ti.xcom_push(key=link.xcom_key, value=values[link.xcom_value_key])
+        self._pushed = values
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        try:
+            return self.hook.get_status(str(external_id)).state
+        except KeyError:
+            return "UNKNOWN"
+
+    def is_job_active(self, status: str) -> bool:
+        return status in _ACTIVE
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == JobState.SUCCEEDED
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+        self.application_id = app_id = str(external_id)
+        status = self.hook.get_status(app_id)
+        if not getattr(self, "_pushed", None):  # reattached: the links still point at this job
+            self._push_urls(context, status)
+        if self.deferrable:
+            self.defer(trigger=TonyJobTrigger(app_id, self.tony_conn_id, self.poll_interval),
+                       method_name="execute_complete")
+        final = self.hook.wait(app_id, poll_interval=self.poll_interval, on_update=self._progress(context))
+        self._finish(context, final)
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict:
+        status = self.hook.get_status(str(external_id))
+        context["ti"].xcom_push(key="status", value=status.to_dict())
+        return status.to_dict()
+
+    def _progress(self, context: Context):
+        seen = {"session": None, "restarts": {}, "tensorboard": getattr(self, "_pushed", {}).get("tensorboard_url")}
+
+        def show(status: JobStatus) -> None:
+            self.log.info("%s", status.summary())
+            if seen["session"] is not None and status.session_id != seen["session"]:
+                self.log.warning("Session %s started: the previous session failed and was relaunched (%s)",
+                                 status.session_id, status.diagnostics)
+            seen["session"] = status.session_id
+            for t in status.tasks:
+                if t.restarts and seen["restarts"].get(t.task_id) != t.restarts:
+                    self.log.warning("Task %s relaunched (%d so far)", t.task_id, t.restarts)
+                    seen["restarts"][t.task_id] = t.restarts
+            if status.tensorboard_url and status.tensorboard_url != seen["tensorboard"]:
+                seen["tensorboard"] = status.tensorboard_url
+                self._push_urls(context, status)
+                self.log.info("TensorBoard: %s", status.tensorboard_url)
+        return show
+
+    def _finish(self, context: Context, status: JobStatus) -> dict:
+        context["ti"].xcom_push(key="status", value=status.to_dict())
+        if status.tensorboard_url and status.tensorboard_url != getattr(self, "_pushed", {}).get("tensorboard_url"):
+            self._push_urls(context, status)
+        if not status.succeeded:
+            failed = [f"{t.task_id} {t.state} exit={t.exit_code} log={t.log_url}" for t in status.tasks
+                      if t.state in ("FAILED", "LOST")]
+            raise AirflowException(f"TonY application {status.application_id} ended {status.state}.\n"
+                                   f"Diagnostics: {status.diagnostics}\n" + "\n".join(failed))
+        self.log.info("Application %s SUCCEEDED", status.application_id)
+        return status.to_dict()
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict:
+        if not isinstance(event, dict) or "status" not in event or "application_id" not in event:
+            raise AirflowException(f"Unexpected event from TonyJobTrigger: {event!r}")
+        self.application_id = event["application_id"]
+        if "job" not in event:
+            raise AirflowException(f"Following TonY application {event['application_id']} failed: "
+                                   f"{event.get('message', 'no detail')}")
+        status = JobStatus.from_dict(event["job"])
+        self.log.info("%s", status.summary())
+        return self._finish(context, status)
+
+    def on_kill(self) -> None:
+        if self.application_id:
+            self.log.info("Killing TonY application %s", self.application_id)
+            self.hook.kill(self.application_id, "task killed from Airflow")

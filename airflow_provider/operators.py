@@ -205,7 +205,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
 
     def _finish(self, context: Context, status: JobStatus) -> dict:
         context["ti"].xcom_push(key="status", value=status.to_dict())
-        if status.tensorboard_url and status.tensorboard_url != getattr(self, "_pushed", {}).get("tensorboard_url"):
+        pushed = getattr(self, "_pushed", {})
+        if (status.tensorboard_url, status.tracking_url) != (pushed.get("tensorboard_url"), pushed.get("tracking_url")):
             self._push_urls(context, status)
         if not status.succeeded:
             failed = [f"{t.task_id} {t.state} exit={t.exit_code} log={t.log_url}" for t in status.tasks

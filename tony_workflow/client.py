@@ -142,6 +142,13 @@ class TonyClient:
         except NeverFits as e:
             raise SubmitError(str(e)) from None
         handle = JobHandle(app_id, self.backend)
+        # Return once the AM answers, so callers can show the tracking URL straight away.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st = handle.status()
+            if st.tracking_url or st.is_final:
+                break
+            time.sleep(0.05)
         return handle
 
     def attach(self, app_id: str) -> JobHandle:

@@ -1,0 +1,78 @@
+"""A throwaway Airflow home with a real SQLite metadata DB, set up before Airflow is imported."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tony-airflow-home-"))
+DAGS = AIRFLOW_HOME / "dags"
+DAGS.mkdir()
+# The shipped DAGs (linked, so they still find examples/ next to them) plus DAGs tests write:
+# dag.test() only runs DAGs it can parse from the DAGs folder.
+for _dag_file in (REPO / "dags").glob("*.py"):
+    (DAGS / _dag_file.name).symlink_to(_dag_file)
+
+# Airflow reads its configuration when first imported, so this must happen at collection time.
+os.environ.update({
+    "AIRFLOW_HOME": str(AIRFLOW_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
+    "TONY_WORKFLOW_DATA": str(AIRFLOW_HOME / "data"),
+})
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
+                   timeout=600)
+    return AIRFLOW_HOME
+
+
+def write_dag(dag_id: str, operator_kwargs: dict) -> None:
+    """A one-task DAG file running TonyOperator with ``operator_kwargs`` (Python literals)."""
+    (DAGS / f"{dag_id}.py").write_text(
+        "from datetime import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_provider.operators import TonyOperator\n"
+        f"with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:\n"
+        f"    TonyOperator(task_id='train', **{operator_kwargs!r})\n")
+
+
+def load_dag(name: str):
+    """Imports a DAG file from the DAGs folder the way the DAG processor would."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"dag_{name}", DAGS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def xcoms(dag_id: str, run_id: str, task_id: str) -> dict:
+    from sqlalchemy import select
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        rows = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+                                                       XComModel.task_id == task_id)).all()
+        return {r.key: XComModel.deserialize_value(r) for r in rows}
+
+
+def task_instance(dag_id: str, run_id: str, task_id: str):
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
+                                                        TaskInstance.task_id == task_id)).one()
+        session.expunge(ti)
+        return ti

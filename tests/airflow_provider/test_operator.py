@@ -1,0 +1,81 @@
+"""TonyOperator under a real Airflow 3 (SQLite metadata DB, dag.test()) on the embedded cluster."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+import requests
+
+from tests.airflow_provider.conftest import load_dag, task_instance, write_dag, xcoms
+
+pytestmark = pytest.mark.tf
+
+LINK_KEYS = ("_link_TonyTensorBoardLink", "_link_TonyTrackingLink", "_link_TonyLogsLink")
+
+
+def test_mnist_dag_succeeds_with_xcoms_and_links(airflow_db, tony_home):
+    dag = load_dag("tony_mnist")
+    dr = dag.test()
+    assert dr.state == "success"
+    x = xcoms("tony_mnist", dr.run_id, "train")
+    assert x["application_id"].startswith("application_")
+    assert x["status"]["state"] == "SUCCEEDED" and x["status"]["application_id"] == x["application_id"]
+    assert x["tensorboard_url"].startswith("http://") and x["tracking_url"].startswith("http://")
+    for key in LINK_KEYS:
+        assert x[key].startswith("http://"), key
+    assert x["_link_TonyTensorBoardLink"] == x["tensorboard_url"]
+    evaluation = xcoms("tony_mnist", dr.run_id, "evaluate")["return_value"]
+    assert evaluation["test_accuracy"] > 0.5 and evaluation["train_steps"] == 120
+
+
+def test_ps_strategy_dag_succeeds(airflow_db, tony_home):
+    dag = load_dag("tony_ps_strategy")
+    dr = dag.test()
+    assert dr.state == "success"
+    x = xcoms("tony_ps_strategy", dr.run_id, "train")
+    assert x["status"]["state"] == "SUCCEEDED"
+    assert {f"{t['type']}:{t['index']}" for t in x["status"]["tasks"]} == {"chief:0", "worker:0", "worker:1", "ps:0"}
+    assert all(x[key] for key in LINK_KEYS)
+
+
+def _one_task_dag(dag_id, **operator_kwargs):
+    write_dag(dag_id, {"poll_interval": 0.5, "tensorboard_wait": 0, **operator_kwargs})
+    return load_dag(dag_id)
+
+
+SMALL_JOB = {"name": "af", "am": {"memory": "128m"}, "tasks": {"worker": {"instances": 2, "memory": "256m"}},
+             "conf": {"tony.task.tensorboard.enabled": "false"}}
+
+
+def test_deferrable_mode_succeeds_with_the_trigger_inline(airflow_db, tony_home):
+    dag = _one_task_dag("tony_deferrable", job_spec={**SMALL_JOB, "command": "sleep 2"}, deferrable=True)
+    dr = dag.test()
+    assert dr.state == "success"
+    x = xcoms("tony_deferrable", dr.run_id, "train")
+    assert x["status"]["state"] == "SUCCEEDED"
+    assert x["_link_TonyTrackingLink"] == x["tracking_url"]
+
+
+def test_failing_training_fails_the_task_with_diagnostics(airflow_db, tony_home, capfd):
+    job = {**SMALL_JOB, "command": 'echo "loss went NaN at step 7" >&2; exit 3'}
+    dag = _one_task_dag("tony_failing", job_spec=job)
+    dr = dag.test()
+    assert dr.state == "failed"
+    out = capfd.readouterr()
+    log = out.out + out.err
+    assert "exit code 3" in log and "loss went NaN at step 7" in log
+    x = xcoms("tony_failing", dr.run_id, "train")
+    assert x["status"]["state"] == "FAILED"
+
+
+def test_bad_spec_fails_at_once_names_the_key_and_submits_nothing(airflow_db, tony_home, capfd):
+    job = {**SMALL_JOB, "command": "true", "tasks": {"worker": {"instances": "two"}}}
+    dag = _one_task_dag("tony_bad_spec", job_spec=job, retries=3)
+    dr = dag.test()
+    assert dr.state == "failed"
+    ti = task_instance("tony_bad_spec", dr.run_id, "train")
+    assert ti.state == "failed" and ti.try_number == 1  # not retried
+    out = capfd.readouterr()
+    assert "tasks.worker.instances" in out.out + out.err
+    assert not list((tony_home / "local" / "apps").glob("application_*")) if (tony_home / "local").exists() else True

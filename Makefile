@@ -1,5 +1,7 @@
-# Two entry points: `make run` (set up, then run the example job on the embedded cluster)
+# Two entry points: `make run` (set up, then run the example DAG on the embedded cluster)
 # and `make test` (set up, then run the test suite). Both create .venv on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -16,8 +18,19 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test]'
 	touch $(STAMP)
 
+# A throwaway Airflow home inside the repository (git-ignored), with a fresh SQLite metadata DB.
+AIRFLOW_HOME_DIR := $(CURDIR)/airflow-home
+AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False TONY_WORKFLOW_DATA=$(AIRFLOW_HOME_DIR)/data
+
 run: $(STAMP)
-	$(VENV)/bin/tony submit examples/mnist_mwms/mnist_mwms.yaml --wait
+	rm -rf $(AIRFLOW_HOME_DIR) && mkdir -p $(AIRFLOW_HOME_DIR)
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow db migrate > $(AIRFLOW_HOME_DIR)/db-migrate.log
+	@echo "Running the tony_mnist DAG (full log: $(AIRFLOW_HOME_DIR)/dags-test.log)"
+	$(AIRFLOW_ENV) $(VENV)/bin/airflow dags test tony_mnist 2>&1 | tee $(AIRFLOW_HOME_DIR)/dags-test.log | \
+		grep --line-buffered -oE "Submitted application application_[0-9_]+|Tracking URL: [^ ]*|TensorBoard: [^ ]*|application_[0-9_]+ (RUNNING|SUCCEEDED|FAILED|KILLED) session=[0-9]+ [^[]*|evaluation: .*|DagRun Finished: dag_id=[^,]*"
+	@grep -q "DagRun Finished.*state=success" $(AIRFLOW_HOME_DIR)/dags-test.log && echo "tony_mnist: success" || \
+		{ echo "tony_mnist: failed (see $(AIRFLOW_HOME_DIR)/dags-test.log)"; exit 1; }
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test setup clean
+.PHONY: run test setup browser clean
 
 setup: $(STAMP)
 
@@ -32,7 +32,13 @@ run: $(STAMP)
 	@grep -q "DagRun Finished.*state=success" $(AIRFLOW_HOME_DIR)/dags-test.log && echo "tony_mnist: success" || \
 		{ echo "tony_mnist: failed (see $(AIRFLOW_HOME_DIR)/dags-test.log)"; exit 1; }
 
-test: $(STAMP)
+# Headless Chromium and its driver (Debian packages) for the Airflow UI test.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

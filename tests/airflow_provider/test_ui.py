@@ -1,0 +1,116 @@
+"""The links as Airflow itself serves them: a real api-server, and the Task Instance page in Chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.airflow_provider.conftest import AIRFLOW_HOME, REPO, load_dag, write_dag, xcoms
+
+pytestmark = pytest.mark.tf
+
+ARTIFACTS = Path(os.environ.get("TONY_TEST_ARTIFACTS", REPO / "test-artifacts"))
+LINK_NAMES = {"TensorBoard": "tensorboard_url", "TonY Application": "tracking_url", "TonY Task Logs": "logs_url"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def finished_run(airflow_db, tmp_path_factory):
+    home = tmp_path_factory.mktemp("tony-home")
+    old = os.environ.get("TONY_HOME")
+    os.environ["TONY_HOME"] = str(home)
+    try:
+        job = {"name": "ui", "command": "sleep 8", "am": {"memory": "128m"},
+               "tasks": {"worker": {"instances": 1, "memory": "256m"}}}
+        write_dag("tony_ui", {"job_spec": job, "poll_interval": 0.5, "tensorboard_wait": 60})
+        dr = load_dag("tony_ui").test()
+        assert dr.state == "success"
+        yield dr.run_id, xcoms("tony_ui", dr.run_id, "train")
+    finally:
+        if old is None:
+            os.environ.pop("TONY_HOME", None)
+        else:
+            os.environ["TONY_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def api_server(airflow_db):
+    port = free_port()
+    log = open(AIRFLOW_HOME / "api-server.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while True:
+        try:
+            if requests.get(base + "/api/v2/version", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        assert proc.poll() is None and time.time() < deadline, "api-server did not start"
+        time.sleep(1)
+    yield base
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
+
+
+def test_links_come_back_from_the_api_server(finished_run, api_server):
+    run_id, x = finished_run
+    r = requests.get(f"{api_server}/api/v2/dags/tony_ui/dagRuns/{urllib.parse.quote(run_id)}"
+                     f"/taskInstances/train/links", timeout=30)
+    assert r.status_code == 200
+    links = r.json()["extra_links"]
+    assert set(links) == set(LINK_NAMES)
+    for name, key in LINK_NAMES.items():
+        assert links[name] == x[key] and links[name].startswith("http://127.0.0.1:")
+
+
+def test_task_instance_page_shows_the_tensorboard_link(finished_run, api_server):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "Debian's chromium and chromium-driver are installed by `make test`"
+    run_id, x = finished_run
+    opts = Options()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--window-size=1600,1000"):
+        opts.add_argument(arg)
+    browser = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        browser.get(f"{api_server}/dags/tony_ui/runs/{urllib.parse.quote(run_id)}/tasks/train")
+        link = None
+        deadline = time.time() + 90
+        while link is None and time.time() < deadline:
+            for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='Details']"):
+                try:
+                    tab.click()
+                except Exception:
+                    continue
+            found = [a for a in browser.find_elements(By.TAG_NAME, "a") if a.text.strip() == "TensorBoard"]
+            link = found[0] if found else None
+            if link is None:
+                time.sleep(1)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "airflow-task-instance-links.png"))
+        assert link is not None, "no TensorBoard link on the Task Instance page"
+        assert link.get_attribute("href").rstrip("/") == x["tensorboard_url"].rstrip("/")
+    finally:
+        browser.quit()

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="tony-airflow-home-"))
@@ -18,6 +22,16 @@ DAGS.mkdir()
 for _dag_file in (REPO / "dags").glob("*.py"):
     (DAGS / _dag_file.name).symlink_to(_dag_file)
 
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+API_PORT = _free_port()
+API_BASE = f"http://127.0.0.1:{API_PORT}"
+
 # Airflow reads its configuration when first imported, so this must happen at collection time.
 os.environ.update({
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
@@ -26,6 +40,10 @@ os.environ.update({
     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
     "TONY_WORKFLOW_DATA": str(AIRFLOW_HOME / "data"),
+    # Workers started by an executor reach the api-server below, with tokens it can verify.
+    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{API_BASE}/execution/",
+    "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+    "AIRFLOW__API__BASE_URL": API_BASE,
 })
 
 
@@ -36,14 +54,37 @@ def airflow_db():
     return AIRFLOW_HOME
 
 
-def write_dag(dag_id: str, operator_kwargs: dict) -> None:
+def write_dag(dag_id: str, operator_kwargs: dict, retry_delay_s: float | None = None) -> Path:
     """A one-task DAG file running TonyOperator with ``operator_kwargs`` (Python literals)."""
-    (DAGS / f"{dag_id}.py").write_text(
-        "from datetime import datetime\n"
+    delay = f", retry_delay=timedelta(seconds={retry_delay_s})" if retry_delay_s is not None else ""
+    path = DAGS / f"{dag_id}.py"
+    path.write_text(
+        "from datetime import datetime, timedelta\n"
         "from airflow.sdk import DAG\n"
         "from airflow_provider.operators import TonyOperator\n"
         f"with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:\n"
-        f"    TonyOperator(task_id='train', **{operator_kwargs!r})\n")
+        f"    TonyOperator(task_id='train'{delay}, **{operator_kwargs!r})\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def api_server(airflow_db):
+    """A real ``airflow api-server`` on this metadata DB (UI, public API and execution API)."""
+    log = open(AIRFLOW_HOME / "api-server.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(API_PORT)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 180
+    while True:
+        try:
+            if requests.get(API_BASE + "/api/v2/version", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        assert proc.poll() is None and time.time() < deadline, "api-server did not start"
+        time.sleep(1)
+    yield API_BASE
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
 
 
 def load_dag(name: str):

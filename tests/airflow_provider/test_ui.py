@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 from pathlib import Path
@@ -13,18 +10,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.airflow_provider.conftest import AIRFLOW_HOME, REPO, load_dag, write_dag, xcoms
+from tests.airflow_provider.conftest import REPO, load_dag, write_dag, xcoms
 
 pytestmark = pytest.mark.tf
 
 ARTIFACTS = Path(os.environ.get("TONY_TEST_ARTIFACTS", REPO / "test-artifacts"))
 LINK_NAMES = {"TensorBoard": "tensorboard_url", "TonY Application": "tracking_url", "TonY Task Logs": "logs_url"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +35,6 @@ def finished_run(airflow_db, tmp_path_factory):
             os.environ.pop("TONY_HOME", None)
         else:
             os.environ["TONY_HOME"] = old
-
-
-@pytest.fixture(scope="module")
-def api_server(airflow_db):
-    port = free_port()
-    log = open(AIRFLOW_HOME / "api-server.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
-    while True:
-        try:
-            if requests.get(base + "/api/v2/version", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        assert proc.poll() is None and time.time() < deadline, "api-server did not start"
-        time.sleep(1)
-    yield base
-    os.killpg(proc.pid, 15)
-    proc.wait(timeout=30)
 
 
 def test_links_come_back_from_the_api_server(finished_run, api_server):

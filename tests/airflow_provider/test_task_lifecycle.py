@@ -1,0 +1,128 @@
+"""Worker crash, retry and mark-failed, with Airflow's own processes.
+
+Tasks run under the LocalExecutor (``dag.test(use_executor=True)`` in a subprocess), talking to a
+real ``airflow api-server``; deferred tasks wait in a real ``airflow triggerer``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.airflow_provider.conftest import AIRFLOW_HOME, task_instance, write_dag
+from tony_workflow.client import TonyClient
+
+pytestmark = pytest.mark.tf
+
+RUN_DAG = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dr = module.dag.test(use_executor=True)
+print("DAGRUN", dr.state, dr.run_id, flush=True)
+"""
+
+JOB = {"name": "lifecycle", "am": {"memory": "128m"}, "tasks": {"worker": {"instances": 2, "memory": "256m"}},
+       "conf": {"tony.task.tensorboard.enabled": "false"}}
+
+
+def wait_for(pred, timeout=120.0, interval=0.3):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def start(argv, log: Path, tony_home: Path) -> subprocess.Popen:
+    env = {**os.environ, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "TONY_HOME": str(tony_home)}
+    return subprocess.Popen(argv, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def applications(tony_home: Path) -> list[Path]:
+    return sorted((tony_home / "local" / "apps").glob("application_*"))
+
+
+def running_app(tony_home: Path) -> str | None:
+    apps = applications(tony_home)
+    if not apps:
+        return None
+    st = TonyClient("local").attach(apps[-1].name).status()
+    return st.application_id if st.state == "RUNNING" and st.tasks and \
+        all(t.state == "RUNNING" for t in st.tasks) else None
+
+
+def dag_run_id(api: str, dag_id: str) -> str | None:
+    runs = requests.get(f"{api}/api/v2/dags/{dag_id}/dagRuns", timeout=10).json().get("dag_runs", [])
+    return runs[0]["dag_run_id"] if runs else None
+
+
+def mark_failed(api: str, dag_id: str, run_id: str) -> None:
+    r = requests.patch(f"{api}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train",
+                       json={"new_state": "failed"}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_killed_task_process_retries_and_reattaches_without_a_second_application(api_server, tony_home, tmp_path):
+    job = {**JOB, "command": "sleep 12"}
+    dag = write_dag("tony_resume", {"job_spec": job, "poll_interval": 0.5, "tensorboard_wait": 0, "retries": 1},
+                    retry_delay_s=1)
+    runner = start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)
+    try:
+        app_id = wait_for(lambda: running_app(tony_home))
+        am_pid = json.loads((tony_home / "local" / "apps" / app_id / "am.json").read_text())["pid"]
+        # The AM was started by the task's own process: that is the process a crash takes away.
+        task_process = psutil.Process(psutil.Process(am_pid).ppid())
+        assert "python" in task_process.name().lower() or "airflow" in " ".join(task_process.cmdline())
+        task_process.kill()
+        runner.wait(timeout=240)
+    finally:
+        stop(runner)
+    out = (tmp_path / "dag.log").read_text()
+    assert "DAGRUN success" in out, out[-4000:]
+    assert [p.name for p in applications(tony_home)] == [app_id]  # reattached: no second application
+    run_id = out.split("DAGRUN success ", 1)[1].split()[0]
+    assert task_instance("tony_resume", run_id, "train").try_number == 2
+    assert TonyClient("local").attach(app_id).status().state == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
+def test_marking_the_running_task_failed_kills_the_application(api_server, tony_home, tmp_path, deferrable):
+    dag_id = f"tony_mark_failed_{'deferrable' if deferrable else 'sync'}"
+    dag = write_dag(dag_id, {"job_spec": {**JOB, "command": "sleep 120"}, "poll_interval": 0.5,
+                             "tensorboard_wait": 0, "deferrable": deferrable})
+    procs = [start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)]
+    if deferrable:
+        procs.append(start([sys.executable, "-m", "airflow", "triggerer"], tmp_path / "triggerer.log", tony_home))
+    try:
+        app_id = wait_for(lambda: running_app(tony_home), timeout=180)
+        run_id = wait_for(lambda: dag_run_id(api_server, dag_id))
+        if deferrable:
+            wait_for(lambda: task_instance(dag_id, run_id, "train").state == "deferred", timeout=120)
+        mark_failed(api_server, dag_id, run_id)
+        st = wait_for(lambda: (s := TonyClient("local").attach(app_id).status()).is_final and s, timeout=120)
+        assert st.state == "KILLED"
+        assert "Airflow" in st.diagnostics
+    finally:
+        for p in procs:
+            stop(p)

@@ -1,0 +1,154 @@
+"""The ``tony-azkaban`` command.
+
+``tony-azkaban install-plugin PLUGINS_DIR [--python PATH] [--env NAME=VALUE ...]``
+    Writes the ``TonyJob`` and ``TensorFlowJob`` job types into an Azkaban executor's
+    ``plugins/jobtypes`` folder.
+``tony-azkaban validate PROJECT_DIR_OR_ZIP [--param NAME=VALUE ...] [--json]``
+    Loads a whole project (Flow 1.0 or 2.0) as Azkaban would and shows, for every TonY job in every
+    flow, the job spec it would submit; otherwise every problem, with its file and key.
+
+Mistakes in the input are reported on stderr, one per line, and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from tony_workflow.spec import JobSpec, SpecError, SpecIssue
+
+from .flow import JobInstance, Project, load_project
+from .plugin import install_plugin
+from .props import resolve
+from .translate import TONY_JOB_TYPES, describe, path_issues, translate
+
+__all__ = ["main"]
+
+EXIT_INPUT = 2
+
+_STAND_INS = ("azkaban.flow.execid", "azkaban.flow.flowid", "azkaban.flow.projectname", "azkaban.flow.submituser",
+              "azkaban.job.id", "azkaban.job.attempt")
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    pairs, issues = {}, []
+    for item in values or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            issues.append(SpecIssue(flag, item, "must be NAME=VALUE"))
+        else:
+            pairs[name.strip()] = value
+    if issues:
+        raise SpecError(issues)
+    return pairs
+
+
+def cmd_install_plugin(args: argparse.Namespace) -> int:
+    written = install_plugin(args.plugins_dir, python=args.python, env=_pairs(args.env, "--env"))
+    for path in written:
+        print(path)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    params = _pairs(args.param, "--param")
+    with load_project(args.project) as project:
+        report = validate_project(project, params)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        _print_report(report)
+    return EXIT_INPUT if report["errors"] else 0
+
+
+def validate_project(project: Project, params: dict[str, str] | None = None) -> dict:
+    """What ``validate`` reports, as JSON-safe data: the project, each TonY job's spec, warnings and errors."""
+    errors = [str(issue) for issue in project.issues]
+    warnings: list[str] = []
+    jobs = []
+    for instance in project.instances(params):
+        if instance.node.type not in TONY_JOB_TYPES:
+            continue
+        entry = {"job": instance.id, "file": instance.node.source, "type": instance.node.type}
+        try:
+            spec = _spec_of(instance, project, warnings)
+            entry["spec"] = spec.to_dict()
+            entry["describe"] = describe(spec)
+            # A missing directory still leaves a spec worth showing.
+            issues = path_issues(spec, instance.props, source=instance.node.source, origins=instance.props.origins())
+        except SpecError as exc:
+            issues = exc.issues
+        entry["errors"] = [str(issue) for issue in issues]
+        errors.extend(entry["errors"])
+        jobs.append(entry)
+    # A Flow 1.0 job in several flows has the same problems in each; say them once.
+    return {"project": str(project.root), "name": project.name, "flow_version": project.version,
+            "jobs": jobs, "warnings": list(dict.fromkeys(warnings)), "errors": list(dict.fromkeys(errors))}
+
+
+def _spec_of(instance: JobInstance, project: Project, warnings: list[str]) -> JobSpec:
+    props = instance.props
+    resolved = resolve(props)
+    command = props.origin("command")
+    if command is not None:
+        warnings.append(f"{command}: command: set for {instance.id}, it replaces the {instance.node.type} "
+                        "job type's own command, so the job would not run TonY; remove it")
+    return translate(resolved, source=instance.node.source, origins=props.origins(),
+                     base_dir=resolved.get("working.dir") or project.root)
+
+
+def _print_report(report: dict) -> None:
+    print(f"project {report['name']} (Flow {report['flow_version']}): {report['project']}")
+    if not report["jobs"]:
+        print(f"  no job of type {' or '.join(TONY_JOB_TYPES)}")
+    else:
+        print(f"  runtime properties are stand-ins: {', '.join(_STAND_INS)} are set by Azkaban per execution")
+    for job in report["jobs"]:
+        print(f"\n{job['job']}  (type {job['type']}, {job['file']})")
+        for line in job.get("describe", ()):
+            print(line)
+        if job["errors"]:
+            count = len(job["errors"])
+            print(f"  cannot be submitted: {count} error{'s' if count > 1 else ''} (listed on stderr)")
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    for error in report["errors"]:
+        print(f"error: {error}", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tony-azkaban", description="TonY jobs in Azkaban: the job type's tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("install-plugin", help="write the TonyJob and TensorFlowJob job types into PLUGINS_DIR")
+    p.add_argument("plugins_dir", metavar="PLUGINS_DIR", help="the executor's job type folder (plugins/jobtypes)")
+    p.add_argument("--python", help="interpreter that runs the jobs (default: this one)")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE",
+                   help="environment of every job of these types, e.g. TONY_HOME=/var/tony (repeatable)")
+    p.set_defaults(func=cmd_install_plugin)
+
+    p = sub.add_parser("validate", help="show the job spec of every TonY job in a project, or what is wrong")
+    p.add_argument("project", metavar="PROJECT_DIR_OR_ZIP")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a flow parameter, as given to an execution (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

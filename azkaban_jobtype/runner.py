@@ -1,0 +1,216 @@
+"""The process Azkaban runs for a ``TensorFlowJob`` or ``TonyJob``: ``python -m azkaban_jobtype``.
+
+Azkaban's ProcessJob writes the job's resolved props to a file and starts the job type's
+``command`` with, among others, these variables set:
+
+``JOB_PROP_FILE``
+    The props, as ``java.util.Properties.store`` writes them.
+``JOB_OUTPUT_PROP_FILE``
+    Where the job may leave a JSON object of output properties for the jobs after it.
+``JOB_NAME``
+    The job's name.
+
+The runner translates the props (:mod:`azkaban_jobtype.translate`), submits the job, and follows
+it until it ends. Its output is the job's log in Azkaban, so it prints:
+
+* ``Submitted application <id>``, the id as a token of its own: Azkaban's log scanner finds YARN
+  applications that way (to show them, and to kill them).
+* The tracking and TensorBoard URLs as soon as they are known, and a line on every change of state.
+
+It writes ``tony.application.id``, ``tony.final.status``, ``tony.tracking.url`` and
+``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (once on submission, again at the end), and
+exits 0 only when the application SUCCEEDED: 1 when it failed or was killed, 2 when the props
+are wrong (nothing is submitted then), 128 + the signal number when it was stopped.
+
+Azkaban cancels a job with SIGTERM and follows with SIGKILL 30 seconds later; on SIGTERM (or
+SIGINT) the runner kills the application, waiting at most :data:`KILL_TIMEOUT` seconds for it to
+stop, records the final status and exits.
+
+The backend is the props' ``tony.backend``, else ``$TONY_BACKEND``, else ``local``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from tony_workflow.client import JobHandle, SubmitError, TonyClient
+from tony_workflow.spec import SpecError, SpecIssue
+from tony_workflow.status import JobStatus
+
+from .props import load_properties
+from .translate import describe, translate
+
+__all__ = ["main", "run", "OUTPUT_KEYS", "KILL_TIMEOUT"]
+
+#: The keys of the output JSON object.
+OUTPUT_KEYS = ("tony.application.id", "tony.final.status", "tony.tracking.url", "tony.tensorboard.url")
+
+#: Seconds the runner waits for a killed application to stop before it force-kills it; well
+#: inside the 30 s Azkaban allows between SIGTERM and SIGKILL.
+KILL_TIMEOUT = 15.0
+
+POLL_INTERVAL = 1.0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Terminate:
+    """Remembers the first stop signal; the main loop polls it, so a signal never interrupts a request."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def __call__(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self)
+
+
+def run(out: TextIO | None = None) -> int:
+    """Runs the job Azkaban's environment describes, printing to ``out`` (default stdout); returns the
+    exit code."""
+    env = os.environ
+    out = out or sys.stdout
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    stop = _Terminate()
+    stop.install()
+
+    prop_file = env.get("JOB_PROP_FILE")
+    if not prop_file:
+        say("error: JOB_PROP_FILE is not set: this command is started by Azkaban's ProcessJob "
+            "for a TensorFlowJob or TonyJob, with the job's props in that file")
+        return EXIT_USAGE
+    job_name = env.get("JOB_NAME") or Path(prop_file).stem
+    label = f"job {job_name}"
+    try:
+        # Azkaban substituted ${...} before it stored the props. Not again: a value may hold text
+        # that looks like a reference only after substitution, and Azkaban does not rescan it either.
+        resolved = load_properties(prop_file, source=label).flatten()
+        base_dir = resolved.get("working.dir") or os.getcwd()
+        spec = translate(resolved, source=label, base_dir=base_dir, check_paths=True)
+        backend = resolved.get("tony.backend") or env.get("TONY_BACKEND") or "local"
+        try:
+            client = TonyClient(backend)
+        except ValueError as exc:
+            raise SpecError([SpecIssue("tony.backend", backend, str(exc), label)]) from None
+    except SpecError as exc:
+        say(f"error: the props of {label} cannot be submitted:")
+        for issue in exc.issues:
+            say(f"  {issue}")
+        return EXIT_USAGE
+
+    if stop.signum is not None:
+        say(f"Received {signal.Signals(stop.signum).name} before submission: nothing was submitted")
+        return 128 + stop.signum
+    say(f"Submitting {label} ({spec.name}) to the {backend} backend:")
+    for line in describe(spec):
+        say(line)
+    try:
+        handle = client.submit(spec)
+    except SpecError as exc:
+        say(f"error: {label} was refused:")
+        for issue in exc.issues:
+            say(f"  {issue}")
+        return EXIT_USAGE
+    except SubmitError as exc:
+        say(f"error: {label} was refused by the cluster: {exc}")
+        return EXIT_USAGE
+
+    # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
+    say(f"Submitted application {handle.app_id}")
+    output = env.get("JOB_OUTPUT_PROP_FILE")
+    follower = _Follower(handle, say)
+    status = follower.poll()
+    _write_output(output, status)
+
+    while not status.is_final:
+        if stop.signum is not None:
+            break
+        if _sleep(POLL_INTERVAL, stop):
+            status = follower.poll()
+    if stop.signum is not None and not status.is_final:
+        name = signal.Signals(stop.signum).name
+        say(f"Received {name}: killing application {handle.app_id}")
+        try:
+            status = handle.kill(f"killed by Azkaban ({name})", timeout=KILL_TIMEOUT)
+        except Exception as exc:  # a kill that fails must still leave the output and an exit code
+            say(f"error: killing {handle.app_id} failed: {exc}")
+            status = follower.poll()
+        follower.show(status)
+
+    _write_output(output, status)
+    say(f"Final status of {handle.app_id}: {status.state}")
+    if status.diagnostics and not status.succeeded:
+        say(f"Diagnostics: {status.diagnostics}")
+    if stop.signum is not None:
+        return 128 + stop.signum
+    return 0 if status.succeeded else EXIT_FAILED
+
+
+class _Follower:
+    """Polls the application and prints what changed."""
+
+    def __init__(self, handle: JobHandle, say):
+        self.handle = handle
+        self.say = say
+        self.last_summary: str | None = None
+        self.tracking_url: str | None = None
+        self.tensorboard_url: str | None = None
+
+    def poll(self) -> JobStatus:
+        status = self.handle.status()
+        self.show(status)
+        return status
+
+    def show(self, status: JobStatus) -> None:
+        if status.tracking_url and status.tracking_url != self.tracking_url:
+            self.tracking_url = status.tracking_url
+            self.say(f"Tracking URL: {status.tracking_url}")
+        if status.tensorboard_url and status.tensorboard_url != self.tensorboard_url:
+            self.tensorboard_url = status.tensorboard_url
+            self.say(f"TensorBoard URL: {status.tensorboard_url}")
+        summary = status.summary()
+        if summary != self.last_summary:
+            self.last_summary = summary
+            self.say(f"[{time.strftime('%H:%M:%S')}] {summary}")
+
+
+def _sleep(seconds: float, stop: _Terminate) -> bool:
+    """Sleeps in short steps; False as soon as a stop signal arrived."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if stop.signum is not None:
+            return False
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    return stop.signum is None
+
+
+def _write_output(path: str | None, status: JobStatus) -> None:
+    if not path:
+        return
+    # Azkaban turns every value into a string with toString(); a null would lose the whole
+    # object, so missing URLs are empty strings.
+    values = dict(zip(OUTPUT_KEYS, (status.application_id, status.state, status.tracking_url or "",
+                                    status.tensorboard_url or "")))
+    Path(path).write_text(json.dumps(values, indent=1) + "\n", encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m azkaban_jobtype``: takes no arguments; everything comes from Azkaban's environment."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args:
+        print("usage: python -m azkaban_jobtype  (run by Azkaban's ProcessJob; reads JOB_PROP_FILE)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return run()

@@ -1,0 +1,196 @@
+"""The props of a ``TensorFlowJob`` or ``TonyJob`` as the :class:`~tony_workflow.spec.JobSpec` it submits.
+
+What a job's props mean (the keys of TonY's own Azkaban job type):
+
+``tony.*``
+    TonY configuration, taken as it is, over :data:`~tony_workflow.spec.TONY_DEFAULTS`.
+``executes``, ``task_params``, ``python_binary_path``, ``python_venv``
+    What every task runs: ``<python> <executes> <task_params>``.
+``src_dir``
+    The directory shipped to every task (default ``src``). Relative paths, here and in
+    ``python_venv``, start at the job's working directory: the directory of its ``.job`` (or
+    ``.flow``) file in the unpacked project, where Azkaban runs it.
+``hdfs_classpath``
+    A path whose files TonY localises into every container; appended to ``tony.containers.resources``,
+    the runtime's list of what is localised into every container.
+``worker_env.NAME=value``
+    Environment of the user process, appended to ``tony.execution.envs``.
+``azkaban.input.dataset``, ``azkaban.output.dataset``
+    Passed to the user process as ``AZKABAN_INPUT_DATASET`` and ``AZKABAN_OUTPUT_DATASET``, with
+    ``,`` turned into ``;`` (commas separate the entries of ``tony.execution.envs``).
+
+The application is tagged ``key:value`` with the execution id, flow id, project name, web server
+host, job id and attempt Azkaban set (``tony.application.tags``), so the application can be found
+from the execution and back.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
+
+from .props import Origin
+
+__all__ = ["translate", "describe", "path_issues", "application_tags", "TONY_JOB_TYPES", "TAG_KEYS",
+           "WORKER_ENV_PREFIX", "DEFAULT_SRC_DIR"]
+
+#: The job types this job type is registered under: TonY's current name and its earlier one.
+TONY_JOB_TYPES = ("TonyJob", "TensorFlowJob")
+
+#: Azkaban properties that become application tags, in this order.
+TAG_KEYS = ("azkaban.flow.execid", "azkaban.flow.flowid", "azkaban.flow.projectname", "azkaban.webserverhost",
+            "azkaban.job.id", "azkaban.job.attempt")
+
+WORKER_ENV_PREFIX = "worker_env."
+DEFAULT_SRC_DIR = "src"
+DATASET_ENV = {"azkaban.input.dataset": "AZKABAN_INPUT_DATASET",
+               "azkaban.output.dataset": "AZKABAN_OUTPUT_DATASET"}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def application_tags(props: Mapping[str, str]) -> list[str]:
+    """``key:value`` for each of :data:`TAG_KEYS` that ``props`` sets.
+
+    A comma in a value would split the tag in two (tags are a comma-separated list), so it
+    becomes ``;``.
+    """
+    return [f"{key}:{props[key].replace(',', ';')}" for key in TAG_KEYS if key in props]
+
+
+def translate(props: Mapping[str, str], *, source: str | None = None,
+              origins: Mapping[str, Origin] | None = None, base_dir: str | os.PathLike | None = None,
+              check_paths: bool = False) -> JobSpec:
+    """The JobSpec a TonY job's resolved ``props`` describe (see the module docstring).
+
+    ``source`` names the job (its ``.job`` file) in messages, and ``origins`` says where each key
+    was set, so that a problem names the file and line to fix. ``base_dir`` is the job's working
+    directory, against which relative ``src_dir`` and ``python_venv`` are resolved (default: they
+    stay relative). With ``check_paths``, those directories must exist.
+
+    Every problem, from these keys or from :meth:`JobSpec.validate`, is raised together as one
+    :class:`SpecError`.
+    """
+    origins = origins or {}
+    issues: list[SpecIssue] = []
+
+    def problem(key: str, value: object, message: str) -> None:
+        issues.append(SpecIssue(_spelled(key, origins, source), value, message, source))
+
+    conf = {**TONY_DEFAULTS, **{k: v for k, v in props.items() if k.startswith("tony.")}}
+    key_origin = {k: _spelled(k, origins, source) for k in props if k.startswith("tony.") and k in origins}
+
+    execution_env: list[str] = []
+    for key in sorted(k for k in props if k.startswith(WORKER_ENV_PREFIX)):
+        name, value = key[len(WORKER_ENV_PREFIX):], props[key]
+        if not _ENV_NAME.match(name):
+            problem(key, None, f"'{name}' is not an environment variable name (letters, digits and '_', "
+                    "not starting with a digit)")
+        elif "," in value:
+            problem(key, value, "the value must not contain ',': it separates the entries of "
+                    "tony.execution.envs, which carries it to the tasks")
+        else:
+            execution_env.append(f"{name}={value}")
+    for key, env_name in DATASET_ENV.items():
+        if key in props:
+            execution_env.append(f"{env_name}={props[key].replace(',', ';')}")
+
+    # Appended as --conf appends to these multi-valued keys, after whatever the job set itself.
+    appended = {"tony.execution.envs": execution_env, "tony.application.tags": application_tags(props),
+                "tony.containers.resources": [props.get("hdfs_classpath", "").strip()]}
+    conf = apply_overrides(conf, {key: ",".join(v for v in values if v) for key, values in appended.items()
+                                  if any(values)})
+
+    fields = {name: _text(props.get(name)) for name in ("executes", "task_params", "python_binary_path",
+                                                        "python_venv")}
+    fields["src_dir"] = _text(props.get("src_dir")) or DEFAULT_SRC_DIR
+    if base_dir is not None:
+        for name in ("src_dir", "python_venv"):
+            if fields[name] and not os.path.isabs(fields[name]):
+                fields[name] = str(Path(base_dir) / fields[name])
+
+    no_executes = not fields["executes"] and not _every_type_has_command(conf)
+    if no_executes:
+        problem("executes", None, "is required: the script every task runs, relative to src_dir "
+                "(or give every task type a command with tony.containers.command or tony.<type>.command)")
+    spec = None
+    try:
+        spec = JobSpec(conf=conf, source=source, key_origin=key_origin, **fields)
+        spec.validate()
+    except SpecError as exc:
+        # The runtime's per-type "has no command" says again, in its YAML terms, what the
+        # executes problem above says in the job's.
+        issues.extend(i for i in exc.issues if not (no_executes and "has no command" in i.message))
+    if spec is not None and check_paths:
+        issues.extend(path_issues(spec, props, source=source, origins=origins))
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None = None,
+                origins: Mapping[str, Origin] | None = None) -> list[SpecIssue]:
+    """Problems with the directories ``spec`` ships: ``src_dir`` must be a directory and ``python_venv``
+    (when set) a directory or zip. ``props`` tells whether src_dir was given or defaulted."""
+    origins = origins or {}
+    issues = []
+    if spec.src_dir and not Path(spec.src_dir).is_dir():
+        default = "" if "src_dir" in props else " (the default, since src_dir is not set)"
+        issues.append(SpecIssue(_spelled("src_dir", origins, source), spec.src_dir,
+                                f"must be an existing directory{default}: it is shipped to every task, and a "
+                                "relative path starts at the directory of the job's file", source))
+    if spec.python_venv and not Path(spec.python_venv).exists():
+        issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv,
+                                "must be an existing virtualenv directory or zip file", source))
+    return issues
+
+
+def _text(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value or None
+
+
+def _every_type_has_command(conf: Mapping[str, str]) -> bool:
+    if (conf.get("tony.containers.command") or "").strip():
+        return True
+    types = [m.group(1) for key in conf if (m := re.match(r"^tony\.(.+)\.instances$", key))]
+    return bool(types) and all((conf.get(f"tony.{t}.command") or "").strip() for t in types)
+
+
+def _spelled(key: str, origins: Mapping[str, Origin], source: str | None) -> str:
+    """The key with where it was set, when that is not simply the job's own file."""
+    origin = origins.get(key)
+    if origin is None:
+        return key
+    if origin.source == source:
+        return f"{key} (line {origin.line})" if origin.line else key
+    return f"{key} (from {origin})"
+
+
+def describe(spec: JobSpec) -> list[str]:
+    """Lines that say what ``spec`` submits: tasks, AM, command, env, tags and every other key that
+    differs from TonY's defaults."""
+    lines = []
+    for task in spec.tasks.values():
+        res = task.resources
+        lines.append(f"  {task.type}: {task.instances} x ({res.memory_mb} MB, {res.vcores} vcores, {res.gpus} GPUs)")
+    am = spec.am
+    lines.append(f"  am: {am.memory_mb} MB, {am.vcores} vcores, {am.gpus} GPUs")
+    for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir"):
+        value = getattr(spec, name)
+        if value:
+            lines.append(f"  {name}: {value}")
+    env = spec.execution_env
+    if env:
+        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in env.items()))
+    if spec.tags:
+        lines.append("  tags: " + ",".join(spec.tags))
+    shown = {"tony.execution.envs", "tony.application.tags"}
+    shown |= {k for k in spec.conf if re.match(r"^tony\.(am|[^.]+)\.(instances|memory|vcores|gpus)$", k)}
+    others = {k: v for k, v in spec.conf.items() if k not in shown and TONY_DEFAULTS.get(k) != v}
+    for key, value in sorted(others.items()):
+        lines.append(f"  {key}={value}")
+    return lines

@@ -1,0 +1,201 @@
+"""The runner, started the way Azkaban's ProcessJob starts a process, on the embedded cluster."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from azkaban_jobtype.flow import load_project
+from azkaban_jobtype.plugin import runner_command
+from azkaban_jobtype.props import dump_properties, resolve
+from azkaban_jobtype.runner import KILL_TIMEOUT, OUTPUT_KEYS
+from tests.conftest import run_tony
+
+from .conftest import EXAMPLE, partition_command_line
+
+APP_ID = re.compile(r"^(application_\d+_\d+)")
+# Small enough for any machine the tests run on; no TensorBoard for the scripts that are not TensorFlow.
+QUICK = {"tony.am.memory": "256m", "tony.worker.memory": "256m", "tony.task.tensorboard.enabled": "false"}
+
+
+class Execution:
+    """One job run as ProcessJob runs it: the props stored to a file in the working directory, the
+    plugin's command split into argv without a shell, JOB_* variables, stdout and stderr merged."""
+
+    def __init__(self, working_dir: Path, job_name: str, props: dict[str, str]):
+        self.working_dir = working_dir
+        self.prop_file = working_dir / f"{job_name}_props_1234_tmp"
+        self.output_file = working_dir / f"{job_name}_output_5678_tmp"
+        dump_properties(props, self.prop_file)
+        self.output_file.touch()
+        env = {**os.environ, "JOB_PROP_FILE": str(self.prop_file), "JOB_NAME": job_name,
+               "JOB_OUTPUT_PROP_FILE": str(self.output_file), "KRB5CCNAME": f"/tmp/krb5cc__test__{job_name}"}
+        self.process = subprocess.Popen(partition_command_line(runner_command(sys.executable)), cwd=working_dir,
+                                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait(self, timeout: float = 300) -> int:
+        code = self.process.wait(timeout)
+        self._reader.join(10)
+        return code
+
+    def wait_for(self, pattern: str, timeout: float = 180) -> re.Match:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            match = re.search(pattern, self.log)
+            if match:
+                return match
+            if self.process.poll() is not None:
+                self._reader.join(5)
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{pattern!r} not in the log:\n{self.log}")
+
+    def output(self) -> dict:
+        return json.loads(self.output_file.read_text())
+
+    def application_ids(self) -> set[str]:
+        """The ids Azkaban's log scanner finds: whitespace-separated tokens that start with one."""
+        return {m.group(1) for line in self.lines for token in line.split() if (m := APP_ID.match(token))}
+
+
+def script_project(root: Path, body: str) -> Path:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "job.py").write_text(body)
+    return root
+
+
+def job_props(working_dir: Path, **extra: str) -> dict[str, str]:
+    """Resolved props as the executor stores them for a job at the project root."""
+    return {"type": "TonyJob", "executes": "job.py", "tony.worker.instances": "1", **QUICK,
+            "azkaban.flow.flowid": "flow", "azkaban.flow.execid": "7", "azkaban.flow.projectname": "proj",
+            "azkaban.job.id": "job", "azkaban.job.attempt": "0", "working.dir": str(working_dir),
+            "user.to.proxy": "someone", **extra}
+
+
+def app_dir(tony_home: Path, app_id: str) -> Path:
+    return tony_home / "local" / "apps" / app_id
+
+
+def container_processes(tony_home: Path, app_id: str) -> list[psutil.Process]:
+    alive = []
+    for pid_file in app_dir(tony_home, app_id).glob("containers/*/pid"):
+        try:
+            proc = psutil.Process(int(pid_file.read_text()))
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except (psutil.NoSuchProcess, ValueError):
+            pass
+    return alive
+
+
+def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
+    project = script_project(tmp_path / "project", "print('trained', flush=True)\n")
+    run = Execution(project, "job", job_props(project, **{"worker_env.GREETING": "hello"}))
+    assert run.wait() == 0, run.log
+    [app_id] = run.application_ids()
+    assert f"Submitted application {app_id}" in run.lines
+    assert any(line.startswith("Tracking URL: http://127.0.0.1:") for line in run.lines)
+    assert f"Final status of {app_id}: SUCCEEDED" in run.lines
+    assert re.search(rf"\] {app_id} SUCCEEDED session=0 worker:0=SUCCEEDED", run.log)
+    output = run.output()
+    assert list(output) == list(OUTPUT_KEYS)
+    assert output["tony.application.id"] == app_id and output["tony.final.status"] == "SUCCEEDED"
+    assert output["tony.tracking.url"].startswith("http://127.0.0.1:")
+    assert output["tony.tensorboard.url"] == ""  # never null: Azkaban would drop the whole object
+    status = json.loads(run_tony("status", app_id, "--json").stdout)
+    assert status["state"] == "SUCCEEDED"
+    spec = json.loads((app_dir(tony_home, app_id) / "spec.json").read_text())
+    assert spec["conf"]["tony.execution.envs"] == "GREETING=hello"
+    assert "azkaban.flow.execid:7" in spec["conf"]["tony.application.tags"].split(",")
+    assert spec["src_dir"] == str(project / "src")
+
+
+def test_a_failed_application_fails_the_job(tony_home, tmp_path):
+    project = script_project(tmp_path / "project", "import sys\nprint('bad data', file=sys.stderr)\nsys.exit(3)\n")
+    run = Execution(project, "job", job_props(project))
+    assert run.wait() == 1, run.log
+    assert run.output()["tony.final.status"] == "FAILED"
+    assert re.search(r"Final status of application_\d+_\d+: FAILED", run.log)
+    assert "Diagnostics: " in run.log
+
+
+def test_bad_props_submit_nothing_and_name_the_key(tony_home, tmp_path):
+    project = script_project(tmp_path / "project", "pass\n")
+    props = job_props(project, **{"tony.worker.instances": "many"})
+    del props["executes"]
+    run = Execution(project, "bad_job", props)
+    assert run.wait(60) == 2
+    assert "error: the props of job bad_job cannot be submitted:" in run.lines
+    assert "  job bad_job: tony.worker.instances: must be an integer >= 0 (got 'many')" in run.lines
+    assert any(line.startswith("  job bad_job: executes: is required") for line in run.lines)
+    assert "Traceback" not in run.log
+    assert not run.application_ids() and not list(tony_home.glob("local/apps/*"))
+    assert run.output_file.read_text() == ""
+
+
+def test_without_azkabans_environment_it_says_so(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOB_")}
+    r = subprocess.run([sys.executable, "-m", "azkaban_jobtype"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "JOB_PROP_FILE is not set" in r.stdout
+
+
+def test_sigterm_kills_the_application_within_azkabans_grace(tony_home, tmp_path):
+    project = script_project(tmp_path / "project", "import time\nprint('working', flush=True)\ntime.sleep(600)\n")
+    run = Execution(project, "job", job_props(project))
+    run.wait_for(r"worker:0=RUNNING")
+    [app_id] = run.application_ids()
+    assert container_processes(tony_home, app_id)
+    started = time.monotonic()
+    run.process.send_signal(signal.SIGTERM)
+    code = run.wait(30)
+    took = time.monotonic() - started
+    assert code == 128 + signal.SIGTERM, run.log
+    assert took < KILL_TIMEOUT + 5 < 30
+    assert f"Received SIGTERM: killing application {app_id}" in run.lines
+    assert run.output()["tony.final.status"] == "KILLED"
+    status = json.loads(run_tony("status", app_id, "--json").stdout)
+    assert status["state"] == "KILLED" and "killed by Azkaban (SIGTERM)" in status["diagnostics"]
+    assert not container_processes(tony_home, app_id)
+
+
+@pytest.mark.tf
+def test_the_example_project_trains_mnist(tony_home, tmp_path):
+    import shutil
+    project = tmp_path / "mnist"
+    shutil.copytree(EXAMPLE, project)
+    with load_project(project) as loaded:
+        [train] = [i for i in loaded.instances(runtime={"azkaban.flow.execid": "99"})
+                   if i.node.name == "mnist_train"]
+        props = resolve(train.props)
+    run = Execution(project, "mnist_train", props)
+    assert run.wait(600) == 0, run.log
+    [app_id] = run.application_ids()
+    assert f"Submitted application {app_id}" in run.lines
+    assert any(line.startswith("TensorBoard URL: http://127.0.0.1:") for line in run.lines)
+    output = run.output()
+    assert output["tony.final.status"] == "SUCCEEDED" and output["tony.tensorboard.url"].startswith("http://")
+    metrics = json.loads((app_dir(tony_home, app_id) / "checkpoints" / "final" / "metrics.json").read_text())
+    assert metrics["steps"] == 2 * 20
+    stdout = "".join(p.read_text() for p in app_dir(tony_home, app_id).glob("containers/*/stdout"))
+    assert "[mnist] session=0 done steps=40" in stdout

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -43,3 +44,14 @@ def run_tony(*args: str, timeout: float = 600, env: dict | None = None, cwd: Pat
     """Runs the real ``tony`` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "tony_workflow.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd or REPO)
+
+
+def wait_for(pred, timeout: float = 120.0, interval: float = 0.2):
+    """Polls ``pred`` until it returns something truthy, and returns that; fails after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from tests.airflow_provider.conftest import AIRFLOW_HOME, task_instance, write_dag
+from tests.conftest import wait_for
 from tony_workflow.client import TonyClient
 
 pytestmark = pytest.mark.tf
@@ -35,14 +36,6 @@ JOB = {"name": "lifecycle", "am": {"memory": "128m"}, "tasks": {"worker": {"inst
        "conf": {"tony.task.tensorboard.enabled": "false"}}
 
 
-def wait_for(pred, timeout=120.0, interval=0.3):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def start(argv, log: Path, tony_home: Path) -> subprocess.Popen:

@@ -18,6 +18,7 @@ import pytest
 import requests
 import yaml
 
+from tests.conftest import wait_for
 from tony_workflow.client import SubmitError, TonyClient, load_job
 from tony_workflow.history import read_events
 from tony_workflow.rpc import TOKEN_HEADER
@@ -43,14 +44,6 @@ def events(handle):
     return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
 
 
-def wait_for(pred, timeout=60.0, interval=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def stdout_of(handle, task_id):

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, run_tony
+from tests.conftest import REPO, run_tony, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.history import read_events
 
@@ -25,14 +25,6 @@ PS_XML = REPO / "examples" / "ps_strategy" / "ps_strategy.xml"
 SMALL = ["tony.am.memory=512m"]
 
 
-def wait_for(pred, timeout=180.0, interval=0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def stdout(handle, task_id):

@@ -313,10 +313,18 @@ class TaskExecutor:
 
     def _wait(self) -> int:
         proc = self.user or self.tensorboard
+        limit_ms = int(self.spec.conf.get("tony.task.executor.execution-timeout-ms", "0") or 0)
+        deadline = time.monotonic() + limit_ms / 1000.0 if limit_ms > 0 and self.user else None
         while True:
             if proc is not None and proc.poll() is not None:
                 rc = proc.returncode
                 return 128 - rc if rc < 0 else rc
+            if deadline is not None and time.monotonic() > deadline:
+                # TonY's execution timeout: the task fails (exit 1) rather than hanging the job.
+                print(f"tony-executor: user process exceeded tony.task.executor.execution-timeout-ms="
+                      f"{limit_ms}; killed", file=sys.stderr, flush=True)
+                kill_process_tree(self.user, grace=5.0)
+                return 1
             if self.stop_event.wait(0.1):
                 kill_process_tree(self.user, grace=5.0)
                 return 143

@@ -236,6 +236,14 @@ def test_application_timeout(tony_home, tmp_path):
     assert st.state == "FAILED" and "tony.application.timeout" in st.diagnostics
 
 
+def test_execution_timeout_fails_the_task(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 60", {"worker": {"instances": 1}},
+               conf={"tony.task.executor.execution-timeout-ms": 1000})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED" and "exit code 1" in st.diagnostics
+    assert "execution-timeout-ms" in st.diagnostics
+
+
 def test_registration_timeout(tony_home, tmp_path):
     # An executor that hangs before it can register (as on a stuck filesystem): a sitecustomize
     # on its PYTHONPATH sleeps at interpreter start-up.

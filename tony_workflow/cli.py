@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Sequence
 
+from . import minicluster
 from .client import JobHandle, SubmitError, TonyClient, load_job
 from .spec import SpecError, SpecIssue
 from .status import JobStatus
@@ -145,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     ls.set_defaults(fn=cmd_list)
+
+    minicluster.add_parser(sub)
     return ap
 
 

@@ -4,17 +4,27 @@ A :class:`Storage` stores whole files under slash-separated keys. The checkpoint
 task's local checkpoint directory up to storage in an order that keeps the stored copy loadable at
 every moment (data files, then index files, then the ``checkpoint`` state file), and restores it
 into a fresh local directory before a session starts.
+
+Stores: :class:`LocalStorage` (a local or mounted directory) and :class:`WebHDFSStorage` (HDFS over
+its HTTP API, so no Hadoop client or JVM is needed where tasks run). :func:`open_storage` picks one
+from a location: a path, ``file://``, ``hdfs://`` or ``webhdfs://``.
 """
 from __future__ import annotations
 
+import errno
+import getpass
 import os
+import posixpath
 import shutil
 import time
+import uuid
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
+from urllib.parse import quote, urlsplit
 
-__all__ = ["Storage", "LocalStorage", "CheckpointMirror", "open_storage", "upload_order"]
+__all__ = ["Storage", "LocalStorage", "WebHDFSStorage", "CheckpointMirror", "open_storage", "upload_order"]
 
 T = TypeVar("T")
 
@@ -38,15 +48,20 @@ def upload_order(name: str) -> int:
     return 0
 
 
-def retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 0.2) -> T:
-    """Runs ``fn`` with exponential backoff on OSError (network filesystems hiccup)."""
+def retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 0.2,
+          retry_on: Callable[[BaseException], bool] | None = None) -> T:
+    """Runs ``fn`` with exponential backoff. By default it retries OSError other than
+    FileNotFoundError (network filesystems hiccup); ``retry_on`` picks the retried errors instead."""
+    def transient(e: BaseException) -> bool:
+        if retry_on is not None:
+            return retry_on(e)
+        return isinstance(e, OSError) and not isinstance(e, FileNotFoundError)
+
     for i in range(attempts):
         try:
             return fn()
-        except FileNotFoundError:
-            raise
-        except OSError:
-            if i == attempts - 1:
+        except Exception as e:
+            if i == attempts - 1 or not transient(e):
                 raise
             time.sleep(base_delay * (2 ** i))
     raise AssertionError("unreachable")
@@ -122,13 +137,270 @@ class LocalStorage(Storage):
             pass
 
 
-def open_storage(location: str) -> Storage:
-    """A store for ``location``: a local path or ``file://`` URI. (WebHDFS lives in the YARN backend.)"""
+class _Transient(ConnectionError):
+    """A failure worth retrying: the server was unreachable, overloaded or failing over."""
+
+
+# Exceptions a NameNode throws while it cannot serve yet (failing over, in safe mode after a start).
+_RETRIABLE_REMOTE = ("RetriableException", "StandbyException", "SafeModeException")
+
+
+def _hdfs_user() -> str:
+    try:
+        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    except (KeyError, OSError):  # a uid without a passwd entry, as in some containers
+        return "tony"
+
+
+class WebHDFSStorage(Storage):
+    """A directory in HDFS, reached over WebHDFS with pyhdfs.
+
+    ``hosts`` are the NameNodes' HTTP addresses (``host:port``; several for an HA pair, the active
+    one is found by pyhdfs). Keys live under ``root``. Every call is retried with exponential
+    backoff when the server cannot be reached or answers 5xx; other failures surface at once, as
+    :class:`OSError` (``FileNotFoundError``, ``PermissionError`` ...), which is what the checkpoint
+    mirror's callers handle.
+    """
+
+    def __init__(self, hosts: str | Sequence[str], root: str = "/", *, user: str | None = None,
+                 https: bool = False, timeout: float = 30.0, attempts: int = 5, base_delay: float = 0.5,
+                 uri: str | None = None):
+        try:
+            import pyhdfs
+            import requests
+        except ImportError as e:
+            raise ValueError(f"HDFS storage needs pyhdfs ({e}); install tony-workflow[yarn]") from None
+
+        class _Session(requests.Session):
+            # pyhdfs passes no timeout when it follows the NameNode's redirect to a DataNode; a
+            # stalled DataNode must not hang the mirror forever.
+            def request(self, *args, **kwargs):  # type: ignore[override]
+                kwargs.setdefault("timeout", timeout)
+                return super().request(*args, **kwargs)
+
+        self._pyhdfs = pyhdfs
+        self._session = _Session()
+        self.user = user or _hdfs_user()
+        self.scheme = "https" if https else "http"
+        self.timeout = timeout
+        self.attempts = attempts
+        self.base_delay = base_delay
+        # pyhdfs's own retry sleeps a fixed time; the backoff here replaces it.
+        self.client = pyhdfs.HdfsClient(hosts=hosts, user_name=self.user, timeout=timeout, max_tries=1,
+                                        retry_delay=0, scheme=self.scheme, requests_session=self._session)
+        self.root = posixpath.normpath("/" + root.strip("/"))
+        self.uri = uri or f"{'swebhdfs' if https else 'webhdfs'}://{self.client.hosts[0]}{self.root}"
+
+    def _path(self, key: str) -> str:
+        if not key:
+            return self.root
+        p = posixpath.normpath(posixpath.join(self.root, key.lstrip("/")))
+        if p != self.root and not p.startswith(self.root.rstrip("/") + "/"):
+            raise ValueError(f"storage key escapes the store: {key!r}")
+        return p
+
+    # -- error handling ---------------------------------------------------------------------------
+
+    def _transient(self, e: BaseException) -> bool:
+        import requests
+        import urllib3
+
+        hdfs = self._pyhdfs
+        if isinstance(e, hdfs.HdfsHttpException):
+            return e.status_code >= 500 or e.exception in _RETRIABLE_REMOTE
+        # pyhdfs raises the bare base class when an answer is not WebHDFS's JSON (a proxy's error
+        # page, a server shutting down), and HdfsNoServerException when no NameNode answered.
+        return (type(e) is hdfs.HdfsException or isinstance(e, hdfs.HdfsNoServerException)
+                or isinstance(e, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                                  urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)))
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Runs one store operation with retries, and turns its failures into OSErrors."""
+        hdfs = self._pyhdfs
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except FileNotFoundError:
+                raise
+            except hdfs.HdfsFileNotFoundException as e:
+                raise FileNotFoundError(errno.ENOENT, f"{what}: {e}") from None
+            except (hdfs.HdfsAccessControlException, hdfs.HdfsSecurityException) as e:
+                raise PermissionError(errno.EACCES, f"{what}: {e}") from None
+            except Exception as e:
+                if self._transient(e):
+                    raise _Transient(f"{what}: WebHDFS at {','.join(self.client.hosts)} failed: {e}") from e
+                if isinstance(e, hdfs.HdfsException):
+                    raise OSError(f"{what}: {e}") from e
+                raise
+
+        return retry(attempt, self.attempts, self.base_delay, retry_on=lambda e: isinstance(e, _Transient))
+
+    def _rename_over(self, src: str, dest: str) -> None:
+        """Renames ``src`` onto ``dest`` atomically, replacing it. (pyhdfs's ``rename`` cannot: it
+        expects the JSON answer WebHDFS gives only without rename options.)"""
+        import requests
+
+        host = self.client.get_active_namenode(max_staleness=30)
+        r = self._session.put(f"{self.scheme}://{host}/webhdfs/v1{quote(src)}",
+                              params={"op": "RENAME", "destination": dest, "renameoptions": "OVERWRITE",
+                                      "user.name": self.user}, timeout=self.timeout)
+        if r.status_code == 200:
+            return
+        try:
+            remote = r.json()["RemoteException"]
+            name, message = remote.get("exception", ""), remote.get("message", "")
+        except (ValueError, KeyError, TypeError):
+            name, message = "", r.text[:200]
+        if r.status_code == 404 or name == "FileNotFoundException":
+            raise FileNotFoundError(errno.ENOENT, f"rename {src} -> {dest}: {message}")
+        if r.status_code >= 500 or name in _RETRIABLE_REMOTE:
+            raise requests.ConnectionError(f"rename {src} -> {dest}: HTTP {r.status_code} {name} {message}")
+        raise OSError(f"rename {src} -> {dest}: HTTP {r.status_code} {name} {message}")
+
+    # -- the Storage interface --------------------------------------------------------------------
+
+    def list(self, prefix: str) -> dict[str, Entry]:
+        base = self._path(prefix)
+        out: dict[str, Entry] = {}
+
+        def walk(directory: str, rel: str) -> None:
+            try:
+                listing = self._call(f"list {directory}", lambda: self.client.list_status(directory))
+            except FileNotFoundError:  # removed while we walk
+                return
+            for st in listing:
+                if st.type == "DIRECTORY":
+                    walk(posixpath.join(directory, st.pathSuffix), f"{rel}{st.pathSuffix}/")
+                elif st.type == "FILE" and not _is_temp(st.pathSuffix):
+                    out[f"{rel}{st.pathSuffix}"] = Entry(st.length, st.modificationTime / 1000.0)
+
+        try:
+            status = self._call(f"stat {base}", lambda: self.client.get_file_status(base))
+        except FileNotFoundError:
+            return out
+        if status.type == "DIRECTORY":
+            walk(base, "")
+        return out
+
+    def put(self, local: Path, key: str) -> None:
+        dest = self._path(key)
+        # A name of its own per upload: concurrent writers of one key never share a partial file,
+        # and readers skip it (see _is_temp) until the rename publishes it whole.
+        part = f"{dest}.{uuid.uuid4().hex[:12]}.tony-part"
+
+        def upload() -> None:
+            with open(local, "rb") as f:
+                self.client.create(part, f, overwrite=True)
+            self._rename_over(part, dest)
+
+        try:
+            self._call(f"put {dest}", upload)
+        except Exception:
+            try:
+                self.client.delete(part)
+            except Exception:  # the upload's error is the one to report
+                pass
+            raise
+
+    def get(self, key: str, local: Path) -> None:
+        src = self._path(key)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        part = local.with_name(local.name + ".tony-part")
+
+        def download() -> None:
+            with self.client.open(src) as stream, open(part, "wb") as f:
+                shutil.copyfileobj(stream, f, 1 << 20)
+            os.replace(part, local)
+
+        try:
+            self._call(f"get {src}", download)
+        finally:
+            part.unlink(missing_ok=True)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        self._call(f"delete {path}", lambda: self.client.delete(path))  # False when already gone
+
+
+# -- locations ----------------------------------------------------------------------------------
+
+def _hadoop_conf(conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The properties of core-site.xml and hdfs-site.xml in ``conf_dir`` (hdfs-site wins)."""
+    props: dict[str, str] = {}
+    if not conf_dir:
+        return props
+    for name in ("core-site.xml", "hdfs-site.xml"):
+        path = Path(conf_dir) / name
+        if not path.is_file():
+            continue
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError as e:
+            raise ValueError(f"cannot read {path}: {e}") from None
+        for prop in root.iter("property"):
+            key, value = prop.findtext("name"), prop.findtext("value")
+            if key and value is not None:
+                props[key.strip()] = value.strip()
+    return props
+
+
+def _namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = False) -> list[str]:
+    """WebHDFS addresses of the NameNode(s) of ``hdfs://authority``, where Hadoop's configuration
+    puts them: an HA nameservice's ``dfs.namenode.http-address.<ns>.<nn>``, else
+    ``dfs.namenode.http-address``, else the NameNode's host on Hadoop's default port (9870).
+    With ``https`` the ``https-address`` keys and port 9871."""
+    key, default_port = ("dfs.namenode.https-address", 9871) if https else ("dfs.namenode.http-address", 9870)
+    nn_ids = conf.get(f"dfs.ha.namenodes.{authority}")
+    if nn_ids:
+        keys = [f"{key}.{authority}.{nn.strip()}" for nn in nn_ids.split(",") if nn.strip()]
+        missing = [k for k in keys if not conf.get(k)]
+        if missing:
+            raise ValueError(f"nameservice {authority!r} is missing {', '.join(missing)} in hdfs-site.xml")
+        return [conf[k] for k in keys]
+    host = urlsplit(f"//{authority}").hostname or ""
+    address = conf.get(f"{key}.{authority}") or conf.get(key)
+    if address:
+        bind_host, _, port = address.rpartition(":")
+        # A wildcard bind address names no host to connect to: use the NameNode's.
+        if bind_host in ("", "0.0.0.0", "[::]", "::") and host:
+            address = f"{host}:{port}"
+        return [address]
+    if not host:
+        raise ValueError(f"cannot tell where WebHDFS listens: set {key} in $HADOOP_CONF_DIR/hdfs-site.xml, "
+                         "or use a webhdfs://host:port/path location")
+    return [f"{host}:{default_port}"]
+
+
+def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | None = None) -> Storage:
+    """A store for ``location``: a local path or ``file://`` URI, ``webhdfs://host:port/path``
+    (``swebhdfs://`` for HTTPS), or ``hdfs://namenode[:port]/path`` (``hdfs:///path`` means
+    ``fs.defaultFS``). For ``hdfs://`` the WebHDFS address comes from the Hadoop configuration in
+    ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``)."""
     if location.startswith("file://"):
         location = location[len("file://"):]
-    if "://" in location:
-        raise ValueError(f"unsupported storage location {location!r}: use a local path or file:// URI")
-    return LocalStorage(location)
+    if "://" not in location:
+        return LocalStorage(location)
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme in ("webhdfs", "swebhdfs"):
+        if not parts.netloc:
+            raise ValueError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
+        return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location)
+    if scheme == "hdfs":
+        conf = _hadoop_conf(hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR"))
+        authority = parts.netloc
+        if not authority:
+            default = urlsplit(conf.get("fs.defaultFS", ""))
+            if default.scheme != "hdfs" or not default.netloc:
+                raise ValueError(f"{location!r} names no NameNode and fs.defaultFS in HADOOP_CONF_DIR is not "
+                                 "an hdfs:// URI")
+            authority = default.netloc
+        https = conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
+        return WebHDFSStorage(_namenode_web_addresses(authority, conf, https), parts.path or "/", https=https,
+                              uri=location)
+    raise ValueError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
+                     "webhdfs:// URI")
 
 
 class CheckpointMirror:

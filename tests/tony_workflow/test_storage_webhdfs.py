@@ -99,7 +99,8 @@ class Flaky:
 
 
 def server_error(status: int, exception: str = "RuntimeException"):
-    cls = {500: pyhdfs.HdfsRuntimeException, 403: pyhdfs.HdfsAccessControlException}.get(status, pyhdfs.HdfsHttpException)
+    classes = {500: pyhdfs.HdfsRuntimeException, 403: pyhdfs.HdfsAccessControlException}
+    cls = classes.get(status, pyhdfs.HdfsHttpException)
     return cls(message="boom", exception=exception, javaClassName="x", status_code=status)
 
 

@@ -115,7 +115,7 @@ class ApplicationMaster:
         self.token = token
         self.view_token = view_token
         self.host = host
-        self.executor_argv = executor_argv or [sys.executable, "-m", "tony_workflow.executor"]
+        self.executor_argv = executor_argv or cluster.executor_argv
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.events = EventLog(self.app_dir / "events.jsonl")
@@ -269,6 +269,8 @@ class ApplicationMaster:
         threading.Thread(target=self.server.serve_forever, name="am-http", daemon=True).start()
         address = f"{self.host}:{self.server.server_address[1]}"
         self.status.tracking_url = f"http://{address}/ui/{self.view_token}"
+        self.status.tracking_url = self.cluster.publish_endpoint(address, self.token, self.view_token,
+                                                                 self.status.tracking_url)
         return address
 
     # Route handlers return (http status, body). They run on server threads.
@@ -350,8 +352,9 @@ class ApplicationMaster:
             return 200, {"ok": True}
 
     def register_tensorboard(self, body: dict) -> tuple[int, dict]:
+        url = self.cluster.expose_tensorboard(str(body["url"])) or str(body["url"])
         with self.lock:
-            self.status.tensorboard_url = str(body["url"])
+            self.status.tensorboard_url = url
             self.events.emit("tensorboard", url=self.status.tensorboard_url)
             self._publish()
         return 200, {"ok": True}
@@ -366,8 +369,8 @@ class ApplicationMaster:
 
     # ---------------------------------------------------------------- sessions
     def _task_env(self, task_id: str, session_id: int, fixed_port: int | None, container: Container) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.spec.container_env)
+        # Only what this job adds: the backend merges it into the container's own environment.
+        env = dict(self.spec.container_env)
         env.update({
             "TONY_AM_ADDRESS": self.address, "TONY_AM_TOKEN": self.token, "TONY_TASK_ID": task_id,
             "SESSION_ID": str(session_id), "TONY_APPLICATION_ID": self.app_id, "JOB_ID": self.app_id,
@@ -377,8 +380,6 @@ class ApplicationMaster:
         })
         if fixed_port:
             env["TONY_TASK_PORT"] = str(fixed_port)
-        else:
-            env.pop("TONY_TASK_PORT", None)
         return env
 
     def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
@@ -603,6 +604,7 @@ class ApplicationMaster:
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
         try:
             self.cluster.release()
+            self.cluster.finish(end.state, end.diagnostics)
         finally:
             am_json = self.app_dir / "am.json"
             info = json.loads(am_json.read_text())

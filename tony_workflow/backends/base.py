@@ -7,6 +7,7 @@ each, watches and kills them.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -60,6 +61,20 @@ class AMEndpoint:
 
 class ClusterManager(ABC):
     """AM-side access to the cluster."""
+
+    #: the command a container runs to start the TaskExecutor
+    executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
+
+    def publish_endpoint(self, address: str, token: str, view_token: str, tracking_url: str) -> str:
+        """Makes the AM findable by clients; returns the tracking URL users should see."""
+        return tracking_url
+
+    def expose_tensorboard(self, url: str) -> str | None:
+        """Makes TensorBoard reachable for users (e.g. behind a proxy); returns the URL to show."""
+        return None
+
+    def finish(self, state: str, diagnostics: str) -> None:
+        """Records the final state with the cluster (called once, after release())."""
 
     @abstractmethod
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:

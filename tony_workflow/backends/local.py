@@ -260,7 +260,7 @@ class LocalClusterManager(ClusterManager):
             shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True)
         container.workdir = wd
         container.stdout, container.stderr = wd / "stdout", wd / "stderr"
-        env = dict(env)
+        env = {**os.environ, **env}
         # Exactly the GPUs this container holds; an empty value hides every GPU.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in container.gpu_indices)
         env["CONTAINER_ID"] = container.id

@@ -24,7 +24,9 @@ import hmac
 import html
 import json
 import os
+import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -127,10 +129,10 @@ class ApplicationMaster:
         self.task_restarts: dict[str, int] = {}
         self.server: ThreadingHTTPServer | None = None
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
-                                started_at=time.time(), backend="local")
+                                started_at=time.time(), backend=type(cluster).__module__.rsplit(".", 1)[-1])
         self._sent_status = ""
-        self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or str(self.app_dir / "checkpoints")
-        self.log_dir = str(self.app_dir / "tensorboard")
+        self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or cluster.checkpoint_location(self.app_dir)
+        self.log_dir = cluster.log_dir(self.app_dir)
         # The spec derives these from its flat conf on every access; the monitor and the HTTP
         # handlers need them on every pass, so take them once.
         self.type_order = list(spec.tasks)
@@ -375,9 +377,10 @@ class ApplicationMaster:
             "TONY_AM_ADDRESS": self.address, "TONY_AM_TOKEN": self.token, "TONY_TASK_ID": task_id,
             "SESSION_ID": str(session_id), "TONY_APPLICATION_ID": self.app_id, "JOB_ID": self.app_id,
             "TONY_SPEC_FILE": str(self.app_dir / "spec.json"),
-            "TONY_CHECKPOINT_LOCATION": self.checkpoint_location, "TONY_LOG_DIR": self.log_dir,
-            "TONY_CONTAINER_ID": container.id,
+            "TONY_CHECKPOINT_LOCATION": self.checkpoint_location, "TONY_CONTAINER_ID": container.id,
         })
+        if self.log_dir:
+            env["TONY_LOG_DIR"] = self.log_dir
         if fixed_port:
             env["TONY_TASK_PORT"] = str(fixed_port)
         return env
@@ -648,16 +651,25 @@ def render_status_page(st: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tony-am", description="tony-workflow ApplicationMaster")
-    ap.add_argument("--backend", default="local", choices=["local"])
+    ap.add_argument("--backend", default="local", choices=["local", "yarn"])
     ap.add_argument("--app-dir", required=True, type=Path)
     args = ap.parse_args(argv)
-    app_dir: Path = args.app_dir
+    app_dir: Path = args.app_dir.resolve()
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
-    secret = json.loads((app_dir / "am.secret").read_text())
-    app_id = app_dir.name
-    from .backends.local import Inventory, LocalClusterManager
-    cluster = LocalClusterManager(app_id, app_dir, Inventory.from_conf(spec.conf))
-    am = ApplicationMaster(spec, app_id, app_dir, cluster, token=secret["token"], view_token=secret["view_token"])
+    if args.backend == "yarn":
+        from .backends.yarn import YarnClusterManager
+        cluster: ClusterManager = YarnClusterManager()
+        app_id = cluster.app_id
+        # Clients read these from skein's key-value store, which only the application's owner can.
+        token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
+        host = os.environ.get("NM_HOST") or socket.getfqdn()
+    else:
+        from .backends.local import Inventory, LocalClusterManager
+        app_id = app_dir.name
+        cluster = LocalClusterManager(app_id, app_dir, Inventory.from_conf(spec.conf))
+        secret = json.loads((app_dir / "am.secret").read_text())
+        token, view_token, host = secret["token"], secret["view_token"], "127.0.0.1"
+    am = ApplicationMaster(spec, app_id, app_dir, cluster, token=token, view_token=view_token, host=host)
 
     def on_term(signum: int, frame: Any) -> None:
         am.kill({"reason": f"ApplicationMaster received {signal.Signals(signum).name}"})

@@ -92,7 +92,9 @@ class TaskExecutor:
         self.session_id = int(e.get("SESSION_ID", "0"))
         self.app_id = e.get("TONY_APPLICATION_ID", "")
         self.container_id = e.get("TONY_CONTAINER_ID")
-        self.host = e.get("TONY_TASK_HOST", "127.0.0.1")
+        # On YARN the NodeManager tells the container its host; the embedded cluster is loopback.
+        self.host = e.get("TONY_TASK_HOST") or e.get("NM_HOST") or "127.0.0.1"
+        self.user_dir = Path.cwd() / e.get("TONY_WORKDIR", ".")
         self.spec = JobSpec.from_dict(json.loads(Path(e["TONY_SPEC_FILE"]).read_text()))
         self.am = AMClient(e["TONY_AM_ADDRESS"], e["TONY_AM_TOKEN"], timeout=10)
         self.workdir = Path.cwd()
@@ -289,7 +291,8 @@ class TaskExecutor:
             self._start_tensorboard(tb_port.port)
         port.release_for_launch()
         if command:
-            self.user = subprocess.Popen(["bash", "-c", command], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL)
+            self.user = subprocess.Popen(["bash", "-c", command], cwd=self.user_dir, env=env,
+                                         stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.task_started(self.task_id, self.session_id, self.user.pid)

@@ -65,6 +65,14 @@ class ClusterManager(ABC):
     #: the command a container runs to start the TaskExecutor
     executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
 
+    def checkpoint_location(self, app_dir: Path) -> str:
+        """Where the checkpoint mirror lives unless ``tony.checkpoint.location`` says otherwise."""
+        return str(app_dir / "checkpoints")
+
+    def log_dir(self, app_dir: Path) -> str | None:
+        """A TensorBoard log directory every task can write to, or None for each task's own."""
+        return str(app_dir / "tensorboard")
+
     def publish_endpoint(self, address: str, token: str, view_token: str, tracking_url: str) -> str:
         """Makes the AM findable by clients; returns the tracking URL users should see."""
         return tracking_url

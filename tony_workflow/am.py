@@ -607,7 +607,9 @@ class ApplicationMaster:
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
         try:
             self.cluster.release()
-            self.cluster.finish(end.state, end.diagnostics)
+            with self.lock:
+                final = self.status.to_dict()
+            self.cluster.finish(end.state, end.diagnostics, final)
         finally:
             am_json = self.app_dir / "am.json"
             info = json.loads(am_json.read_text())

@@ -81,8 +81,9 @@ class ClusterManager(ABC):
         """Makes TensorBoard reachable for users (e.g. behind a proxy); returns the URL to show."""
         return None
 
-    def finish(self, state: str, diagnostics: str) -> None:
-        """Records the final state with the cluster (called once, after release())."""
+    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
+        """Records the final state (and the whole final JobStatus) with the cluster; called once,
+        after release()."""
 
     @abstractmethod
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:

@@ -13,6 +13,7 @@ Addresses come from ``HADOOP_CONF_DIR``; skein needs a ``yarn`` command on PATH 
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
@@ -30,6 +31,7 @@ from typing import Any
 import requests
 
 from ..spec import JobSpec
+from ..storage import open_storage
 from ..status import JobState, JobStatus, TaskStatus
 from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
 
@@ -54,6 +56,15 @@ def _conf_value(conf_dir: Path, filename: str, key: str) -> str | None:
         if (prop.findtext("name") or "").strip() == key:
             return (prop.findtext("value") or "").strip()
     return None
+
+
+def hadoop_user() -> str:
+    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+
+def app_store(app_id: str) -> str:
+    """The application's own HDFS directory: checkpoints and the final status live there."""
+    return f"hdfs:///user/{hadoop_user()}/.tony/{app_id}"
 
 
 def _zip_dir(src: Path, dest: Path) -> Path:
@@ -210,6 +221,10 @@ class YarnBackend(Backend):
             raise KeyError(app_id) from e
         state = str(report.state)
         final = str(report.final_status)
+        if state in ("FINISHED", "FAILED", "KILLED"):
+            saved = self._saved_status(app_id)
+            if saved is not None:
+                return saved
         status = JobStatus(application_id=app_id, name=report.name, backend=self.name,
                            tracking_url=f"{self.rm_web}/cluster/app/{app_id}",
                            diagnostics=report.diagnostics or "",
@@ -228,6 +243,15 @@ class YarnBackend(Backend):
         else:
             status.state = JobState.FAILED
         return status
+
+    def _saved_status(self, app_id: str) -> JobStatus | None:
+        try:
+            store = open_storage(app_store(app_id), hadoop_conf_dir=str(self.conf_dir))
+            with tempfile.TemporaryDirectory() as tmp:
+                store.get("status.json", Path(tmp) / "status.json")
+                return JobStatus.from_dict(json.loads((Path(tmp) / "status.json").read_text()))
+        except (OSError, ValueError):
+            return None
 
     def force_kill(self, app_id: str) -> None:
         self.client.kill_application(app_id)
@@ -326,8 +350,7 @@ class YarnClusterManager(ClusterManager):
         return f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/{user}"
 
     def checkpoint_location(self, app_dir: Path) -> str:
-        user = os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER") or "tony"
-        return f"hdfs:///user/{user}/.tony/{self.app_id}/checkpoints"
+        return f"{app_store(self.app_id)}/checkpoints"
 
     def log_dir(self, app_dir: Path) -> str | None:
         return None  # no directory is shared across nodes: the chief serves its own
@@ -337,17 +360,26 @@ class YarnClusterManager(ClusterManager):
         self.app.kv[KV_VIEW] = view_token.encode()
         self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
         try:
-            self.app.ui.add_page("tony", tracking_url, link_name="TonY")
-            return self.app.ui.pages["tony"].address
+            return self.app.ui.add_page("tony", tracking_url, link_name="TonY").address
         except Exception:
             return tracking_url
 
     def expose_tensorboard(self, url: str) -> str | None:
         try:
-            self.app.ui.add_page("tensorboard", url, link_name="TensorBoard")
-            return self.app.ui.pages["tensorboard"].address
+            return self.app.ui.add_page("tensorboard", url, link_name="TensorBoard").address
         except Exception:
             return None
 
-    def finish(self, state: str, diagnostics: str) -> None:
-        self.app.shutdown(_SKEIN_FINAL.get(state, "FAILED"), diagnostics[-4000:] if diagnostics else None)
+    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
+        if status is not None:
+            # The whole final status outlives the AM in HDFS; the ResourceManager keeps only a line.
+            try:
+                store = open_storage(app_store(self.app_id))
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+                    json.dump(status, fh)
+                store.put(Path(fh.name), "status.json")
+                os.unlink(fh.name)
+            except (OSError, ValueError):
+                pass
+        self.app.shutdown(_SKEIN_FINAL.get(state, "FAILED"),
+                          (diagnostics or f"TonY application {state}")[-4000:])

@@ -113,7 +113,10 @@ def test_marking_the_running_task_failed_kills_the_application(api_server, tony_
         if deferrable:
             wait_for(lambda: task_instance(dag_id, run_id, "train").state == "deferred", timeout=120)
             # on_kill reaches triggers the triggerer is running: wait until it polls this application
-            wait_for(lambda: app_id in (tmp_path / "triggerer.log").read_text(errors="replace"), timeout=180)
+            # (a trigger's log lines go to the task's log, in a file of their own)
+            trigger_logs = AIRFLOW_HOME / "logs" / f"dag_id={dag_id}"
+            wait_for(lambda: any(app_id in p.read_text(errors="replace")
+                                 for p in trigger_logs.rglob("attempt=*.log.trigger.*.log")), timeout=180)
         mark_failed(api_server, dag_id, run_id)
         st = wait_for(lambda: (s := TonyClient("local").attach(app_id).status()).is_final and s, timeout=120)
         assert st.state == "KILLED"

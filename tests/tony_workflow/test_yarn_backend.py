@@ -1,0 +1,131 @@
+"""The YARN backend against a real Hadoop 3.5 mini cluster (YARN + HDFS), with real TensorFlow."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import psutil
+import pytest
+import requests
+
+from tests.conftest import REPO, run_tony, wait_for
+from tests.tony_workflow.test_minicluster import prerequisites_missing
+from tony_workflow import minicluster
+from tony_workflow.client import SubmitError, TonyClient, load_job
+
+pytestmark = [pytest.mark.yarn, pytest.mark.tf]
+
+MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
+SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    missing = prerequisites_missing()
+    if missing:
+        pytest.skip(missing)
+    d = tmp_path_factory.mktemp("minicluster")
+    info = minicluster.start(d)
+    saved = dict(os.environ)
+    os.environ.update(minicluster.client_env(info))
+    try:
+        yield info
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        minicluster.stop(d)
+
+
+@pytest.fixture(scope="module")
+def yarn(cluster):
+    return TonyClient("yarn")
+
+
+def webhdfs_list(cluster, path: str) -> list[str]:
+    """Every file below ``path``, through WebHDFS."""
+    out = []
+    r = requests.get(f"{cluster['webhdfs']}/webhdfs/v1{path}", params={"op": "LISTSTATUS", "user.name": "root"},
+                     timeout=30)
+    if r.status_code != 200:
+        return out
+    for st in r.json()["FileStatuses"]["FileStatus"]:
+        child = f"{path}/{st['pathSuffix']}"
+        out += webhdfs_list(cluster, child) if st["type"] == "DIRECTORY" else [child]
+    return out
+
+
+def app_hdfs_dir(app_id: str) -> str:
+    user = os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER") or "root"
+    return f"/user/{user}/.tony/{app_id}"
+
+
+def user_process(pid: int, script: str = "train.py") -> psutil.Process:
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        if any(script in part for part in p.cmdline()):
+            return p
+    raise AssertionError(f"no {script} process under pid {pid}")
+
+
+def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_proxy(cluster, yarn):
+    spec = load_job(str(MWMS), conf=SMALL, task_params="--epochs 2 --steps-per-epoch 30 --step-sleep 0.1")
+    h = yarn.submit(spec)
+    st = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=240)
+    assert st.state == "RUNNING" and "/proxy/" in st.tensorboard_url
+    page = requests.get(st.tensorboard_url, timeout=30)  # through the ResourceManager's web proxy
+    assert page.status_code == 200 and "tensorboard" in page.text.lower()
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert [t.task_id for t in st.tasks] == ["worker:0", "worker:1"]
+    files = webhdfs_list(cluster, app_hdfs_dir(h.app_id) + "/checkpoints")
+    assert any(f.endswith("/final/metrics.json") for f in files), files
+    report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
+    assert report["finalStatus"] == "SUCCEEDED" and "tony" in report.get("applicationTags", "")
+
+
+def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluster, yarn):
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
+                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+    h = yarn.submit(spec)
+    ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
+    wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
+    before = h.status()
+    user_process(before.task("worker:1").pid).send_signal(signal.SIGKILL)
+    st = h.wait(poll_interval=1, timeout=400)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 1 and st.attempts == 2
+    assert {t.container_id for t in st.tasks}.isdisjoint({t.container_id for t in before.tasks})
+    # the relaunched chief began past step 0: it restored the checkpoint from HDFS
+    text = run_tony("--backend", "yarn", "logs", h.app_id).stdout
+    resumed = [int(m) for m in re.findall(r"session=1 task=worker:0 start_step=(\d+)", text)]
+    assert resumed and resumed[0] > 0, text[-3000:]
+
+
+def test_gpus_are_scheduled_against_the_declared_capacity(cluster, yarn):
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.worker.gpus=1"],
+                    task_params="--epochs 1 --steps-per-epoch 5")
+    h = yarn.submit(spec)
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+
+
+def test_more_gpus_than_the_cluster_has_fails_at_once(cluster, yarn):
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.worker.gpus=3"])  # 2 × 3 > 4 on the one NodeManager
+    t0 = time.time()
+    with pytest.raises(SubmitError) as e:
+        yarn.submit(spec)
+    assert "tony.worker.gpus" in str(e.value) and "cluster has 4" in str(e.value)
+    assert time.time() - t0 < 60
+
+
+def test_tony_kill_kills_the_yarn_application(cluster, yarn):
+    spec = load_job(str(MWMS), conf=SMALL, task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
+    h = yarn.submit(spec)
+    wait_for(lambda: h.status().state == "RUNNING", timeout=240)
+    r = run_tony("--backend", "yarn", "kill", h.app_id)
+    assert r.returncode == 0 and "KILLED" in r.stdout, r.stderr[-2000:]
+    report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
+    assert report["state"] in ("KILLED", "FINISHED") and report["finalStatus"] in ("KILLED",)

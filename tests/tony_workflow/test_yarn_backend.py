@@ -104,12 +104,23 @@ def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluste
     assert resumed and resumed[0] > 0, text[-3000:]
 
 
+def used_gpus(cluster) -> int:
+    nodes = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/nodes", timeout=30).json()["nodes"]["node"]
+    return sum(int(info.get("value", 0)) for n in nodes
+               for info in (n.get("usedResource") or {}).get("resourceInformations", {}).get("resourceInformation", [])
+               if info.get("name") == "yarn.io/gpu")
+
+
 def test_gpus_are_scheduled_against_the_declared_capacity(cluster, yarn):
     spec = load_job(str(MWMS), conf=[*SMALL, "tony.worker.gpus=1"],
-                    task_params="--epochs 1 --steps-per-epoch 5")
+                    task_params="--epochs 2 --steps-per-epoch 20 --step-sleep 0.2")
     h = yarn.submit(spec)
+    wait_for(lambda: h.status().state == "RUNNING" and len(h.status().tasks) == 2, timeout=240)
+    # the ResourceManager has handed out one yarn.io/gpu to each worker container
+    assert wait_for(lambda: used_gpus(cluster) == 2, timeout=120)
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
+    assert wait_for(lambda: used_gpus(cluster) == 0, timeout=120)
 
 
 def test_more_gpus_than_the_cluster_has_fails_at_once(cluster, yarn):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -55,3 +56,37 @@ def wait_for(pred, timeout: float = 120.0, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def minicluster_missing() -> str | None:
+    """Why the Hadoop mini cluster cannot run here (no JDK 17, or no Maven and no cached jars), or None."""
+    from tony_workflow import minicluster
+    try:
+        minicluster.find_java()
+    except minicluster.MiniClusterError as e:
+        return str(e)
+    if not (minicluster.hadoop_lib_dir() / ".tony-pom-sha256").exists() and not shutil.which("mvn"):
+        return "no Maven to fetch the Hadoop jars, and no jars cached"
+    return None
+
+
+@pytest.fixture(scope="session")
+def hadoop_cluster(tmp_path_factory):
+    """One real Hadoop 3.5 mini cluster (YARN + HDFS) shared by every test that needs one."""
+    from tony_workflow import minicluster
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    d = tmp_path_factory.mktemp("minicluster")
+    info = minicluster.start(d)
+    yield info
+    minicluster.stop(d)
+
+
+def user_process(pid: int, script: str = "train.py") -> psutil.Process:
+    """The process running ``script`` in the tree under ``pid`` (the task's user process)."""
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        if any(script in part for part in p.cmdline()):
+            return p
+    raise AssertionError(f"no {script} process under pid {pid}")

@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from .backends.base import ClusterManager, Container, ContainerRequest, NeverFits
-from .history import EventLog
+from .history import EventLog, log_tail
 from .rpc import TOKEN_HEADER
 from .spec import JobSpec
 from .status import JobState, JobStatus, TaskState, TaskStatus
@@ -502,7 +502,7 @@ class ApplicationMaster:
             if code is not None:
                 code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
                 diag = "" if task.registered_at else "task failed before registering with the AM. "
-                self._on_exit(task, code, diag + _tail(task.container.stderr))
+                self._on_exit(task, code, diag + log_tail(task.container.stderr))
                 continue
             if task.last_heartbeat and now - task.last_heartbeat > self.heartbeat_expiry:
                 missed = int((now - task.last_heartbeat) * 1000 / max(1, self.spec.heartbeat_interval_ms))
@@ -619,20 +619,6 @@ class ApplicationMaster:
                 self.server.shutdown()
             self.events.close()
         return 0 if end.state == JobState.SUCCEEDED else 1
-
-
-def _tail(path: Path | None, lines: int = 20) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 8192))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    tail = [ln for ln in text.splitlines() if ln.strip()][-lines:]
-    return ("Last lines of stderr:\n" + "\n".join(tail)) if tail else ""
 
 
 def render_status_page(st: dict) -> str:

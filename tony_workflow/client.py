@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping
 from .backends.base import Backend, get_backend
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, apply_overrides, load_spec, load_tony_xml
-from .status import JobState, JobStatus
+from .status import JobStatus
 
 __all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
 

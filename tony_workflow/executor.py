@@ -12,7 +12,6 @@ import importlib.util
 import json
 import logging
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ import psutil
 import requests
 
 from .frameworks import TaskContext, build_env
+from .history import log_tail
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec
 from .storage import CheckpointMirror, open_storage
@@ -338,14 +338,9 @@ def stderr_tail(lines: int = 20) -> str:
     executor's own log lines: the first thing anyone needs to see when a task fails."""
     try:
         path = os.readlink("/proc/self/fd/2")
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    keep = [ln for ln in text.splitlines() if ln.strip() and " tony-executor " not in ln][-lines:]
-    return ("Last lines of stderr:\n" + "\n".join(keep)) if keep else ""
+    return log_tail(path, lines, skip=" tony-executor ")
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EventLog", "read_events"]
+__all__ = ["EventLog", "read_events", "log_tail"]
 
 
 class EventLog:
@@ -48,3 +48,19 @@ def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
             except json.JSONDecodeError:
                 continue
+
+
+def log_tail(path: str | os.PathLike[str] | None, lines: int = 20, skip: str | None = None) -> str:
+    """The last non-empty lines of a log file (without those containing ``skip``), headed for use in
+    diagnostics; empty when there is nothing to show."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = [ln for ln in text.splitlines() if ln.strip() and not (skip and skip in ln)][-lines:]
+    return ("Last lines of stderr:\n" + "\n".join(keep)) if keep else ""

@@ -1,11 +1,8 @@
 """TonyOperator under a real Airflow 3 (SQLite metadata DB, dag.test()) on the embedded cluster."""
 from __future__ import annotations
 
-import json
-from datetime import datetime
 
 import pytest
-import requests
 
 from tests.airflow_provider.conftest import load_dag, task_instance, write_dag, xcoms
 

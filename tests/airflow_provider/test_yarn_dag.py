@@ -7,12 +7,15 @@ import os
 import pytest
 
 from tests.airflow_provider.conftest import load_dag, xcoms
-from tests.tony_workflow.test_yarn_backend import cluster  # noqa: F401  (the mini cluster fixture)
 
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
 
 
-def test_mnist_dag_runs_on_yarn_through_a_tony_connection(airflow_db, cluster, monkeypatch):  # noqa: F811
+def test_mnist_dag_runs_on_yarn_through_a_tony_connection(airflow_db, hadoop_cluster, monkeypatch):
+    from tony_workflow import minicluster
+    cluster = hadoop_cluster
+    for key, value in minicluster.client_env(cluster).items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("AIRFLOW_CONN_TONY_DEFAULT", json.dumps({
         "conn_type": "tony", "extra": {"backend": "yarn", "hadoop_conf_dir": cluster["hadoop_conf_dir"]}}))
     dr = load_dag("tony_mnist").test()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,30 +14,15 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import run_tony, wait_for
+from tests.conftest import minicluster_missing, run_tony, wait_for
 from tony_workflow import minicluster
 
 
-def prerequisites_missing() -> str | None:
-    """Why the mini cluster cannot run here, or None."""
-    try:
-        minicluster.find_java()
-    except minicluster.MiniClusterError as e:
-        return str(e)
-    if not (minicluster.hadoop_lib_dir() / ".tony-pom-sha256").exists() and not shutil.which("mvn"):
-        return "no Maven to fetch the Hadoop jars, and no jars cached"
-    return None
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = prerequisites_missing()
-    if reason:
-        pytest.skip(reason)
-    d = tmp_path_factory.mktemp("minicluster")
-    info = minicluster.start(d)
-    yield info
-    minicluster.stop(d)
+def cluster(hadoop_cluster):
+    return hadoop_cluster
 
 
 @pytest.fixture
@@ -143,7 +127,7 @@ def test_a_second_start_in_the_same_directory_is_refused(cluster):
 
 @pytest.mark.yarn
 def test_cli_start_recovers_from_a_crashed_cluster_and_stop_stops_it(tmp_path):
-    reason = prerequisites_missing()
+    reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
     d = tmp_path / "mc"

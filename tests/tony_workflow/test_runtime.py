@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
-import threading
 import time
 from pathlib import Path
 

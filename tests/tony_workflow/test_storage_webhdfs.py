@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.tony_workflow.test_minicluster import prerequisites_missing
-from tony_workflow import minicluster
 from tony_workflow.storage import CheckpointMirror, LocalStorage, WebHDFSStorage, open_storage
 
 pyhdfs = pytest.importorskip("pyhdfs")
@@ -141,14 +139,8 @@ def test_an_unreachable_namenode_fails_after_the_retries(tmp_path):
 # -- against HDFS in the mini cluster ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = prerequisites_missing()
-    if reason:
-        pytest.skip(reason)
-    d = tmp_path_factory.mktemp("minicluster")
-    info = minicluster.start(d)
-    yield info
-    minicluster.stop(d)
+def cluster(hadoop_cluster):
+    return hadoop_cluster
 
 
 @pytest.fixture

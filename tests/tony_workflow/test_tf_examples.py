@@ -4,14 +4,11 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
-from pathlib import Path
 
-import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, run_tony, wait_for
+from tests.conftest import REPO, run_tony, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.history import read_events
 
@@ -34,14 +31,6 @@ def stdout(handle, task_id):
 
 def events(handle):
     return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
-
-
-def user_process(pid: int, script: str = "train.py") -> psutil.Process:
-    root = psutil.Process(pid)
-    for p in [root, *root.children(recursive=True)]:
-        if any(script in part for part in p.cmdline()):
-            return p
-    raise AssertionError(f"no {script} process under pid {pid}")
 
 
 def test_mwms_example_succeeds_through_the_cli(tony_home):

@@ -1,18 +1,15 @@
 """The YARN backend against a real Hadoop 3.5 mini cluster (YARN + HDFS), with real TensorFlow."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
 
-import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, run_tony, wait_for
-from tests.tony_workflow.test_minicluster import prerequisites_missing
+from tests.conftest import REPO, run_tony, user_process, wait_for
 from tony_workflow import minicluster
 from tony_workflow.client import SubmitError, TonyClient, load_job
 
@@ -23,20 +20,14 @@ SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    missing = prerequisites_missing()
-    if missing:
-        pytest.skip(missing)
-    d = tmp_path_factory.mktemp("minicluster")
-    info = minicluster.start(d)
+def cluster(hadoop_cluster):
     saved = dict(os.environ)
-    os.environ.update(minicluster.client_env(info))
+    os.environ.update(minicluster.client_env(hadoop_cluster))
     try:
-        yield info
+        yield hadoop_cluster
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        minicluster.stop(d)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +51,6 @@ def webhdfs_list(cluster, path: str) -> list[str]:
 def app_hdfs_dir(app_id: str) -> str:
     user = os.environ.get("HADOOP_USER_NAME") or os.environ.get("USER") or "root"
     return f"/user/{user}/.tony/{app_id}"
-
-
-def user_process(pid: int, script: str = "train.py") -> psutil.Process:
-    root = psutil.Process(pid)
-    for p in [root, *root.children(recursive=True)]:
-        if any(script in part for part in p.cmdline()):
-            return p
-    raise AssertionError(f"no {script} process under pid {pid}")
 
 
 def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_proxy(cluster, yarn):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import requests
 
 from ..spec import JobSpec
 from ..storage import open_storage
-from ..status import JobState, JobStatus, TaskStatus
+from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import errno
 import getpass
 import os
+import re
 import posixpath
 import shutil
+import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -411,6 +413,7 @@ class CheckpointMirror:
         self.prefix = prefix.strip("/")
         self.local = Path(local_dir)
         self._sent: dict[str, tuple[int, float]] = {}
+        self._sent_state: dict[str, bytes] = {}  # state file -> the content last uploaded
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -434,23 +437,75 @@ class CheckpointMirror:
         for rel in sorted(remote, key=lambda r: (upload_order(r), r)):
             self.store.get(self._key(rel), self.local / rel)
         self._sent = self._local_files()
+        self._sent_state = {r: (self.local / r).read_bytes() for r in self._sent
+                            if r.rsplit("/", 1)[-1] == "checkpoint"}
         return len(remote)
 
     def sync(self) -> int:
         """Uploads new or changed files, then removes stored files that are gone locally.
-        Returns the number of files uploaded."""
+
+        A TensorFlow ``checkpoint`` state file is uploaded only as the snapshot read before its
+        checkpoint's files were sent, and only once every checkpoint it names has its index and data
+        in the store: the trainer may rotate to a newer checkpoint while a sync runs, and a state
+        file naming files that never arrived would make the next restore fail. Files a stored state
+        file still names are not deleted. Returns the number of files uploaded."""
         files = self._local_files()
-        changed = [r for r, sig in files.items() if self._sent.get(r) != sig]
+        states: dict[str, bytes] = {}
+        for rel in files:
+            if rel.rsplit("/", 1)[-1] == "checkpoint":
+                try:
+                    states[rel] = (self.local / rel).read_bytes()
+                except FileNotFoundError:
+                    continue
+        changed = [r for r, sig in files.items() if self._sent.get(r) != sig and r not in states]
+        uploaded = 0
         for rel in sorted(changed, key=lambda r: (upload_order(r), r)):
             try:
                 self.store.put(self.local / rel, self._key(rel))
             except FileNotFoundError:
                 continue  # rotated away by the trainer between the walk and the copy
             self._sent[rel] = files[rel]
-        for rel in [r for r in self._sent if r not in files]:
+            uploaded += 1
+        for rel, content in states.items():
+            if self._sent_state.get(rel) == content or not self._complete(rel, content):
+                continue
+            self._put_bytes(content, rel)
+            self._sent_state[rel] = content
+            self._sent[rel] = files[rel]
+            uploaded += 1
+        keep = {f for rel, content in self._sent_state.items() for f in self._named_files(rel, content)}
+        for rel in [r for r in self._sent if r not in files and r not in keep]:
             self.store.delete(self._key(rel))
             del self._sent[rel]
-        return len(changed)
+        return uploaded
+
+    @staticmethod
+    def _prefixes(state_rel: str, content: bytes) -> set[str]:
+        """The checkpoint prefixes a TensorFlow state file names, relative to the mirrored dir."""
+        base = state_rel.rsplit("/", 1)[0] + "/" if "/" in state_rel else ""
+        out = set()
+        for name in re.findall(r'(?:model_checkpoint_path|all_model_checkpoint_paths):\s*"([^"]+)"',
+                               content.decode("utf-8", "replace")):
+            out.add(base + name.rsplit("/", 1)[-1])  # absolute paths point into this same directory
+        return out
+
+    def _named_files(self, state_rel: str, content: bytes) -> set[str]:
+        prefixes = self._prefixes(state_rel, content)
+        return {r for r in self._sent if any(r == p + ".index" or r.startswith(p + ".data-") for p in prefixes)}
+
+    def _complete(self, state_rel: str, content: bytes) -> bool:
+        for prefix in self._prefixes(state_rel, content):
+            if prefix + ".index" not in self._sent or not any(r.startswith(prefix + ".data-") for r in self._sent):
+                return False
+        return True
+
+    def _put_bytes(self, content: bytes, rel: str) -> None:
+        with tempfile.NamedTemporaryFile(delete=False) as fh:
+            fh.write(content)
+        try:
+            self.store.put(Path(fh.name), self._key(rel))
+        finally:
+            os.unlink(fh.name)
 
 
 def copy_tree(src: Path, dest: Path, ignore: Iterable[str] = ()) -> None:

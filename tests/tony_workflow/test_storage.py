@@ -59,3 +59,38 @@ def test_restore_fills_a_fresh_directory(tmp_path):
     assert (fresh / "chief" / "ckpt-3.index").read_text() == "i3"
     # restored files count as already mirrored
     assert m.sync() == 0
+
+
+def state(*names):
+    return (f'model_checkpoint_path: "{names[-1]}"\n'
+            + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
+
+
+def test_a_state_file_is_only_sent_once_the_checkpoint_it_names_is_stored(tmp_path):
+    # The trainer can rotate to ckpt-2 while a sync runs: the state file then names files the sync
+    # never saw. Sending it would leave a store whose restore fails.
+    local, root = tmp_path / "local", tmp_path / "store"
+    m = CheckpointMirror(LocalStorage(root), "", local)
+    write(local / "chief" / "ckpt-1.data-00000-of-00001", "d1")
+    write(local / "chief" / "ckpt-1.index", "i1")
+    write(local / "chief" / "checkpoint", state("ckpt-1"))
+    m.sync()
+    assert (root / "chief" / "checkpoint").read_text() == state("ckpt-1")
+
+    # rotation half done: the state names ckpt-2, whose data has not appeared yet
+    write(local / "chief" / "checkpoint", state("ckpt-2"))
+    write(local / "chief" / "ckpt-2.index", "i2")
+    (local / "chief" / "ckpt-1.data-00000-of-00001").unlink()
+    (local / "chief" / "ckpt-1.index").unlink()
+    m.sync()
+    assert (root / "chief" / "checkpoint").read_text() == state("ckpt-1")  # still the loadable one
+    assert (root / "chief" / "ckpt-1.data-00000-of-00001").exists()  # named by the stored state: kept
+
+    write(local / "chief" / "ckpt-2.data-00000-of-00001", "d2")
+    m.sync()
+    assert (root / "chief" / "checkpoint").read_text() == state("ckpt-2")
+    m.sync()  # now ckpt-1 is named by nothing stored and can go
+    assert sorted(p.name for p in (root / "chief").iterdir()) == [
+        "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    fresh = CheckpointMirror(LocalStorage(root), "", tmp_path / "fresh")
+    assert fresh.restore() == 3 and (tmp_path / "fresh" / "chief" / "ckpt-2.data-00000-of-00001").exists()

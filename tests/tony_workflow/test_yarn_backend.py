@@ -80,7 +80,11 @@ def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluste
     ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
     wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
     before = h.status()
-    user_process(before.task("worker:1").pid).send_signal(signal.SIGKILL)
+    # Kill the whole container: its launch script leads the process group that holds the
+    # executor and the training process.
+    container_group = os.getpgid(user_process(before.task("worker:1").pid).pid)
+    assert container_group != os.getpgid(0)
+    os.killpg(container_group, signal.SIGKILL)
     st = h.wait(poll_interval=1, timeout=400)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 1 and st.attempts == 2

@@ -131,6 +131,9 @@ class ApplicationMaster:
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=time.time(), backend=type(cluster).__module__.rsplit(".", 1)[-1])
         self._sent_status = ""
+        self._dirty = False
+        self._last_write = 0.0
+        self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
         # The spec derives these from its flat conf on every access; the monitor and the HTTP
@@ -148,16 +151,27 @@ class ApplicationMaster:
         self.tick = min(0.5, hb / 2000.0)
 
     # ---------------------------------------------------------------- status
-    def _publish(self) -> None:
-        """Persists the status when it changed, atomically, for clients that outlive the AM."""
+    def _publish(self, force: bool = False) -> None:
+        """Persists the status for clients that outlive the AM, atomically. Writes are coalesced
+        (at most one per quarter second; the monitor flushes the rest): a large gang registering
+        would otherwise rewrite the whole status once per task. Live status comes from the API."""
         self.status.tasks = [t.status for t in self.tasks.values()]
+        self._dirty = True
+        if force or time.monotonic() - self._last_write >= 0.25:
+            self._flush()
+        self.cond.notify_all()
+
+    def _flush(self) -> None:
+        if not self._dirty:
+            return
         data = json.dumps(self.status.to_dict())
         if data != self._sent_status:
             tmp = self.app_dir / "status.json.tmp"
             tmp.write_text(data)
             os.replace(tmp, self.app_dir / "status.json")
             self._sent_status = data
-        self.cond.notify_all()
+        self._dirty = False
+        self._last_write = time.monotonic()
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         task.status.state = state
@@ -299,8 +313,10 @@ class ApplicationMaster:
             task.status.pid = body.get("pid")
             task.registered_at = task.last_heartbeat = time.time()
             self._set_task_state(task, TaskState.REGISTERED, host=task.status.host, port=port)
+            self._cluster = None
             if all(t.registered_at for t in self.tasks.values()):
-                self.events.emit("cluster_spec_ready", session=self.session_id, cluster=self.cluster_dict())
+                self._cluster = self.cluster_dict()
+                self.events.emit("cluster_spec_ready", session=self.session_id, cluster=self._cluster)
             return 200, {"ok": True}
 
     def cluster_dict(self) -> dict[str, list[str]]:
@@ -316,9 +332,8 @@ class ApplicationMaster:
                 task = self.tasks.get(task_id)
                 if task is None or task.session_id != session_id or task.stopping:
                     return 409, {"error": "stale session", "action": "stop"}
-                if all(t.status.host is not None and t.registered_at for t in self.tasks.values()):
-                    return 200, {"cluster": self.cluster_dict(), "session_id": session_id,
-                                 "chief": list(self.chief)}
+                if self._cluster is not None:
+                    return 200, {"cluster": self._cluster, "session_id": session_id, "chief": list(self.chief)}
                 remaining = deadline - time.time()
                 if remaining <= 0:
                     return 204, None
@@ -403,6 +418,7 @@ class ApplicationMaster:
             self.status.session_id = session_id
             self.status.attempts = session_id + 1
             self.tasks = {}
+            self._cluster = None
             self.events.emit("session_started", session=session_id)
             for task_id, reserved in self.containers.items():
                 container = reserved if session_id == 0 else self.cluster.new_container(reserved)
@@ -524,6 +540,7 @@ class ApplicationMaster:
                 with self.cond:
                     self.cond.wait(self.tick)
                     self._check()
+                    self._flush()
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:
@@ -603,7 +620,7 @@ class ApplicationMaster:
             self.status.state = end.state
             self.status.diagnostics = end.diagnostics
             self.status.finished_at = time.time()
-            self._publish()
+            self._publish(force=True)
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
         try:
             self.cluster.release()

@@ -69,6 +69,19 @@ def dag_run_id(api: str, dag_id: str) -> str | None:
     return runs[0]["dag_run_id"] if runs else None
 
 
+def clear_stale_triggers() -> None:
+    """dag.test() runs triggers inline but leaves their rows behind; a real triggerer started later
+    would pick those up too and resume tasks long finished. Start it from a clean table."""
+    from sqlalchemy import delete, update
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        session.execute(update(TaskInstance).values(trigger_id=None))
+        session.execute(delete(Trigger))
+
+
 def mark_failed(api: str, dag_id: str, run_id: str) -> None:
     r = requests.patch(f"{api}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train",
                        json={"new_state": "failed"}, timeout=30)
@@ -103,6 +116,8 @@ def test_marking_the_running_task_failed_kills_the_application(api_server, tony_
     dag_id = f"tony_mark_failed_{'deferrable' if deferrable else 'sync'}"
     dag = write_dag(dag_id, {"job_spec": {**JOB, "command": "sleep 120"}, "poll_interval": 0.5,
                              "tensorboard_wait": 0, "deferrable": deferrable})
+    if deferrable:
+        clear_stale_triggers()
     procs = [start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)]
     if deferrable:
         procs.append(start([sys.executable, "-m", "airflow", "triggerer"], tmp_path / "triggerer.log", tony_home))

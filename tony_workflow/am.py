@@ -72,6 +72,13 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+class _Server(ThreadingHTTPServer):
+    # The listen backlog is fixed when the socket is created: a whole gang registering at once
+    # overflows the default of 5 and connections get reset.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 @dataclass
 class Task:
     """AM-side record of one task in the current session."""
@@ -279,9 +286,7 @@ class ApplicationMaster:
                     data = b""
                 self._send(200, data, "text/plain; charset=utf-8")
 
-        self.server = ThreadingHTTPServer((self.host, 0), Handler)
-        self.server.daemon_threads = True
-        self.server.request_queue_size = 1024
+        self.server = _Server((self.host, 0), Handler)
         threading.Thread(target=self.server.serve_forever, name="am-http", daemon=True).start()
         address = f"{self.host}:{self.server.server_address[1]}"
         self.status.tracking_url = f"http://{address}/ui/{self.view_token}"

@@ -306,7 +306,9 @@ class TaskExecutor:
         if self.stop_event.is_set() and code != 0 and self.user is not None:
             log.info("user process ended after stop (%s)", self.stop_reason)
         kill_process_tree(self.tensorboard, grace=2.0)
-        if self.mirror and self.is_chief and not self.stop_event.is_set():
+        # Also after a stop: the user process is dead by now, and checkpoints it wrote since the
+        # last periodic sync would otherwise never reach the store.
+        if self.mirror and self.is_chief:
             with contextlib.suppress(OSError):
                 self.mirror.sync()
         if not self.stop_event.is_set():

@@ -1,0 +1,366 @@
+"""Writes docs/benchmarks.md and its plots from the result files in bench/results.
+
+    python bench/report.py [--results DIR] [--doc docs/benchmarks.md]
+
+The table and the plots come from whatever result files are there (a ``--quick`` result is
+marked as such); the analysis comes from ``bench/findings.md``, kept by hand next to the numbers
+it discusses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "chaos"]
+
+
+def load(results: Path) -> dict[str, dict]:
+    out = {}
+    for name in ORDER:
+        p = results / f"{name}.json"
+        if p.exists():
+            out[name] = json.loads(p.read_text())
+    return out
+
+
+def fmt(x, unit: str = "") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        s = f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+    else:
+        s = str(x)
+    return f"{s} {unit}".strip()
+
+
+# ------------------------------------------------------------------ plots
+
+def plots(res: dict[str, dict], out: Path) -> dict[str, Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    made: dict[str, Path] = {}
+
+    def save(fig, name):
+        path = out / f"{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made[name] = path
+
+    if "launch" in res:
+        r = res["launch"]
+        rows = r["rows"]
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        xs = range(len(rows))
+        a.bar([x - 0.2 for x in xs], [row["floor"] for row in rows], 0.4, label="floor: spawned directly")
+        a.bar([x + 0.2 for x in xs], [row["value"] for row in rows], 0.4, label="runtime: submit")
+        a.set_xticks(list(xs), [f"N={row['n']}" for row in rows])
+        a.set_ylabel("seconds to all N user processes started")
+        a.set_title("launch (median of runs)")
+        for x, row in zip(xs, rows):
+            a.annotate(f"{row['ratio']}x", (x + 0.2, row["value"]), ha="center", va="bottom", fontsize=8)
+        a.legend()
+        row = next((row for row in rows if row["n"] == 16), rows[-1])
+        phases = [(k, v) for k, v in row["phases_median_run"].items() if v is not None and k != "submit_returned"]
+        phases.sort(key=lambda kv: kv[1])
+        b.barh([k for k, _ in phases], [v for _, v in phases], color="tab:orange")
+        b.axvline(row["floor"], color="tab:blue", ls="--", label=f"floor {row['floor']} s")
+        b.axvline(row["floor"] * 1.5, color="red", ls=":", label="goal 1.5 x floor")
+        b.set_xlabel(f"seconds after submit (N={row['n']})")
+        b.set_title("where the time goes (AM event log)")
+        b.invert_yaxis()
+        b.legend(fontsize=8)
+        save(fig, "launch")
+
+    if "recovery" in res:
+        r = res["recovery"]
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        cases = []
+        s = r["session_relaunch"]
+        med = sorted(s, key=lambda x: x["total_s"])[len(s) // 2]
+        cases.append(("session relaunch\n(local)", med.get("detect_s", 0), med.get("teardown_s", 0), med["spawn_s"]))
+        t = r["task_relaunch"]
+        medt = sorted(t, key=lambda x: x["total_s"])[len(t) // 2]
+        cases.append(("task relaunch\n(local)", medt["detect_s"], medt["total_s"] - medt["detect_s"] - medt["spawn_s"],
+                      medt["spawn_s"]))
+        y = r.get("yarn_session_relaunch") or {}
+        if "total_s" in y:
+            cases.append(("session relaunch\n(mini cluster)", y["detect_s"], y["overhead_s"] - y["detect_s"],
+                          y["spawn_s"]))
+        names = [c[0] for c in cases]
+        d = [c[1] for c in cases]
+        td = [c[2] for c in cases]
+        sp = [c[3] for c in cases]
+        a.bar(names, d, label="detect")
+        a.bar(names, td, bottom=d, label="teardown / restart")
+        a.bar(names, sp, bottom=[x + y for x, y in zip(d, td)], label="spawn (floor)")
+        a.set_ylabel("seconds from kill -9 to all running")
+        a.set_title("recovery")
+        a.legend(fontsize=8)
+        hangs = [("defaults\n(1 s x 25)", r["hang_default"]),
+                 (f"max-missed={r['params']['tuned_missed_heartbeats']}", r["hang_tuned"])]
+        vals = [h.get("detect_s") or 0 for _, h in hangs]
+        b.bar([n for n, _ in hangs], vals, color=["tab:red" if v >= 10 else "tab:green" for v in vals])
+        b.axhline(10, color="black", ls=":", label="goal < 10 s")
+        b.set_ylabel("seconds from SIGSTOP to LOST")
+        b.set_title("hung task detection (local)")
+        b.legend(fontsize=8)
+        save(fig, "recovery")
+
+    if "throughput" in res:
+        r = res["throughput"]
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+        groups = [("by hand", r["by_hand"]), ("runtime", r["runtime"])]
+        if r.get("runtime_no_tensorboard"):
+            groups.append(("runtime,\nno TensorBoard", r["runtime_no_tensorboard"]))
+        for gi, (name, runs) in enumerate(groups):
+            vals = [x["steps_per_s"] for x in runs]
+            a.scatter([gi] * len(vals), vals, zorder=3)
+            a.bar(gi, sorted(vals)[len(vals) // 2], alpha=0.4)
+        a.set_xticks(range(len(groups)), [g[0] for g in groups])
+        a.set_ylabel("steps/s (worker 0)")
+        a.set_title(f"MWMS example throughput: ratio {r['ratio']} (goal >= 0.98)")
+        colors = {"by hand": "tab:blue", "runtime": "tab:orange", "runtime,\nno TensorBoard": "tab:green"}
+        for name, runs in groups:
+            for k, run in enumerate(runs):
+                tl = run.get("timeline") or []
+                b.plot([p[0] for p in tl], [p[1] for p in tl], color=colors[name], alpha=0.6, lw=1,
+                       label=name.replace("\n", " ") if k == 0 else None)
+        b.set_xlabel("seconds after the first logged step")
+        b.set_ylabel("global step")
+        b.set_title("every run's progress")
+        b.legend(fontsize=8)
+        save(fig, "throughput")
+
+    if "am_scale" in res:
+        r = res["am_scale"]
+        runs = [("null server\n(floor)", r["null_server"]), ("AM", r["am"])]
+        if r.get("null_server_backlog5"):
+            runs.insert(1, ("null server,\nbacklog 5", r["null_server_backlog5"]))
+        for run in (r.get("what_if") or {}).get("runs", []):
+            runs.append(("AM\n+" + "\n+".join(run["what_if"]), run))
+        fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
+        names = [n for n, _ in runs]
+        colors = ["tab:blue" if "null" in n else "tab:orange" for n in names]
+        a.bar(names, [x["spec_all_s"] or 0 for _, x in runs], color=colors)
+        a.axhline(2.0, color="red", ls=":", label="goal < 2 s")
+        a.set_ylabel("seconds until all hold the cluster spec")
+        a.set_title(f"{r['params']['n']} simulated executors: registration")
+        a.tick_params(axis="x", labelsize=7)
+        a.legend(fontsize=8)
+        b.bar(names, [100 * (x["steady_cpu_share"] or 0) for _, x in runs], color=colors)
+        b.axhline(25, color="red", ls=":", label="goal < 25 %")
+        b.set_ylabel("% of one core, steady heartbeats")
+        b.set_title(f"server CPU at {r['params']['n']} heartbeats/s")
+        b.tick_params(axis="x", labelsize=7)
+        b.legend(fontsize=8)
+        save(fig, "am_scale")
+
+    if "yarn_submit" in res and res["yarn_submit"].get("skein_runs"):
+        r = res["yarn_submit"]
+        fig, a = plt.subplots(figsize=(8, 4))
+        k = len(r["skein_runs"])
+        xs = range(k)
+        a.bar([x - 0.27 for x in xs], [x["seconds"] for x in r["skein_runs"]], 0.27,
+              label="skein hello world: container running")
+        a.bar(list(xs), [x["seconds"] for x in r["tony_runs"]], 0.27, label="tony: AM session RUNNING")
+        a.bar([x + 0.27 for x in xs], [x["tasks_running_s"] for x in r["tony_runs"]], 0.27,
+              label="tony: all tasks running")
+        a.set_xticks(list(xs), [f"run {i + 1}" for i in xs])
+        a.set_ylabel("seconds after submit")
+        a.set_title(f"mini cluster submit: ratio {r['ratio']} (goal <= 1.3)")
+        a.legend(fontsize=8)
+        save(fig, "yarn_submit")
+
+    if "chaos" in res:
+        r = res["chaos"]
+        fig, a = plt.subplots(figsize=(7, 4.5))
+        for ex, marker in (("mwms", "o"), ("ps", "s")):
+            rows = [x for x in r["rows"] if x["example"] == ex and x.get("restart_start_step") is not None]
+            a.scatter([x["checkpoint_step"] for x in rows], [x["restart_start_step"] for x in rows], marker=marker,
+                      label=f"{ex}: session relaunched", zorder=3)
+            inplace = [x for x in r["rows"] if x["example"] == ex and x.get("restart_start_step") is None
+                       and x.get("checkpoint_step") is not None]
+            if inplace:
+                steps = [x["checkpoint_step"] for x in inplace]
+                a.scatter(steps, steps, marker=marker,
+                          facecolors="none", edgecolors="gray", label=f"{ex}: task relaunched in place")
+        top = max([x.get("checkpoint_step") or 0 for x in r["rows"]] + [10])
+        a.plot([0, top], [0, top], "k:", label="start_step = checkpoint at the kill")
+        a.set_xlabel("last checkpoint step at the kill")
+        a.set_ylabel("start_step after the restart")
+        a.set_title(f"chaos: {r['value']}/{r['trials']} SUCCEEDED, max steps lost {r['max_steps_lost']}")
+        a.legend(fontsize=7)
+        save(fig, "chaos")
+    return made
+
+
+# ------------------------------------------------------------------ the document
+
+def summary_table(res: dict[str, dict]) -> list[str]:
+    lines = ["| benchmark | metric | value | floor | ratio | goal | met | run |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in ORDER:
+        r = res.get(name)
+        if r is None:
+            lines.append(f"| {name} | not run | | | | | | |")
+            continue
+        unit = r.get("unit") or ""
+        run = f"{r['when'][:16].replace('T', ' ')}{' (quick)' if r.get('quick') else ''}"
+        commit = r.get("host", {}).get("runtime_commit")
+        if commit:
+            run += f", runtime {commit}{' (modified)' if r['host'].get('runtime_modified') else ''}"
+        met = "**yes**" if r["goal_met"] else "**no**"
+        part = goal_parts(name, r)
+        if part:
+            met += f" ({part})"
+        if r.get("skipped"):
+            met = f"skipped: {r['skipped']}"
+        lines.append(f"| {name} | {r['metric']} | {fmt(r['value'], unit)} | {fmt(r['floor'], unit)} | "
+                     f"{fmt(r['ratio'])} | {r['goal']} | {met} | {run} |")
+    return lines
+
+
+def goal_parts(name: str, r: dict) -> str:
+    """Which half of a two-part goal holds."""
+    yn = lambda ok: "yes" if ok else "no"  # noqa: E731
+    if name == "recovery" and "summary" in r:
+        s = r["summary"]
+        return (f"relaunch {yn(s['relaunch_goal_met'])}; hang {yn(s['hang_goal_met'])}, "
+                f"{s['hang_detect_default_s']} s")
+    if name == "am_scale" and "am" in r:
+        spec, cpu = r["am"]["spec_all_s"], r["am"]["steady_cpu_share"]
+        return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
+    if name == "chaos" and "rows" in r:
+        return (f"{r['value']}/{r['trials']} SUCCEEDED; {r['trials_with_loss']} lost steps, at most "
+                f"{r['max_steps_lost']}")
+    return ""
+
+
+def details(name: str, r: dict) -> list[str]:
+    out: list[str] = []
+    if name == "launch":
+        out += ["| N | floor (s) | runtime (s) | ratio | runtime runs (s) |", "|---|---|---|---|---|"]
+        out += [f"| {row['n']} | {row['floor']} | {row['value']} | {row['ratio']} | "
+                f"{', '.join(map(str, row['runtime_runs']))} |" for row in r["rows"]]
+        row = next((row for row in r["rows"] if row["n"] == 16), r["rows"][-1])
+        out += ["", f"Phases of the median N={row['n']} run, seconds after submit: " +
+                ", ".join(f"{k} {v}" for k, v in row["phases_median_run"].items() if v is not None) + "."]
+    elif name == "recovery":
+        s = r["summary"]
+        out += ["| case | total (s) | of which spawn (s) |", "|---|---|---|",
+                f"| session relaunch, local | {s['session_relaunch_total_s']} | {s['session_relaunch_spawn_s']} |",
+                f"| task relaunch, local | {s['task_relaunch_total_s']} | {s['task_relaunch_spawn_s']} |"]
+        y = r.get("yarn_session_relaunch") or {}
+        if "total_s" in y:
+            out.append(f"| session relaunch, mini cluster | {y['total_s']} | {y['spawn_s']} |")
+        elif y:
+            out.append(f"| session relaunch, mini cluster | {y.get('skipped') or y.get('error')} | |")
+        out += ["", "| hang | detected after (s) |", "|---|---|",
+                f"| whole container stopped, defaults (1000 ms x 25) | {r['hang_default'].get('detect_s')} |",
+                f"| whole container stopped, max-missed-heartbeats={r['params']['tuned_missed_heartbeats']} | "
+                f"{r['hang_tuned'].get('detect_s')} |"]
+        u = r.get("hang_user_process_only")
+        if u:
+            out.append(f"| user process alone stopped, defaults | "
+                       f"{u.get('detect_s') if u.get('detected') else 'not detected in %s s' % u.get('watched_s')} |")
+    elif name == "throughput":
+        if r.get("pair_ratios"):
+            out += [f"Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))} (their median is the "
+                    f"ratio above; the ratio of the medians is {r.get('ratio_of_medians')}).", ""]
+        out += [f"Task parameters `{r['params']['task_params']}`. By hand: "
+                f"{', '.join(str(x['steps_per_s']) for x in r['by_hand'])} steps/s; runtime: "
+                f"{', '.join(str(x['steps_per_s']) for x in r['runtime'])}."]
+        if r.get("runtime_no_tensorboard"):
+            runs = ", ".join(str(x["steps_per_s"]) for x in r["runtime_no_tensorboard"])
+            out[-1] += (f" Runtime without TensorBoard: {runs}"
+                        f" (ratio {r['ratio_no_tensorboard']}).")
+    elif name == "am_scale":
+        runs = [("null gang server (floor)", r["null_server"]), ("ApplicationMaster", r["am"])]
+        if r.get("null_server_backlog5"):
+            runs.append(("null server, listen backlog 5", r["null_server_backlog5"]))
+        for run in (r.get("what_if") or {}).get("runs", []):
+            runs.append(("AM + " + " + ".join(run["what_if"]), run))
+        out += ["| server | all hold spec (s) | all registered (s) | client errors | CPU, burst | CPU, steady | "
+                "heartbeats/s | p99 heartbeat (ms) |", "|---|---|---|---|---|---|---|---|"]
+        for label, x in runs:
+            out.append(f"| {label} | {x['spec_all_s']} | {x['registered_all_s']} | {x['errors']} | "
+                       f"{fmt(100 * x['burst_cpu_share'])} % | {fmt(100 * x['steady_cpu_share'])} % | "
+                       f"{x['heartbeats_per_s']} | {x['hb_latency_ms_p99']} |")
+        if r.get("what_if"):
+            out += [""] + [f"- `{k}`: {v}" for k, v in r["what_if"]["changes"].items()]
+    elif name == "yarn_submit" and r.get("skein_runs"):
+        out += [f"Median: skein hello world {r['floor']} s, tony {r['value']} s, tony with every task running "
+                f"{r['tasks_running_s']} s. YARN reports the application RUNNING (skein's AM up) after "
+                f"{r['yarn_running_s']['skein']} s (skein) and {r['yarn_running_s']['tony']} s (tony)."]
+        if r.get("am_started_s") is not None:
+            out[-1] += f" The tony AM's own event log starts (am_started) at {r['am_started_s']} s."
+        if r.get("pair_ratios"):
+            out[-1] += f" Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))}."
+    elif name == "chaos":
+        out += ["| # | example | victim | logged step | checkpoint | restart start_step | lost | state |",
+                "|---|---|---|---|---|---|---|---|"]
+        for x in r["rows"]:
+            out.append(f"| {x['trial'] + 1} | {x['example']} | {x['victim']} | {fmt(x.get('logged_step'))} | "
+                       f"{fmt(x.get('checkpoint_step'))} | {fmt(x.get('restart_start_step'))} | "
+                       f"{fmt(x.get('lost_beyond_checkpoint'))} | {x.get('state')} |")
+    return out
+
+
+def document(res: dict[str, dict], made: dict[str, Path], doc: Path) -> str:
+    rel = lambda p: os.path.relpath(p, doc.parent)  # noqa: E731
+    lines = ["# Benchmarks", "",
+             "Generated by `python bench/report.py` from `bench/results/*.json`; the analysis below the "
+             "tables is kept in `bench/findings.md`. Each benchmark is a script, `python bench/<name>.py "
+             "[--quick] [--json]`, that writes `bench/results/<name>.json`; see each script's docstring for "
+             "exactly what it times and against what floor.", "",
+             "Running them: the plots need `matplotlib`, the launch profile `pyinstrument` (both in the "
+             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra, `yarn_submit` and the "
+             "mini cluster part of `recovery` the `yarn` extra plus Java 17 (they start a mini cluster, or reuse "
+             "the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of all six takes about "
+             "40 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
+             "am_scale) and `--what-if` (am_scale) add the profiles and the patched-AM experiments quoted "
+             "below.", ""]
+    hosts = {json.dumps({k: r["host"].get(k) for k in ("cores", "cpu", "memory_gb")}) for r in res.values()}
+    for h in hosts:
+        h = json.loads(h)
+        lines.append(f"Machine: {h['cores']} cores ({h['cpu']}), {h['memory_gb']} GiB, shared with other work "
+                     "while these ran: compare ratios (both sides of each measured in the same run), not "
+                     "absolute times. Load averages at start and end are in each result file.")
+    lines += ["", "## Latest results", ""] + summary_table(res)
+    findings = BENCH / "findings.md"
+    for name in ORDER:
+        if name not in res:
+            continue
+        lines += ["", f"## {name}", "", f"`{res[name]['command']}`", ""] + details(name, res[name])
+        if name in made:
+            lines += ["", f"![{name}]({rel(made[name])})"]
+    if findings.exists():
+        lines += ["", findings.read_text().rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Write docs/benchmarks.md from the benchmark results")
+    ap.add_argument("--results", type=Path, default=BENCH / "results")
+    ap.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    args = ap.parse_args()
+    res = load(args.results)
+    made = plots(res, args.results / "plots")
+    args.doc.write_text(document(res, made, args.doc.resolve()))
+    print(f"wrote {args.doc} ({len(res)} benchmarks, {len(made)} plots)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,9 @@ from .status import JobStatus
 
 __all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
 
+# How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
+FINISH_GRACE_S = 60.0
+
 
 class SubmitError(RuntimeError):
     """The cluster refused the job before anything ran (e.g. it can never fit)."""
@@ -100,9 +103,26 @@ class JobHandle:
             if on_update and key != last:
                 on_update(st)
             last = key
-            if st.is_final or (deadline is not None and time.time() >= deadline):
+            if st.is_final:
+                return self._settled(st, poll_interval, deadline)
+            if deadline is not None and time.time() >= deadline:
                 return st
             time.sleep(poll_interval)
+
+    def _settled(self, st: JobStatus, poll_interval: float, deadline: float | None) -> JobStatus:
+        """The AM announces a final state before it has released its containers, written the final
+        status and unregistered from the cluster. Waits (briefly) for that to finish, so that when
+        ``wait`` returns the resources are free and the cluster's own record agrees."""
+        grace = time.time() + FINISH_GRACE_S
+        if deadline is not None:
+            grace = min(grace, max(deadline, time.time() + 5.0))
+        while self.backend.endpoint(self.app_id) is not None and time.time() < grace:
+            time.sleep(min(poll_interval, 0.5))
+        try:
+            stored = self.backend.stored_status(self.app_id)
+        except KeyError:
+            return st
+        return stored if stored.is_final else st
 
     def kill(self, reason: str = "killed by user", timeout: float = 60.0) -> JobStatus:
         """Asks the AM to stop every task; force-kills if the AM does not answer."""

@@ -21,14 +21,10 @@ import time
 import zipfile
 from pathlib import Path
 
-import psutil
-import requests
-
 from .frameworks import TaskContext, build_env
 from .history import log_tail
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec
-from .storage import CheckpointMirror, open_storage
 
 __all__ = ["TaskExecutor", "PortReservation", "main"]
 
@@ -66,6 +62,8 @@ class PortReservation:
 def kill_process_tree(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
     if proc is None or proc.poll() is not None:
         return
+    import psutil  # imported when needed: a container's start is mostly its imports
+
     try:
         root = psutil.Process(proc.pid)
         procs = [root, *root.children(recursive=True)]
@@ -104,7 +102,7 @@ class TaskExecutor:
         self.tensorboard: subprocess.Popen | None = None
         self.interval = max(0.05, self.spec.heartbeat_interval_ms / 1000.0)
         self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
-        self.mirror: CheckpointMirror | None = None
+        self.mirror = None  # a storage.CheckpointMirror on the chief when checkpoints are mirrored
 
     # ------------------------------------------------------------------ steps
     def _register(self, port: int) -> None:
@@ -146,6 +144,8 @@ class TaskExecutor:
     def _metrics(self) -> dict:
         if self.user is None or self.user.poll() is not None:
             return {}
+        import psutil
+
         try:
             root = psutil.Process(self.user.pid)
             procs = [root, *root.children(recursive=True)]
@@ -234,17 +234,21 @@ class TaskExecutor:
         threading.Thread(target=self._announce_tensorboard, args=(url,), daemon=True).start()
 
     def _announce_tensorboard(self, url: str) -> None:
+        import urllib.request
+
         deadline = time.time() + 180
         while time.time() < deadline and not self.stop_event.is_set():
             if self.tensorboard is None or self.tensorboard.poll() is not None:
                 log.warning("TensorBoard exited early; see tensorboard.log")
                 return
             try:
-                if requests.get(url + "/data/logdir", timeout=2).status_code == 200:
+                with urllib.request.urlopen(url + "/data/logdir", timeout=2) as reply:
+                    ready = reply.status == 200
+                if ready:
                     self.am.register_tensorboard(url)
                     log.info("TensorBoard ready at %s", url)
                     return
-            except (requests.RequestException, AMError, AMUnreachable):
+            except (OSError, AMError, AMUnreachable):
                 pass
             time.sleep(0.5)
 
@@ -280,6 +284,8 @@ class TaskExecutor:
         cluster = reply["cluster"]
         location = self.env.get("TONY_CHECKPOINT_LOCATION")
         if location:
+            from .storage import CheckpointMirror, open_storage
+
             self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)
             restored = self.mirror.restore()
             if restored:

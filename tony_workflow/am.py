@@ -127,6 +127,7 @@ class ApplicationMaster:
         self.executor_argv = executor_argv or cluster.executor_argv
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
+        self._gang_ready = threading.Event()  # set when the current session's gang has registered
         self.events = EventLog(self.app_dir / "events.jsonl")
         self.kill_requested: str | None = None
         self.cancel = threading.Event()
@@ -154,7 +155,14 @@ class ApplicationMaster:
         self.retry_count = spec.retry_count
         self.fail_on_worker_failure = spec.fail_on_worker_failure
         hb = max(1, spec.heartbeat_interval_ms)
-        self.heartbeat_expiry = hb * max(3, spec.max_missed_heartbeats) / 1000.0
+        by_count = hb * max(3, spec.max_missed_heartbeats) / 1000.0
+        timeout = spec.heartbeat_timeout_ms / 1000.0
+        # Whichever limit comes first, but never fewer than three missed beats.
+        self.heartbeat_expiry = min(by_count, max(timeout, 3 * hb / 1000.0)) if timeout > 0 else by_count
+        self.expiry_rule = (f"tony.task.max-missed-heartbeats={spec.max_missed_heartbeats}"
+                            if self.heartbeat_expiry == by_count else
+                            f"no heartbeat for {self.heartbeat_expiry:g} s, tony.task.heartbeat-timeout-ms="
+                            f"{spec.heartbeat_timeout_ms}")
         self.tick = min(0.5, hb / 2000.0)
 
     # ---------------------------------------------------------------- status
@@ -321,6 +329,7 @@ class ApplicationMaster:
             self._cluster = None
             if all(t.registered_at for t in self.tasks.values()):
                 self._cluster = self.cluster_dict()
+                self._gang_ready.set()
                 self.events.emit("cluster_spec_ready", session=self.session_id, cluster=self._cluster)
             return 200, {"ok": True}
 
@@ -332,8 +341,8 @@ class ApplicationMaster:
 
     def cluster_spec(self, task_id: str, session_id: int, wait: float) -> tuple[int, dict | None]:
         deadline = time.time() + min(max(wait, 0.0), 60.0)
-        with self.cond:
-            while True:
+        while True:
+            with self.lock:
                 task = self.tasks.get(task_id)
                 if task is None or task.session_id != session_id or task.stopping:
                     return 409, {"error": "stale session", "action": "stop"}
@@ -342,7 +351,13 @@ class ApplicationMaster:
                 remaining = deadline - time.time()
                 if remaining <= 0:
                     return 204, None
-                self.cond.wait(remaining)
+                gang = self._gang_ready
+                if gang.is_set():  # a task relaunched alone is registering again
+                    self.cond.wait(min(remaining, self.tick))
+                    continue
+            # Waiters sleep on the gang's own event, not the AM's condition: registrations would
+            # otherwise wake every waiting request once per task (N² wake-ups for a gang of N).
+            gang.wait(remaining)
 
     def heartbeat(self, body: dict) -> tuple[int, dict]:
         with self.lock:
@@ -405,16 +420,27 @@ class ApplicationMaster:
             env["TONY_TASK_PORT"] = str(fixed_port)
         return env
 
-    def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
-                restarts: int = 0) -> Task:
+    def _new_task(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
+                  restarts: int = 0) -> Task:
         ttype, idx = task_id.split(":")
         status = TaskStatus(type=ttype, index=int(idx), state=TaskState.NEW, container_id=container.id,
                             host=container.host, restarts=restarts)
         task = Task(status=status, container=container, session_id=session_id, fixed_port=fixed_port)
         self.tasks[task_id] = task
+        return task
+
+    def _launched(self, task: Task) -> None:
+        task.status.log_url = self.cluster.log_url(task.container)
+        if task.status.state == TaskState.NEW:  # a fast executor may have registered already
+            self._set_task_state(task, TaskState.LAUNCHED, container=task.container.id,
+                                 gpus=task.container.gpu_indices)
+
+    def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
+                restarts: int = 0) -> Task:
+        """Creates and launches one task. Called with the lock held."""
+        task = self._new_task(task_id, container, session_id, fixed_port, restarts)
         self.cluster.launch(container, self.executor_argv, self._task_env(task_id, session_id, fixed_port, container))
-        status.log_url = self.cluster.log_url(container)
-        self._set_task_state(task, TaskState.LAUNCHED, container=container.id, gpus=container.gpu_indices)
+        self._launched(task)
         return task
 
     def _start_session(self, session_id: int) -> None:
@@ -424,12 +450,21 @@ class ApplicationMaster:
             self.status.attempts = session_id + 1
             self.tasks = {}
             self._cluster = None
+            self._gang_ready = threading.Event()
             self.events.emit("session_started", session=session_id)
+            tasks = []
             for task_id, reserved in self.containers.items():
                 container = reserved if session_id == 0 else self.cluster.new_container(reserved)
-                self._launch(task_id, container, session_id)
+                tasks.append(self._new_task(task_id, container, session_id))
             self.status.state = JobState.RUNNING
             self._publish()
+        # Launched without the lock, so status requests and early registrations are answered while
+        # the rest of the gang is still being started.
+        for task in tasks:
+            self.cluster.launch(task.container, self.executor_argv,
+                                self._task_env(task.id, session_id, None, task.container))
+            with self.lock:
+                self._launched(task)
 
     def _on_exit(self, task: Task, code: int, diagnostics: str = "") -> None:
         """Records a task's end and applies the failure rules. Called with the lock held."""
@@ -529,7 +564,7 @@ class ApplicationMaster:
                 missed = int((now - task.last_heartbeat) * 1000 / max(1, self.spec.heartbeat_interval_ms))
                 self.cluster.kill(task.container, grace=0.5)
                 self._on_exit(task, LOST_EXIT_CODE, f"Task with id [{task.id}] has missed [{missed}] heartbeats "
-                              f"(tony.task.max-missed-heartbeats={self.spec.max_missed_heartbeats}).")
+                              f"({self.expiry_rule}).")
                 continue
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
@@ -563,6 +598,7 @@ class ApplicationMaster:
             live = [t for t in self.tasks.values() if not t.final]
             for t in live:
                 t.stopping = True
+            self._gang_ready.set()  # wakes waiters for the cluster spec; they find their session gone
             self.cond.notify_all()
         threads = [threading.Thread(target=self.cluster.kill, args=(t.container, 3.0)) for t in live]
         for th in threads:
@@ -676,7 +712,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from .backends.local import Inventory, LocalClusterManager
         app_id = app_dir.name
-        cluster = LocalClusterManager(app_id, app_dir, Inventory.from_conf(spec.conf))
+        cluster = LocalClusterManager(app_id, app_dir, Inventory.from_conf(spec.conf),
+                                      fork_server=spec.local_fork_server)
         secret = json.loads((app_dir / "am.secret").read_text())
         token, view_token, host = secret["token"], secret["view_token"], "127.0.0.1"
     am = ApplicationMaster(spec, app_id, app_dir, cluster, token=token, view_token=view_token, host=host)

@@ -62,8 +62,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 __all__ = ["SpecIssue", "SpecError", "Resources", "TaskSpec", "JobSpec", "parse_memory", "load_spec",
            "load_tony_xml", "spec_from_mapping", "apply_overrides", "TONY_DEFAULTS", "PROJECT_DEFAULTS",
            "FRAMEWORKS", "MULTI_VALUE_KEYS"]
@@ -155,6 +153,13 @@ _TONY_XML_DEFAULTS: dict[str, str] = {
 #:     Whether the chief gets a ``TB_PORT`` and the AM registers a TensorBoard URL.
 #: ``tony.checkpoint.location``
 #:     Where ``TONY_CHECKPOINT_DIR`` is mirrored to and restored from; empty: the job directory.
+#: ``tony.task.heartbeat-timeout-ms``
+#:     The AM declares a task lost after this long without a heartbeat, or after
+#:     ``heartbeat-interval-ms × max-missed-heartbeats`` if that comes first; 0: only the latter, as
+#:     in TonY. The executor's own patience with an unreachable AM stays at max-missed-heartbeats.
+#: ``tony.local.fork-server``
+#:     Whether the local backend forks task containers from a pre-started server (fast) instead of
+#:     starting an interpreter for each.
 PROJECT_DEFAULTS: dict[str, str] = {
     "tony.local.vcore-oversubscription": "4",
     "tony.local.memory": "",
@@ -162,6 +167,8 @@ PROJECT_DEFAULTS: dict[str, str] = {
     "tony.local.gpus": "",
     "tony.task.tensorboard.enabled": "true",
     "tony.checkpoint.location": "",
+    "tony.task.heartbeat-timeout-ms": "8000",
+    "tony.local.fork-server": "true",
 }
 
 #: The effective configuration before any file: TonY's defaults, then this project's.
@@ -604,6 +611,16 @@ class JobSpec:
         return self._typed("tony.task.max-missed-heartbeats", lambda v: _parse_int(v, 1))
 
     @property
+    def local_fork_server(self) -> bool:
+        """tony.local.fork-server."""
+        return self._typed("tony.local.fork-server", _parse_bool)
+
+    @property
+    def heartbeat_timeout_ms(self) -> int:
+        """tony.task.heartbeat-timeout-ms: the AM's limit on silence from a task; 0: none."""
+        return self._typed("tony.task.heartbeat-timeout-ms", lambda v: _parse_int(v, 0))
+
+    @property
     def application_timeout_ms(self) -> int:
         """tony.application.timeout: the job's time limit; 0 means none."""
         return self._typed("tony.application.timeout", lambda v: _parse_int(v, 0))
@@ -739,6 +756,7 @@ class JobSpec:
         for key in _INT_KEYS:
             minimum = _INT_MINIMUMS.get(key)
             check(key, lambda v, m=minimum: _parse_int(v, m))
+        check("tony.task.heartbeat-timeout-ms", lambda v: _parse_int(v, 0))
         check("tony.local.vcore-oversubscription", _parse_oversubscription)
         check("tony.local.memory", _optional(parse_memory))
         check("tony.local.vcores", _optional(lambda v: _parse_int(v, 1)))
@@ -1123,24 +1141,38 @@ def spec_from_mapping(data: Mapping, *, source: str | None = None) -> JobSpec:
                    **reader.args)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently."""
+_LOADER = None
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+
+def _unique_key_loader():
+    """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently.
+    Built on first use: executors read specs as JSON and never pay for importing YAML."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class UniqueKeyLoader(yaml.SafeLoader):
+            def construct_mapping(self, node, deep=False):
+                seen = set()
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                                key_node.start_mark)
+                    seen.add(key)
+                return super().construct_mapping(node, deep)
+
+        _LOADER = UniqueKeyLoader
+    return _LOADER
 
 
 def _parse_yaml(text: str, source: str | None) -> object:
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        return yaml.load(text, Loader=_unique_key_loader())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}" if mark else "document"

@@ -174,6 +174,21 @@ def test_hung_task_is_detected_by_missed_heartbeats(tony_home, tmp_path):
     assert not psutil.pid_exists(container_pid) or psutil.Process(container_pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_heartbeat_timeout_declares_a_hung_task_lost_before_the_missed_heartbeat_count(tony_home, tmp_path):
+    # 25 missed beats of 200 ms would take 5 s; the AM-side timeout of 1 s comes first.
+    cmd = '[ "$SESSION_ID" = 0 ] && [ "$TASK_INDEX" = 0 ] && sleep 60; exit 0'
+    h = submit(tmp_path, cmd, {"worker": {"instances": 1}},
+               conf={"tony.am.retry-count": 1, "tony.task.heartbeat-interval-ms": 200,
+                     "tony.task.max-missed-heartbeats": 25, "tony.task.heartbeat-timeout-ms": 1000})
+    st = wait_for(lambda: (s := h.status()).task("worker:0") and s.task("worker:0").state == "RUNNING" and s)
+    container_pid = int((Path(st.task("worker:0").log_url).parent / "pid").read_text())
+    os.killpg(container_pid, signal.SIGSTOP)
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "SUCCEEDED" and st.session_id == 1
+    lost = [e for e in events(h) if e["event"] == "task_state" and e["state"] == "LOST"]
+    assert lost and "tony.task.heartbeat-timeout-ms=1000" in lost[0]["diagnostics"], lost
+
+
 def test_task_restart_policy_relaunches_only_that_task_at_the_same_address(tony_home, tmp_path):
     mark = tmp_path / "worker1-failed-once"
     cmd = (f'if [ "$JOB_NAME" = chief ]; then sleep 4; exit 0; fi; '
@@ -244,13 +259,15 @@ def test_execution_timeout_fails_the_task(tony_home, tmp_path):
 
 def test_registration_timeout(tony_home, tmp_path):
     # An executor that hangs before it can register (as on a stuck filesystem): a sitecustomize
-    # on its PYTHONPATH sleeps at interpreter start-up.
+    # on its PYTHONPATH sleeps at interpreter start-up. Forked executors start no interpreter, so
+    # this one is started the other way.
     hang = tmp_path / "hang"
     hang.mkdir()
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
     path = os.pathsep.join([str(hang), *filter(None, [os.environ.get("PYTHONPATH")])])
     h = submit(tmp_path, "true", {"worker": {"instances": 1}},
-               conf={"tony.containers.envs": f"PYTHONPATH={path}", "tony.container.registration.timeout": 1500})
+               conf={"tony.containers.envs": f"PYTHONPATH={path}", "tony.container.registration.timeout": 1500,
+                     "tony.local.fork-server": "false"})
     st = h.wait(poll_interval=0.2, timeout=60)
     assert st.state == "FAILED" and "tony.container.registration.timeout" in st.diagnostics
 

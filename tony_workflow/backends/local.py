@@ -31,6 +31,7 @@ from typing import Iterator
 
 import psutil
 
+from ..forkserver import ForkServer, ForkServerGone
 from ..spec import JobSpec, parse_memory
 from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
@@ -186,15 +187,24 @@ def _pid_alive(pid: int) -> bool:
 class LocalClusterManager(ClusterManager):
     """AM-side: the ledger, and containers as local process groups."""
 
-    def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None):
+    def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None,
+                 fork_server: bool = False):
         self.app_id = app_id
         self.app_dir = app_dir
         self.inventory = inventory
         self.owner_pid = owner_pid or os.getpid()
         self.ledger = cluster_dir() / "ledger.json"
         self._procs: dict[str, subprocess.Popen] = {}
+        self._forked: dict[str, int] = {}  # container id -> pid, for containers the fork server started
         self._seq = 0
         self._lock = threading.Lock()
+        self._forks: ForkServer | None = None
+        if fork_server:
+            # Started now so that its interpreter start overlaps allocation, not the launch.
+            try:
+                self._forks = ForkServer()
+            except OSError:
+                self._forks = None
 
     def _purge(self, L: dict) -> None:
         L.setdefault("allocations", {})
@@ -264,33 +274,53 @@ class LocalClusterManager(ClusterManager):
         # Exactly the GPUs this container holds; an empty value hides every GPU.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in container.gpu_indices)
         env["CONTAINER_ID"] = container.id
-        with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
-            p = subprocess.Popen(argv, cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, close_fds=True)
-        container.pid = p.pid
+        pid = None
+        if self._forks is not None and self._forks.alive:
+            try:
+                pid = self._forks.spawn(argv, env, str(wd), str(container.stdout), str(container.stderr))
+                with self._lock:
+                    self._forked[container.id] = pid
+            except ForkServerGone:
+                pid = None
+        if pid is None:
+            with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
+                p = subprocess.Popen(argv, cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, close_fds=True)
+            pid = p.pid
+            with self._lock:
+                self._procs[container.id] = p
+        container.pid = pid
         (wd / "task_id").write_text(container.task_id)
-        (wd / "pid").write_text(str(p.pid))
-        with self._lock:
-            self._procs[container.id] = p
+        (wd / "pid").write_text(str(pid))
 
     def poll(self, container: Container) -> int | None:
         p = self._procs.get(container.id)
-        return None if p is None else p.poll()
+        if p is not None:
+            return p.poll()
+        pid = self._forked.get(container.id)
+        return None if pid is None else self._forks.poll(pid)
 
     def kill(self, container: Container, grace: float = 5.0) -> None:
-        p = self._procs.get(container.id)
-        if p is None or p.poll() is not None:
+        if self.poll(container) is not None:
             return
-        kill_tree(p.pid, grace)
-        try:
-            p.wait(timeout=grace + 5)
-        except subprocess.TimeoutExpired:
-            pass
+        p = self._procs.get(container.id)
+        if p is not None:
+            kill_tree(p.pid, grace)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=grace + 5)
+        elif container.id in self._forked:
+            pid = self._forked[container.id]
+            kill_tree(pid, grace)
+            self._forks.wait(pid, grace + 5)
 
     def release(self) -> None:
-        for c_id, p in list(self._procs.items()):
-            if p.poll() is None:
-                kill_tree(p.pid, 2.0)
+        running = [p.pid for p in list(self._procs.values()) if p.poll() is None]
+        if self._forks is not None:
+            running += [pid for pid in list(self._forked.values()) if self._forks.poll(pid) is None]
+        for pid in running:
+            kill_tree(pid, 2.0)
+        if self._forks is not None:
+            self._forks.close()
         with _locked_json(self.ledger, {}) as L:
             L.get("allocations", {}).pop(self.app_id, None)
             L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]

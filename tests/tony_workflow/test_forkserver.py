@@ -1,0 +1,117 @@
+"""The local backend's fork server: containers forked from a pre-started interpreter."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.conftest import wait_for
+from tony_workflow.backends.base import Container
+from tony_workflow.backends.local import Inventory, LocalClusterManager
+from tony_workflow.client import TonyClient, load_job
+from tony_workflow.forkserver import ForkServer, ForkServerGone
+from tony_workflow.spec import SpecError
+
+
+@pytest.fixture
+def server():
+    fs = ForkServer()
+    yield fs
+    fs.close()
+
+
+def files(tmp_path: Path):
+    return str(tmp_path / "out"), str(tmp_path / "err")
+
+
+def test_a_forked_command_gets_its_directory_environment_files_and_session(server, tmp_path):
+    out, err = files(tmp_path)
+    pid = server.spawn(["sh", "-c", 'echo "$GREETING from $(pwd)"; echo oops >&2; sleep 1; exit 3'],
+                       {"GREETING": "hello", "PATH": os.environ["PATH"]}, str(tmp_path), out, err)
+    assert os.getsid(pid) == pid  # leads a new session, so its whole group can be killed
+    assert server.owns(pid) and server.poll(pid) is None
+    assert server.wait(pid, 30) == 3
+    assert Path(out).read_text() == f"hello from {tmp_path}\n"
+    assert Path(err).read_text() == "oops\n"
+
+
+def test_a_signalled_child_reports_a_negative_code_as_popen_does(server, tmp_path):
+    pid = server.spawn(["sleep", "60"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
+    os.kill(pid, signal.SIGKILL)
+    assert server.wait(pid, 30) == -signal.SIGKILL
+
+
+def test_a_command_that_cannot_start_fails_with_127_and_says_why(server, tmp_path):
+    out, err = files(tmp_path)
+    pid = server.spawn(["/no/such/program"], {}, str(tmp_path), out, err)
+    assert server.wait(pid, 30) == 127
+    assert "cannot start container" in Path(err).read_text() and "/no/such/program" in Path(err).read_text()
+
+
+def test_children_outlive_the_server_and_a_gone_server_is_reported(tmp_path):
+    fs = ForkServer()
+    pid = fs.spawn(["sleep", "1.5"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
+    fs.proc.kill()  # the server dies; its child is not told
+    fs.proc.wait()
+    wait_for(lambda: not fs.alive, timeout=10)
+    with pytest.raises(ForkServerGone):
+        fs.spawn(["true"], {}, str(tmp_path), *files(tmp_path))
+    assert psutil.pid_exists(pid)
+    # its exit code can no longer be known: once it is gone it counts as killed
+    assert wait_for(lambda: fs.poll(pid) is not None, timeout=30) and fs.poll(pid) == -signal.SIGKILL
+
+
+def test_the_cluster_manager_falls_back_to_plain_processes_without_the_server(tony_home, tmp_path):
+    cm = LocalClusterManager("application_1_0001", tmp_path, Inventory(memory_mb=4096, vcores=8, gpus=[]),
+                             fork_server=True)
+    cm._forks.proc.kill()
+    cm._forks.proc.wait()
+    wait_for(lambda: not cm._forks.alive, timeout=10)
+    c = Container(id="container_1_0001_01_000001", task_id="worker:0", memory_mb=128, vcores=1, gpu_indices=[])
+    cm.launch(c, [sys.executable, "-c", "import os; print(os.getcwd())"], {})
+    assert wait_for(lambda: cm.poll(c) is not None, timeout=30) and cm.poll(c) == 0
+    assert c.id in cm._procs and Path(c.stdout).read_text().strip() == str(c.workdir)
+    cm.release()
+
+
+def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home, tmp_path):
+    def run(fork: str):
+        doc = {"name": "fork", "command": "sleep 2; echo task ran", "am": {"memory": "128m"},
+               "tasks": {"worker": {"instances": 2, "memory": "128m"}},
+               "conf": {"tony.task.tensorboard.enabled": "false", "tony.local.fork-server": fork}}
+        path = tmp_path / f"job-{fork}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        h = TonyClient("local").submit(load_job(str(path)))
+        st = wait_for(lambda: (s := h.status()).tasks and all(t.state == "RUNNING" for t in s.tasks) and s)
+        am_pid = h.backend._am_info(h.app_id)["pid"]
+        parents = []
+        for t in st.tasks:
+            container_pid = int((Path(t.log_url).parent / "pid").read_text())
+            parent = psutil.Process(container_pid).parent()
+            parents.append((parent.pid, parent.cmdline()))
+        final = h.wait(poll_interval=0.2, timeout=60)
+        assert final.state == "SUCCEEDED", final.diagnostics
+        return am_pid, parents
+
+    am_pid, parents = run("true")
+    assert all(pid != am_pid and "tony_workflow.forkserver" in cmdline for pid, cmdline in parents), parents
+    am_pid, parents = run("false")
+    assert all(pid == am_pid for pid, _ in parents), parents
+
+
+def test_a_bad_fork_server_value_is_refused(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "command": "true", "tasks": {"worker": {"instances": 1}},
+                                    "conf": {"tony.local.fork-server": "sometimes",
+                                             "tony.task.heartbeat-timeout-ms": "-5"}}))
+    with pytest.raises(SpecError) as e:
+        load_job(str(path)).validate()
+    text = str(e.value)
+    assert "tony.local.fork-server" in text and "sometimes" in text
+    assert "tony.task.heartbeat-timeout-ms" in text and "-5" in text

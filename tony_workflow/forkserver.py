@@ -1,0 +1,257 @@
+"""A fork server for the embedded cluster's containers.
+
+Starting a task container used to mean starting a Python interpreter and importing the executor:
+about 70 ms of CPU per container, paid by every container of a gang at the same moment. The AM of
+a local job instead starts one fork server when it starts (in parallel with allocation). The server
+is a fresh, single-threaded interpreter that has already imported the executor; for each container
+it forks a child, which becomes the leader of a new session (a process group of its own, as before),
+takes the container's working directory, environment and stdout/stderr files, and runs the
+executor's ``main`` without another interpreter start. Commands other than the executor are
+``exec``-ed from the child.
+
+Protocol, JSON lines: the AM writes ``{"id", "argv", "env", "cwd", "stdout", "stderr"}`` to the
+server's stdin; the server answers ``{"id", "pid"}`` (or ``{"id", "error"}``) and later reports
+every child's end as ``{"exit": pid, "code": c}``, with ``c`` as :meth:`subprocess.Popen.poll`
+gives it (negative for a signal). The server exits when its stdin closes; children outlive it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+__all__ = ["ForkServer", "ForkServerGone"]
+
+EXECUTOR_MODULE = "tony_workflow.executor"
+
+
+class ForkServerGone(RuntimeError):
+    """The fork server is not running (never started, or exited)."""
+
+
+# ------------------------------------------------------------------------------------ AM side
+class ForkServer:
+    """The AM's handle on its fork server. Thread-safe."""
+
+    def __init__(self, python: str | None = None, stderr: Any = None):
+        self.python = python or sys.executable
+        self.proc = subprocess.Popen([self.python, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=stderr, start_new_session=True, close_fds=True)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._seq = 0
+        self._replies: dict[int, dict] = {}
+        self._exits: dict[int, int] = {}
+        self._children: set[int] = set()
+        self._gone = False
+        self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        return not self._gone
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                if "exit" in msg:
+                    self._exits[msg["exit"]] = msg["code"]
+                else:
+                    self._replies[msg["id"]] = msg
+                self._cond.notify_all()
+        with self._cond:
+            self._gone = True
+            self._cond.notify_all()
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str,
+              timeout: float = 30.0) -> int:
+        """Starts a container's process; returns its pid. Raises ForkServerGone if the server is
+        not there to do it (the caller then starts the process itself)."""
+        request = {"argv": argv, "env": env, "cwd": cwd, "stdout": stdout, "stderr": stderr}
+        with self._cond:
+            if self._gone:
+                raise ForkServerGone("fork server exited")
+            self._seq += 1
+            request["id"] = seq = self._seq
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError) as e:
+                self._gone = True
+                raise ForkServerGone(f"fork server unreachable: {e}") from None
+            if not self._cond.wait_for(lambda: seq in self._replies or self._gone, timeout):
+                raise ForkServerGone("fork server did not answer")
+            reply = self._replies.pop(seq, None)
+            if reply is None:
+                raise ForkServerGone("fork server exited")
+            if "error" in reply:
+                raise OSError(reply["error"])
+            self._children.add(reply["pid"])
+            return reply["pid"]
+
+    def owns(self, pid: int) -> bool:
+        with self._lock:
+            return pid in self._children
+
+    def poll(self, pid: int) -> int | None:
+        """The exit code of a child, or None while it runs. A child whose end the server can no longer
+        report (the server died first) counts as killed once it is gone."""
+        with self._lock:
+            if pid in self._exits:
+                return self._exits[pid]
+            gone = self._gone
+        if gone and not _pid_running(pid):
+            return -signal.SIGKILL
+        return None
+
+    def wait(self, pid: int, timeout: float) -> int | None:
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exits or self._gone, timeout)
+        return self.poll(pid)
+
+    def close(self) -> None:
+        """Stops the server (children keep running). Idempotent."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+
+# -------------------------------------------------------------------------------- server side
+def _write(msg: dict) -> None:
+    data = (json.dumps(msg) + "\n").encode()
+    while data:
+        data = data[os.write(1, data):]
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _write({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _is_executor(argv: list[str]) -> bool:
+    return (len(argv) >= 3 and argv[1:3] == ["-m", EXECUTOR_MODULE]
+            and os.path.realpath(argv[0]) == os.path.realpath(sys.executable))
+
+
+def _become(request: dict, close_fds: list[int]) -> int:
+    """In the forked child: set up the container's process and run it. Returns its exit code."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    for fd in close_fds:
+        os.close(fd)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    env, argv = request["env"], request["argv"]
+    os.environ.clear()
+    os.environ.update(env)
+    if not _is_executor(argv):
+        os.execvpe(argv[0], argv, env)
+    from . import executor
+
+    sys.argv = [executor.__file__, *argv[3:]]
+    try:
+        code = executor.main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return code or 0
+
+
+def serve() -> int | None:
+    """The server's loop. Returns only in a forked child, with the child's exit code."""
+    from . import executor  # noqa: F401  (imported once here, inherited by every child)
+    import psutil  # noqa: F401  (the executor imports it on its first metrics sample)
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    buf = b""
+    while True:
+        try:
+            ready, _, _ = select.select([0, wake_r], [], [], 1.0)
+        except InterruptedError:
+            ready = []
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap()
+        if 0 not in ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return None
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            request = json.loads(line)
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _write({"id": request["id"], "error": f"fork failed: {e}"})
+                continue
+            if pid == 0:
+                try:
+                    return _become(request, [wake_r, wake_w])
+                except BaseException as e:  # the container cannot start: say why where its stderr goes
+                    try:
+                        os.write(2, f"tony-workflow: cannot start container command "
+                                    f"{request['argv'][:1]}: {e}\n".encode())
+                    finally:
+                        os._exit(127)
+            _write({"id": request["id"], "pid": pid})
+
+
+def main() -> None:
+    code = serve()
+    if code is None:  # the server itself, told to stop
+        sys.exit(0)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

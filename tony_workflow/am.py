@@ -141,6 +141,7 @@ class ApplicationMaster:
         self._sent_status = ""
         self._dirty = False
         self._last_write = 0.0
+        self._write_lock = threading.Lock()
         self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
@@ -167,26 +168,33 @@ class ApplicationMaster:
 
     # ---------------------------------------------------------------- status
     def _publish(self, force: bool = False) -> None:
-        """Persists the status for clients that outlive the AM, atomically. Writes are coalesced
-        (at most one per quarter second; the monitor flushes the rest): a large gang registering
-        would otherwise rewrite the whole status once per task. Live status comes from the API."""
+        """Marks the status changed and wakes the monitor, which persists it (for clients that
+        outlive the AM) at most every quarter second, outside the lock: a large gang registering
+        would otherwise rewrite the whole file once per task while every request waits. Live
+        status comes from the API. Called with the lock held."""
         self.status.tasks = [t.status for t in self.tasks.values()]
         self._dirty = True
-        if force or time.monotonic() - self._last_write >= 0.25:
-            self._flush()
+        if force:
+            self._write_status(self._status_snapshot())
         self.cond.notify_all()
 
-    def _flush(self) -> None:
+    def _status_snapshot(self) -> str | None:
+        """The status as JSON if it changed since the last snapshot. Called with the lock held."""
         if not self._dirty:
-            return
-        data = json.dumps(self.status.to_dict())
-        if data != self._sent_status:
-            tmp = self.app_dir / "status.json.tmp"
-            tmp.write_text(data)
-            os.replace(tmp, self.app_dir / "status.json")
-            self._sent_status = data
+            return None
         self._dirty = False
-        self._last_write = time.monotonic()
+        return json.dumps(self.status.to_dict())
+
+    def _write_status(self, data: str | None) -> None:
+        if data is None:
+            return
+        with self._write_lock:
+            if data != self._sent_status:
+                tmp = self.app_dir / "status.json.tmp"
+                tmp.write_text(data)
+                os.replace(tmp, self.app_dir / "status.json")
+                self._sent_status = data
+            self._last_write = time.monotonic()
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         task.status.state = state
@@ -580,7 +588,9 @@ class ApplicationMaster:
                 with self.cond:
                     self.cond.wait(self.tick)
                     self._check()
-                    self._flush()
+                    due = time.monotonic() - self._last_write >= 0.25
+                    data = self._status_snapshot() if due else None
+                self._write_status(data)
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:
@@ -620,7 +630,7 @@ class ApplicationMaster:
                                                           "tracking_url": self.status.tracking_url}))
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name)
         with self.lock:
-            self._publish()
+            self._publish(force=True)
         try:
             end = self._allocate_and_run()
         except Exception as e:  # the AM must always leave a final status behind

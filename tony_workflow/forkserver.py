@@ -2,12 +2,13 @@
 
 Starting a task container used to mean starting a Python interpreter and importing the executor:
 about 70 ms of CPU per container, paid by every container of a gang at the same moment. The AM of
-a local job instead starts one fork server when it starts (in parallel with allocation). The server
-is a fresh, single-threaded interpreter that has already imported the executor; for each container
-it forks a child, which becomes the leader of a new session (a process group of its own, as before),
-takes the container's working directory, environment and stdout/stderr files, and runs the
-executor's ``main`` without another interpreter start. Commands other than the executor are
-``exec``-ed from the child.
+a local job instead forks one fork server from itself as it starts, before it has any thread (so the
+fork is safe) and with the executor already imported. For each container the server forks a child,
+which leads a process group of its own (in the server's session, which has no terminal), takes the
+container's working directory, environment and stdout/stderr files, and runs the executor's
+``main`` without another interpreter start. Commands other than the executor are ``exec``-ed from
+the child. ``ForkServer(inline=False)`` starts the server as a fresh interpreter instead, for
+processes that already run threads.
 
 Protocol, JSON lines: the AM writes ``{"id", "argv", "env", "cwd", "stdout", "stderr"}`` to the
 server's stdin; the server answers ``{"id", "pid"}`` (or ``{"id", "error"}``) and later reports
@@ -16,6 +17,7 @@ gives it (negative for a signal). The server exits when its stdin closes; childr
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -23,7 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+import time
 
 __all__ = ["ForkServer", "ForkServerGone"]
 
@@ -38,10 +40,16 @@ class ForkServerGone(RuntimeError):
 class ForkServer:
     """The AM's handle on its fork server. Thread-safe."""
 
-    def __init__(self, python: str | None = None, stderr: Any = None):
-        self.python = python or sys.executable
-        self.proc = subprocess.Popen([self.python, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=stderr, start_new_session=True, close_fds=True)
+    def __init__(self, inline: bool = False, python: str | None = None):
+        self.pid: int
+        self._popen: subprocess.Popen | None = None
+        if inline:
+            self._fork_inline()
+        else:
+            self._popen = subprocess.Popen([python or sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
+            self.pid = self._popen.pid
+            self._requests, self._replies_in = self._popen.stdin, self._popen.stdout
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = 0
@@ -52,12 +60,40 @@ class ForkServer:
         self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
         self._reader.start()
 
+    def _fork_inline(self) -> None:
+        """Forks the server from this process. Only safe while this process has a single thread."""
+        if threading.active_count() > 1:
+            raise RuntimeError("an inline fork server must be started before any other thread")
+        from . import executor  # noqa: F401  (imported once here, inherited by every container)
+
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the server; it never returns into the caller's code
+            code = 1
+            try:
+                os.setsid()
+                os.dup2(req_r, 0)
+                os.dup2(rep_w, 1)
+                for fd in (req_r, req_w, rep_r, rep_w):
+                    os.close(fd)
+                serve()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(req_r)
+        os.close(rep_w)
+        self.pid = pid
+        self._requests, self._replies_in = os.fdopen(req_w, "wb"), os.fdopen(rep_r, "rb")
+
     @property
     def alive(self) -> bool:
         return not self._gone
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self._replies_in:
             try:
                 msg = json.loads(line)
             except ValueError:
@@ -83,8 +119,8 @@ class ForkServer:
             self._seq += 1
             request["id"] = seq = self._seq
             try:
-                self.proc.stdin.write((json.dumps(request) + "\n").encode())
-                self.proc.stdin.flush()
+                self._requests.write((json.dumps(request) + "\n").encode())
+                self._requests.flush()
             except (BrokenPipeError, ValueError, OSError) as e:
                 self._gone = True
                 raise ForkServerGone(f"fork server unreachable: {e}") from None
@@ -121,14 +157,38 @@ class ForkServer:
     def close(self) -> None:
         """Stops the server (children keep running). Idempotent."""
         try:
-            self.proc.stdin.close()
+            self._requests.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self._reap_server(5.0)
+
+    def kill_server(self) -> None:
+        """SIGKILLs the server itself, as a crash would (its children are not touched)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        self._reap_server(30.0)
+
+    def _reap_server(self, timeout: float) -> None:
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._popen.kill()
+                self._popen.wait()
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if done:
+                return
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+            time.sleep(0.02)
 
 
 def _pid_running(pid: int) -> bool:
@@ -178,7 +238,8 @@ def _become(request: dict, close_fds: list[int]) -> int:
         signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
     for fd in close_fds:
         os.close(fd)
-    os.setsid()
+    with contextlib.suppress(PermissionError):  # the server already made it a group leader
+        os.setpgid(0, 0)
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -201,8 +262,23 @@ def _become(request: dict, close_fds: list[int]) -> int:
     return code or 0
 
 
-def serve() -> int | None:
-    """The server's loop. Returns only in a forked child, with the child's exit code."""
+def _exit_child(code: int) -> None:
+    """Ends a container's process as an interpreter exit would (exit handlers, logging, buffered
+    output), without returning into the server's, or the AM's, code."""
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+    finally:
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def serve() -> None:
+    """The server's loop, until its request pipe closes. Containers are forked from here and never
+    return from it."""
     from . import executor  # noqa: F401  (imported once here, inherited by every child)
     import psutil  # noqa: F401  (the executor imports it on its first metrics sample)
 
@@ -224,7 +300,7 @@ def serve() -> int | None:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
-            return None
+            return
         buf += chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -235,22 +311,24 @@ def serve() -> int | None:
                 _write({"id": request["id"], "error": f"fork failed: {e}"})
                 continue
             if pid == 0:
+                code = 127
                 try:
-                    return _become(request, [wake_r, wake_w])
+                    code = _become(request, [wake_r, wake_w])
                 except BaseException as e:  # the container cannot start: say why where its stderr goes
-                    try:
+                    with contextlib.suppress(OSError):
                         os.write(2, f"tony-workflow: cannot start container command "
                                     f"{request['argv'][:1]}: {e}\n".encode())
-                    finally:
-                        os._exit(127)
+                finally:
+                    _exit_child(code)
+            # A process group of its own before the AM hears of it, so that a kill of the group
+            # right away reaches it (the child does the same, whichever runs first).
+            with contextlib.suppress(OSError):
+                os.setpgid(pid, pid)
             _write({"id": request["id"], "pid": pid})
 
 
 def main() -> None:
-    code = serve()
-    if code is None:  # the server itself, told to stop
-        sys.exit(0)
-    sys.exit(code)
+    serve()
 
 
 if __name__ == "__main__":

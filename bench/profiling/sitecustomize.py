@@ -3,6 +3,8 @@
 A benchmark puts this directory first on PYTHONPATH and sets TONY_BENCH_PYINSTRUMENT to an output
 directory; the AM and the executors inherit both, so their start-up (imports included) is in the
 profile without any change to the runtime. Each process writes ``<role>-<pid>.txt`` at exit.
+Executors forked by the local fork server inherit the AM's profiler, so their profiles begin with
+the AM's start-up, up to the fork.
 """
 import atexit
 import os
@@ -25,7 +27,12 @@ if _out:
             except OSError:
                 argv = []
             words = [a.decode(errors="replace") for a in argv]
-            role = "am" if "tony_workflow.am" in words else "executor" if "tony_workflow.executor" in words else "other"
+            # A container forked by the AM's fork server has the AM's command line, and its own
+            # environment (and the AM's samples from before the fork in its profile).
+            if "TONY_TASK_ID" in os.environ:
+                role = "executor"
+            else:
+                role = "am" if "tony_workflow.am" in words else "executor" if "tony_workflow.executor" in words else "other"
             if role == "other":
                 return
             os.makedirs(_out, exist_ok=True)

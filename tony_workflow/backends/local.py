@@ -200,9 +200,10 @@ class LocalClusterManager(ClusterManager):
         self._lock = threading.Lock()
         self._forks: ForkServer | None = None
         if fork_server:
-            # Started now so that its interpreter start overlaps allocation, not the launch.
+            # Forked from the AM itself while it has one thread; a process that already runs threads
+            # starts it as a fresh interpreter, whose start then overlaps allocation.
             try:
-                self._forks = ForkServer()
+                self._forks = ForkServer(inline=threading.active_count() == 1)
             except OSError:
                 self._forks = None
 

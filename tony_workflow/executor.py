@@ -252,6 +252,13 @@ class TaskExecutor:
                 pass
             time.sleep(0.5)
 
+    def _sync_checkpoints(self) -> None:
+        if self.mirror and self.is_chief:
+            try:
+                self.mirror.sync()
+            except OSError as e:
+                log.warning("checkpoint mirror: %s", e)
+
     def _mirror_loop(self) -> None:
         while not self.stop_event.wait(2.0):
             if self.user is not None and self.user.poll() is not None:
@@ -314,9 +321,7 @@ class TaskExecutor:
         kill_process_tree(self.tensorboard, grace=2.0)
         # Also after a stop: the user process is dead by now, and checkpoints it wrote since the
         # last periodic sync would otherwise never reach the store.
-        if self.mirror and self.is_chief:
-            with contextlib.suppress(OSError):
-                self.mirror.sync()
+        self._sync_checkpoints()
         if not self.stop_event.is_set():
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "")
@@ -337,6 +342,10 @@ class TaskExecutor:
                 kill_process_tree(self.user, grace=5.0)
                 return 1
             if self.stop_event.wait(0.1):
+                # Checkpoints first: the AM SIGKILLs the container a few seconds after asking it to
+                # stop, and a trainer can take longer than that to die. The mirror is safe to run
+                # while the trainer still writes; the sync after it is gone catches the rest.
+                self._sync_checkpoints()
                 kill_process_tree(self.user, grace=5.0)
                 return 143
 

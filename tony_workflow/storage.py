@@ -18,6 +18,7 @@ import re
 import posixpath
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -414,6 +415,7 @@ class CheckpointMirror:
         self.local = Path(local_dir)
         self._sent: dict[str, tuple[int, float]] = {}
         self._sent_state: dict[str, bytes] = {}  # state file -> the content last uploaded
+        self._lock = threading.Lock()  # the periodic sync and a sync at stop may overlap
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -449,6 +451,10 @@ class CheckpointMirror:
         in the store: the trainer may rotate to a newer checkpoint while a sync runs, and a state
         file naming files that never arrived would make the next restore fail. Files a stored state
         file still names are not deleted. Returns the number of files uploaded."""
+        with self._lock:
+            return self._sync()
+
+    def _sync(self) -> int:
         files = self._local_files()
         states: dict[str, bytes] = {}
         for rel in files:

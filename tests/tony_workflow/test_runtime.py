@@ -345,3 +345,17 @@ def test_tensorboard_sidecar_serves_the_job_and_stays_out_of_tf_config(tony_home
     assert "tensorboard" not in json.loads(w0["TF_CONFIG"])["cluster"]
     assert "tensorboard" in json.loads(w0["CLUSTER_SPEC"])
     assert h.kill().state == "KILLED"
+
+
+def test_chief_checkpoints_reach_the_store_when_its_trainer_outlives_the_stop(tony_home, tmp_path):
+    # The chief writes a checkpoint and then ignores SIGTERM, as a trainer busy in a collective may;
+    # another task fails, so the AM stops the session and SIGKILLs the chief's container a few
+    # seconds later. The checkpoint must be in the store anyway (it is copied at the stop).
+    cmd = ('if [ "$TASK_INDEX" = 0 ]; then echo weights > "$TONY_CHECKPOINT_DIR/model.bin"; '
+           'trap "" TERM; sleep 60; else sleep 1; exit 3; fi')
+    h = submit(tmp_path, cmd, {"worker": {"instances": 2}},
+               conf={"tony.application.fail-on-worker-failure-enabled": "true"})
+    st = h.wait(poll_interval=0.2, timeout=60)
+    assert st.state == "FAILED" and "worker:1" in st.diagnostics
+    stored = h.backend.app_dir(h.app_id) / "checkpoints" / "model.bin"
+    assert stored.read_text() == "weights\n"

@@ -279,8 +279,11 @@ def _exit_child(code: int) -> None:
 def serve() -> None:
     """The server's loop, until its request pipe closes. Containers are forked from here and never
     return from it."""
-    from . import executor  # noqa: F401  (imported once here, inherited by every child)
-    import psutil  # noqa: F401  (the executor imports it on its first metrics sample)
+    # Imported once here and inherited by every child: the executor, and what it imports when used
+    # (psutil on its first metrics sample, storage when it restores checkpoints, as every task does).
+    import psutil  # noqa: F401
+
+    from . import executor, storage  # noqa: F401
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

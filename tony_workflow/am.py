@@ -437,18 +437,16 @@ class ApplicationMaster:
         self.tasks[task_id] = task
         return task
 
-    def _launched(self, task: Task) -> None:
-        task.status.log_url = self.cluster.log_url(task.container)
-        if task.status.state == TaskState.NEW:  # a fast executor may have registered already
-            self._set_task_state(task, TaskState.LAUNCHED, container=task.container.id,
-                                 gpus=task.container.gpu_indices)
+    def _mark_launched(self, task: Task) -> None:
+        self._set_task_state(task, TaskState.LAUNCHED, container=task.container.id, gpus=task.container.gpu_indices)
 
     def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
                 restarts: int = 0) -> Task:
         """Creates and launches one task. Called with the lock held."""
         task = self._new_task(task_id, container, session_id, fixed_port, restarts)
         self.cluster.launch(container, self.executor_argv, self._task_env(task_id, session_id, fixed_port, container))
-        self._launched(task)
+        task.status.log_url = self.cluster.log_url(container)
+        self._mark_launched(task)
         return task
 
     def _start_session(self, session_id: int) -> None:
@@ -463,16 +461,19 @@ class ApplicationMaster:
             tasks = []
             for task_id, reserved in self.containers.items():
                 container = reserved if session_id == 0 else self.cluster.new_container(reserved)
-                tasks.append(self._new_task(task_id, container, session_id))
+                task = self._new_task(task_id, container, session_id)
+                self._mark_launched(task)
+                tasks.append(task)
             self.status.state = JobState.RUNNING
             self._publish()
         # Launched without the lock, so status requests and early registrations are answered while
         # the rest of the gang is still being started.
-        for task in tasks:
-            self.cluster.launch(task.container, self.executor_argv,
-                                self._task_env(task.id, session_id, None, task.container))
-            with self.lock:
-                self._launched(task)
+        self.cluster.launch_all([(t.container, self.executor_argv, self._task_env(t.id, session_id, None, t.container))
+                                 for t in tasks])
+        with self.lock:
+            for task in tasks:
+                task.status.log_url = self.cluster.log_url(task.container)
+            self._publish()
 
     def _on_exit(self, task: Task, code: int, diagnostics: str = "") -> None:
         """Records a task's end and applies the failure rules. Called with the lock held."""

@@ -112,27 +112,42 @@ class ForkServer:
               timeout: float = 30.0) -> int:
         """Starts a container's process; returns its pid. Raises ForkServerGone if the server is
         not there to do it (the caller then starts the process itself)."""
-        request = {"argv": argv, "env": env, "cwd": cwd, "stdout": stdout, "stderr": stderr}
+        pid = self.spawn_all([(argv, env, cwd, stdout, stderr)], timeout)[0]
+        if pid is None:
+            raise ForkServerGone("the fork server did not start it")
+        return pid
+
+    def spawn_all(self, launches: list[tuple[list[str], dict[str, str], str, str, str]],
+                  timeout: float = 30.0) -> list[int | None]:
+        """Starts several processes in one exchange. Returns, in order, each one's pid, or None for
+        one the server did not start (it failed to fork, or went away): the caller starts those
+        itself. Raises ForkServerGone if the server was already gone."""
         with self._cond:
             if self._gone:
                 raise ForkServerGone("fork server exited")
-            self._seq += 1
-            request["id"] = seq = self._seq
+            seqs, lines = [], []
+            for argv, env, cwd, stdout, stderr in launches:
+                self._seq += 1
+                seqs.append(self._seq)
+                lines.append(json.dumps({"id": self._seq, "argv": argv, "env": env, "cwd": cwd,
+                                         "stdout": stdout, "stderr": stderr}) + "\n")
             try:
-                self._requests.write((json.dumps(request) + "\n").encode())
+                self._requests.write("".join(lines).encode())
                 self._requests.flush()
             except (BrokenPipeError, ValueError, OSError) as e:
                 self._gone = True
                 raise ForkServerGone(f"fork server unreachable: {e}") from None
-            if not self._cond.wait_for(lambda: seq in self._replies or self._gone, timeout):
-                raise ForkServerGone("fork server did not answer")
-            reply = self._replies.pop(seq, None)
-            if reply is None:
-                raise ForkServerGone("fork server exited")
-            if "error" in reply:
-                raise OSError(reply["error"])
-            self._children.add(reply["pid"])
-            return reply["pid"]
+            pids: list[int | None] = []
+            deadline = time.monotonic() + timeout
+            for seq in seqs:
+                self._cond.wait_for(lambda: seq in self._replies or self._gone,
+                                    max(0.0, deadline - time.monotonic()))
+                reply = self._replies.pop(seq, None) or {}
+                pid = reply.get("pid")
+                if pid is not None:
+                    self._children.add(pid)
+                pids.append(pid)
+            return pids
 
     def owns(self, pid: int) -> bool:
         with self._lock:

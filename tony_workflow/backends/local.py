@@ -263,7 +263,7 @@ class LocalClusterManager(ClusterManager):
     def new_container(self, like: Container) -> Container:
         return self._make(like.task_id, like.memory_mb, like.vcores, list(like.gpu_indices))
 
-    def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+    def _prepare(self, container: Container, env: dict[str, str]) -> dict[str, str]:
         wd = self.app_dir / "containers" / container.id
         wd.mkdir(parents=True, exist_ok=True)
         staged = self.app_dir / "src"
@@ -275,24 +275,39 @@ class LocalClusterManager(ClusterManager):
         # Exactly the GPUs this container holds; an empty value hides every GPU.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in container.gpu_indices)
         env["CONTAINER_ID"] = container.id
-        pid = None
-        if self._forks is not None and self._forks.alive:
-            try:
-                pid = self._forks.spawn(argv, env, str(wd), str(container.stdout), str(container.stderr))
-                with self._lock:
-                    self._forked[container.id] = pid
-            except ForkServerGone:
-                pid = None
-        if pid is None:
-            with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
-                p = subprocess.Popen(argv, cwd=wd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, close_fds=True)
-            pid = p.pid
-            with self._lock:
-                self._procs[container.id] = p
+        return env
+
+    def _started(self, container: Container, pid: int) -> None:
         container.pid = pid
-        (wd / "task_id").write_text(container.task_id)
-        (wd / "pid").write_text(str(pid))
+        (container.workdir / "task_id").write_text(container.task_id)
+        (container.workdir / "pid").write_text(str(pid))
+
+    def _popen(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+        with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
+            p = subprocess.Popen(argv, cwd=container.workdir, env=env, stdout=out, stderr=err,
+                                 stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        with self._lock:
+            self._procs[container.id] = p
+        self._started(container, p.pid)
+
+    def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+        self.launch_all([(container, argv, env)])
+
+    def launch_all(self, launches: list[tuple[Container, list[str], dict[str, str]]]) -> None:
+        prepared = [(c, argv, self._prepare(c, env)) for c, argv, env in launches]
+        pids: list[int | None] = [None] * len(prepared)
+        if self._forks is not None and self._forks.alive:
+            # One batch: the server forks them back to back, with no round trip per container.
+            with contextlib.suppress(ForkServerGone):
+                pids = self._forks.spawn_all([(argv, env, str(c.workdir), str(c.stdout), str(c.stderr))
+                                              for c, argv, env in prepared])
+        for (c, argv, env), pid in zip(prepared, pids):
+            if pid is None:  # no fork server, or it could not start this one
+                self._popen(c, argv, env)
+                continue
+            with self._lock:
+                self._forked[c.id] = pid
+            self._started(c, pid)
 
     def poll(self, container: Container) -> int | None:
         p = self._procs.get(container.id)

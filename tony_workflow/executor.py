@@ -102,6 +102,7 @@ class TaskExecutor:
         self.tensorboard: subprocess.Popen | None = None
         self.interval = max(0.05, self.spec.heartbeat_interval_ms / 1000.0)
         self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
+        self._wake = threading.Event()  # set when the user process ends or a stop is asked for
         self.mirror = None  # a storage.CheckpointMirror on the chief when checkpoints are mirrored
 
     # ------------------------------------------------------------------ steps
@@ -159,6 +160,7 @@ class TaskExecutor:
             self.stop_reason = reason
             log.info("stopping: %s", reason)
             self.stop_event.set()
+        self._wake.set()
 
     def _python(self) -> str:
         venv = self.spec.python_venv
@@ -331,6 +333,13 @@ class TaskExecutor:
         proc = self.user or self.tensorboard
         limit_ms = int(self.spec.conf.get("tony.task.executor.execution-timeout-ms", "0") or 0)
         deadline = time.monotonic() + limit_ms / 1000.0 if limit_ms > 0 and self.user else None
+        if proc is not None:
+            # Woken the moment the process ends (or a stop is asked for), not at the next poll.
+            def reap() -> None:
+                with contextlib.suppress(Exception):
+                    proc.wait()
+                self._wake.set()
+            threading.Thread(target=reap, name="reaper", daemon=True).start()
         while True:
             if proc is not None and proc.poll() is not None:
                 rc = proc.returncode
@@ -341,7 +350,9 @@ class TaskExecutor:
                       f"{limit_ms}; killed", file=sys.stderr, flush=True)
                 kill_process_tree(self.user, grace=5.0)
                 return 1
-            if self.stop_event.wait(0.1):
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self.stop_event.is_set():
                 # Checkpoints first: the AM SIGKILLs the container a few seconds after asking it to
                 # stop, and a trainer can take longer than that to die. The mirror is safe to run
                 # while the trainer still writes; the sync after it is gone catches the rest.

@@ -1,10 +1,11 @@
 """The local backend's fork server: containers forked from a pre-started interpreter."""
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -19,16 +20,41 @@ from tony_workflow.forkserver import ForkServer, ForkServerGone
 from tony_workflow.spec import SpecError
 
 
-@pytest.fixture(params=["interpreter", "inline"])
-def server(request):
-    if request.param == "inline":
-        if __import__("threading").active_count() > 1:
-            pytest.skip("this test process runs threads; the inline server is covered by the job test")
-        fs = ForkServer(inline=True)
-    else:
-        fs = ForkServer()
+@pytest.fixture
+def server():
+    fs = ForkServer()
     yield fs
     fs.close()
+
+
+INLINE = """
+import json, os, signal, sys, threading
+from tony_workflow.forkserver import ForkServer
+fs = ForkServer(inline=True)  # this process has one thread here, as the AM has when it starts it
+d = sys.argv[1]
+ok = fs.spawn(["sh", "-c", "echo $X; exit 4"], {"X": "inline", "PATH": os.environ["PATH"]}, d, d + "/out", d + "/err")
+sleeper = fs.spawn(["sleep", "60"], {"PATH": os.environ["PATH"]}, d, d + "/out2", d + "/err2")
+group = os.getpgid(sleeper)
+os.killpg(sleeper, signal.SIGTERM)
+result = {"server_is_child": os.waitpid(fs.pid, os.WNOHANG) == (0, 0), "code": fs.wait(ok, 30),
+          "killed": fs.wait(sleeper, 30), "group": group == sleeper}
+try:
+    ForkServer(inline=True)
+except RuntimeError as e:  # a second one would be forked from a process that now runs threads
+    result["refused"] = str(e)
+fs.close()
+print(json.dumps(result))
+"""
+
+
+def test_the_inline_server_is_forked_from_the_calling_process(tmp_path):
+    r = subprocess.run([sys.executable, "-c", INLINE, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["server_is_child"] and result["group"]
+    assert result["code"] == 4 and result["killed"] == -signal.SIGTERM
+    assert "before any other thread" in result["refused"]
+    assert (tmp_path / "out").read_text() == "inline\n"
 
 
 def files(tmp_path: Path):

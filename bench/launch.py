@@ -9,6 +9,10 @@ CMD is a Python one-liner that records the moment it starts (a file named after 
 so both ways are timed to the same event: the user process running. Under the runtime that is
 after the cluster spec was delivered. The AM's event log gives the phases in between.
 
+Also measured: how long a Python process takes to start and listen on a port, bare, with the
+standard library's HTTP server, and with the AM's imports: the part of the runtime's launch that
+is a process for the AM, whatever the AM does.
+
 Goal: runtime <= 1.5 x floor at N = 16.
 """
 from __future__ import annotations
@@ -70,6 +74,48 @@ def run_direct(n: int) -> dict:
     if got is None or any(p.returncode for p in procs):
         raise RuntimeError(f"direct spawn of {n} failed: {[p.returncode for p in procs]}")
     return {"seconds": max(got) - t0, "spawn_calls": spawned - t0}
+
+
+# What any AM costs before it can answer: a Python process started and listening on a port. Three
+# ways, each timed from Popen until a TCP connect succeeds: a bare socket, the standard library's
+# HTTP server (the AM's), and that server after the AM's own imports.
+_LISTEN = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',int(sys.argv[1]))); "
+           "s.listen(); time.sleep(60)")
+_HTTPD = ("import sys,http.server as h; "
+          "h.ThreadingHTTPServer(('127.0.0.1',int(sys.argv[1])),h.BaseHTTPRequestHandler).serve_forever()")
+_AM_IMPORTS = "import tony_workflow.am, tony_workflow.backends.local; " + _HTTPD
+
+
+def until_listening(code: str) -> float:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.time()
+    p = subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return time.time() - t0
+            except OSError:
+                if p.poll() is not None:
+                    raise RuntimeError(f"listener exited with {p.returncode}")
+                time.sleep(0.002)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def am_process_floor(reps: int) -> dict:
+    """Medians over ``reps`` interleaved runs, in seconds."""
+    runs: dict[str, list[float]] = {"bare_listener": [], "http_server": [], "http_server_with_am_imports": []}
+    for _ in range(reps):
+        runs["bare_listener"].append(until_listening(_LISTEN))
+        runs["http_server"].append(until_listening(_HTTPD))
+        runs["http_server_with_am_imports"].append(until_listening(_AM_IMPORTS))
+    return {k: rnd(median(v)) for k, v in runs.items()}
 
 
 def run_runtime(n: int) -> dict:
@@ -170,6 +216,9 @@ def main() -> int:
         "params": {"sizes": sizes, "reps": reps, "command": CMD, "conf": common.LOCAL_CONF},
         "rows": rows,
     }
+    log("a Python process started and listening (what any AM costs first)")
+    result["am_process_floor"] = am_process_floor(5 if args.quick else 15)
+    log(f"  {result['am_process_floor']}")
     if args.profile:
         log("profiling one N=16 launch")
         result["profile"] = profile_once(GOAL_N, args.out)

@@ -256,6 +256,12 @@ def details(name: str, r: dict) -> list[str]:
         row = next((row for row in r["rows"] if row["n"] == 16), r["rows"][-1])
         out += ["", f"Phases of the median N={row['n']} run, seconds after submit: " +
                 ", ".join(f"{k} {v}" for k, v in row["phases_median_run"].items() if v is not None) + "."]
+        am = r.get("am_process_floor")
+        if am:
+            out += ["", "A Python process started and listening on a port, timed from `Popen` to a successful "
+                    f"connect (medians): bare socket {am['bare_listener']} s, with `http.server` "
+                    f"{am['http_server']} s, with `http.server` and the AM's imports "
+                    f"{am['http_server_with_am_imports']} s."]
     elif name == "recovery":
         s = r["summary"]
         out += ["| case | total (s) | of which spawn (s) |", "|---|---|---|",

@@ -3,12 +3,12 @@
 Starting a task container used to mean starting a Python interpreter and importing the executor:
 about 70 ms of CPU per container, paid by every container of a gang at the same moment. The AM of
 a local job instead forks one fork server from itself as it starts, before it has any thread (so the
-fork is safe) and with the executor already imported. For each container the server forks a child,
-which leads a process group of its own (in the server's session, which has no terminal), takes the
-container's working directory, environment and stdout/stderr files, and runs the executor's
-``main`` without another interpreter start. Commands other than the executor are ``exec``-ed from
-the child. ``ForkServer(inline=False)`` starts the server as a fresh interpreter instead, for
-processes that already run threads.
+fork is safe); the server imports the executor once, in parallel with the AM's own start. For
+each container the server forks a child, which leads a process group of its own (in the server's
+session, which has no terminal), takes the container's working directory, environment and
+stdout/stderr files, and runs the executor's ``main`` without another interpreter start. Commands
+other than the executor are ``exec``-ed from the child. ``ForkServer(inline=False)`` starts the
+server as a fresh interpreter instead, for processes that already run threads.
 
 Protocol, JSON lines: the AM writes ``{"id", "argv", "env", "cwd", "stdout", "stderr"}`` to the
 server's stdin; the server answers ``{"id", "pid"}`` (or ``{"id", "error"}``) and later reports
@@ -64,8 +64,6 @@ class ForkServer:
         """Forks the server from this process. Only safe while this process has a single thread."""
         if threading.active_count() > 1:
             raise RuntimeError("an inline fork server must be started before any other thread")
-        from . import executor  # noqa: F401  (imported once here, inherited by every container)
-
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         sys.stdout.flush()

@@ -50,6 +50,7 @@ def test_links_come_back_from_the_api_server(finished_run, api_server):
 
 def test_task_instance_page_shows_the_tensorboard_link(finished_run, api_server):
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -66,21 +67,28 @@ def test_task_instance_page_shows_the_tensorboard_link(finished_run, api_server)
     browser = webdriver.Chrome(service=Service(driver), options=opts)
     try:
         browser.get(f"{api_server}/dags/tony_ui/runs/{urllib.parse.quote(run_id)}/tasks/train")
-        link = None
+        href = None
         deadline = time.time() + 90
-        while link is None and time.time() < deadline:
+        # The page is a React app that re-renders as data arrives: an element found a moment ago can
+        # be gone (stale) by the time it is read, so every read is retried on the next pass.
+        while href is None and time.time() < deadline:
             for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='Details']"):
                 try:
                     tab.click()
                 except Exception:
                     continue
-            found = [a for a in browser.find_elements(By.TAG_NAME, "a") if a.text.strip() == "TensorBoard"]
-            link = found[0] if found else None
-            if link is None:
+            for a in browser.find_elements(By.XPATH, "//a[normalize-space(.)='TensorBoard']"):
+                try:
+                    href = a.get_attribute("href")
+                except StaleElementReferenceException:
+                    continue
+                if href:
+                    break
+            if href is None:
                 time.sleep(1)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "airflow-task-instance-links.png"))
-        assert link is not None, "no TensorBoard link on the Task Instance page"
-        assert link.get_attribute("href").rstrip("/") == x["tensorboard_url"].rstrip("/")
+        assert href is not None, "no TensorBoard link on the Task Instance page"
+        assert href.rstrip("/") == x["tensorboard_url"].rstrip("/")
     finally:
         browser.quit()

@@ -47,69 +47,7 @@ def container_id(task_id: str) -> str:
 
 # ------------------------------------------------------------------ the AM under test
 
-WHAT_IF = {
-    "backlog": "listen backlog 1024 (set before listen(), as the AM intends)",
-    "status": "JobStatus.to_dict without dataclasses.asdict (and the tasks converted once, not twice)",
-    "herd": "long-polls woken only when the gang completes, not on every task state change",
-}
-
-
-def apply_what_if(patches: set[str]) -> None:
-    """Experiments in this process only: how much each proposed change to the runtime would give.
-    The runtime's files are untouched; the patched AM is the real one with a few methods swapped."""
-    import dataclasses
-    from http.server import ThreadingHTTPServer
-
-    from tony_workflow import am as am_mod
-    from tony_workflow.status import JobStatus, TaskStatus
-
-    if "backlog" in patches:
-        # socketserver listens in its constructor: only a class attribute set before construction
-        # changes the backlog (the AM sets the attribute on the instance, afterwards).
-        ThreadingHTTPServer.request_queue_size = 1024
-    if "status" in patches:
-        names = [f.name for f in dataclasses.fields(JobStatus) if f.name != "tasks"]
-        TaskStatus.to_dict = lambda self: dict(self.__dict__)
-        JobStatus.to_dict = lambda self: {**{k: getattr(self, k) for k in names},
-                                          "tasks": [t.to_dict() for t in self.tasks]}
-    if "herd" in patches:
-        register = am_mod.ApplicationMaster.register
-
-        def gang_event(self, session_id):
-            events = self.__dict__.setdefault("_bench_gang", {})
-            return events.setdefault(session_id, threading.Event())
-
-        def register_and_signal(self, body):
-            code, reply = register(self, body)
-            with self.lock:
-                if code == 200 and all(t.registered_at for t in self.tasks.values()):
-                    gang_event(self, self.session_id).set()
-            return code, reply
-
-        def cluster_spec(self, task_id, session_id, wait):
-            # Waits on the session's own event, set once, instead of the AM-wide condition that
-            # every task state change notifies.
-            deadline = time.time() + min(max(wait, 0.0), 60.0)
-            while True:
-                with self.lock:
-                    task = self.tasks.get(task_id)
-                    if task is None or task.session_id != session_id or task.stopping:
-                        return 409, {"error": "stale session", "action": "stop"}
-                    ready = gang_event(self, session_id)
-                    if ready.is_set():
-                        return 200, {"cluster": self.cluster_dict(), "session_id": session_id,
-                                     "chief": list(self.chief)}
-                remaining = deadline - time.time()
-                if remaining <= 0:
-                    return 204, None
-                ready.wait(remaining)
-
-        am_mod.ApplicationMaster.register = register_and_signal
-        am_mod.ApplicationMaster.cluster_spec = cluster_spec
-
-
-def serve_am(d: Path, n: int, profile_out: Path | None, patches: set[str] = frozenset()) -> int:
-    apply_what_if(set(patches))
+def serve_am(d: Path, n: int, profile_out: Path | None) -> int:
     from tony_workflow.am import ApplicationMaster
     from tony_workflow.backends.base import ClusterManager, Container
     from tony_workflow.client import load_job
@@ -208,7 +146,7 @@ class ThreadProfiles:
 
 # ------------------------------------------------------------------ the floor: a null gang server
 
-def serve_null(d: Path, n: int, backlog: int) -> int:
+def serve_null(d: Path, n: int) -> int:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlparse
 
@@ -267,7 +205,7 @@ def serve_null(d: Path, n: int, backlog: int) -> int:
             self._send(200, {"action": "continue"})
 
     class Server(ThreadingHTTPServer):
-        request_queue_size = backlog  # before listen(), which the constructor calls
+        request_queue_size = 1024  # before listen(), which the constructor calls (as the AM's)
         daemon_threads = True
 
     server = Server(("127.0.0.1", 0), Handler)
@@ -381,16 +319,11 @@ def cpu_seconds(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | None = None,
-            backlog: int | None = None, patches: tuple[str, ...] = ()) -> dict:
+def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | None = None) -> dict:
     d = Path(tempfile.mkdtemp(prefix=f"am-scale-{kind}-"))
     (d / "secret.json").write_text(json.dumps({"token": secrets.token_urlsafe(24),
                                                "view_token": secrets.token_urlsafe(12)}))
     role = ["--role", "null" if kind == "null" else "am", "--dir", str(d), "--n", str(n)]
-    if backlog:
-        role += ["--backlog", str(backlog)]
-    if patches:
-        role += ["--what-if", ",".join(patches)]
     if profile_out is not None:
         role += ["--profile-out", str(profile_out)]
     server = subprocess.Popen([sys.executable, str(SCRIPT), *role], stdin=subprocess.DEVNULL,
@@ -453,7 +386,7 @@ def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | No
     failures = sorted({r["failure"] for r in results if "failure" in r})
     samples = [x for r in results for x in r.get("error_samples", [])]
     out = {
-        "kind": kind, "backlog": backlog, "what_if": list(patches), "n": n, "clients_ok": len(specs),
+        "kind": kind, "n": n, "clients_ok": len(specs),
         "clients_failed": sum(1 for r in results if "failure" in r), "failures": failures[:5],
         "errors": sum(r["errors"] for r in results), "error_samples": samples[:2],
         "spec_all_s": rnd(max(specs) - t0) if len(specs) == n else None,
@@ -513,13 +446,11 @@ def main() -> int:
         ap.add_argument("--count", type=int)
         ap.add_argument("--proc", type=int)
         ap.add_argument("--profile-out", type=Path)
-        ap.add_argument("--backlog", type=int)
-        ap.add_argument("--what-if", default="")
         a = ap.parse_args()
         if a.role == "am":
-            return serve_am(a.dir, a.n, a.profile_out, set(filter(None, a.what_if.split(","))))
+            return serve_am(a.dir, a.n, a.profile_out)
         if a.role == "null":
-            return serve_null(a.dir, a.n, a.backlog or 1024)
+            return serve_null(a.dir, a.n)
         return run_clients(a.dir, a.address, a.first, a.count, a.proc)
 
     ap = common.parser("am_scale", __doc__)
@@ -531,9 +462,6 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="also run the AM once under cProfile (all threads)")
     ap.add_argument("--profile-only", action="store_true",
                     help="only the profile run, added to the existing result file")
-    ap.add_argument("--what-if", action="store_true",
-                    help="also run the null server with the AM's listen backlog (5), and the AM with the "
-                         "proposed changes applied in its process (see WHAT_IF)")
     args = ap.parse_args()
     n = args.n or (100 if args.quick else 1000)
     window = args.window or (3.0 if args.quick else 20.0)
@@ -566,16 +494,6 @@ def main() -> int:
         "params": {"n": n, "client_processes": args.procs, "window_s": window, "heartbeat_interval_s": 1.0},
         "am": am, "null_server": floor,
     }
-    if args.what_if:
-        log("what-if: the null server with a listen backlog of 5 (what the AM gets)")
-        result["null_server_backlog5"] = measure("null", n, args.procs, window, backlog=5)
-        log(f"  {result['null_server_backlog5']}")
-        result["what_if"] = {"changes": WHAT_IF, "runs": []}
-        for patches in (("backlog",), ("backlog", "status"), ("backlog", "status", "herd")):
-            log(f"what-if: the AM with {' + '.join(patches)}")
-            run = measure("am", n, args.procs, window, patches=patches)
-            result["what_if"]["runs"].append(run)
-            log(f"  {run}")
     if args.profile:
         result.update(profile_am(args, n, window))
     common.write_result(args, "am_scale", result, host)

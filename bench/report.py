@@ -145,10 +145,6 @@ def plots(res: dict[str, dict], out: Path) -> dict[str, Path]:
     if "am_scale" in res:
         r = res["am_scale"]
         runs = [("null server\n(floor)", r["null_server"]), ("AM", r["am"])]
-        if r.get("null_server_backlog5"):
-            runs.insert(1, ("null server,\nbacklog 5", r["null_server_backlog5"]))
-        for run in (r.get("what_if") or {}).get("runs", []):
-            runs.append(("AM\n+" + "\n+".join(run["what_if"]), run))
         fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
         names = [n for n, _ in runs]
         colors = ["tab:blue" if "null" in n else "tab:orange" for n in names]
@@ -294,18 +290,12 @@ def details(name: str, r: dict) -> list[str]:
                         f" (ratio {r['ratio_no_tensorboard']}).")
     elif name == "am_scale":
         runs = [("null gang server (floor)", r["null_server"]), ("ApplicationMaster", r["am"])]
-        if r.get("null_server_backlog5"):
-            runs.append(("null server, listen backlog 5", r["null_server_backlog5"]))
-        for run in (r.get("what_if") or {}).get("runs", []):
-            runs.append(("AM + " + " + ".join(run["what_if"]), run))
         out += ["| server | all hold spec (s) | all registered (s) | client errors | CPU, burst | CPU, steady | "
                 "heartbeats/s | p99 heartbeat (ms) |", "|---|---|---|---|---|---|---|---|"]
         for label, x in runs:
             out.append(f"| {label} | {x['spec_all_s']} | {x['registered_all_s']} | {x['errors']} | "
                        f"{fmt(100 * x['burst_cpu_share'])} % | {fmt(100 * x['steady_cpu_share'])} % | "
                        f"{x['heartbeats_per_s']} | {x['hb_latency_ms_p99']} |")
-        if r.get("what_if"):
-            out += [""] + [f"- `{k}`: {v}" for k, v in r["what_if"]["changes"].items()]
     elif name == "yarn_submit" and r.get("skein_runs"):
         out += [f"Median: skein hello world {r['floor']} s, tony {r['value']} s, tony with every task running "
                 f"{r['tasks_running_s']} s. YARN reports the application RUNNING (skein's AM up) after "
@@ -336,8 +326,7 @@ def document(res: dict[str, dict], made: dict[str, Path], doc: Path) -> str:
              "mini cluster part of `recovery` the `yarn` extra plus Java 17 (they start a mini cluster, or reuse "
              "the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of all six takes about "
              "40 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
-             "am_scale) and `--what-if` (am_scale) add the profiles and the patched-AM experiments quoted "
-             "below.", ""]
+             "am_scale) adds the profiles quoted below.", ""]
     hosts = {json.dumps({k: r["host"].get(k) for k in ("cores", "cpu", "memory_gb")}) for r in res.values()}
     for h in hosts:
         h = json.loads(h)

@@ -158,8 +158,11 @@ class ForkServer:
             if pid in self._exits:
                 return self._exits[pid]
             gone = self._gone
-        if gone and not _pid_running(pid):
-            return -signal.SIGKILL
+        if gone:
+            from .backends.local import _pid_alive
+
+            if not _pid_alive(pid):
+                return -signal.SIGKILL
         return None
 
     def wait(self, pid: int, timeout: float) -> int | None:
@@ -202,22 +205,6 @@ class ForkServer:
                     os.kill(self.pid, signal.SIGKILL)
                 deadline = time.monotonic() + 30
             time.sleep(0.02)
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
 
 
 # -------------------------------------------------------------------------------- server side

@@ -1,0 +1,109 @@
+"""Processes this package starts and stops: liveness, identity and killing whole trees.
+
+One module for the executor (its user process), the fork server (its children), the local
+backend (containers and AMs) and the mini cluster (its JVM). A pid alone names a process only
+while it lives: once it exits the number can be handed to another process, so every record that
+outlives a process keeps the pid together with its start time (:func:`start_time`), and
+:func:`alive` and :func:`kill_tree` only act on a pid whose start time still matches.
+
+psutil is imported on first use: an executor pays for it only when it kills or measures something.
+"""
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import signal
+
+__all__ = ["start_time", "alive", "kill_tree", "user_name"]
+
+# Process start times come from /proc in clock ticks; two readings of one process can differ by a tick.
+_START_TOLERANCE_S = 1.0
+
+
+def start_time(pid: int) -> float | None:
+    """The start time of ``pid`` (seconds since the epoch), or None when no such process exists."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def _process(pid: int, started: float | None):
+    """The psutil.Process for ``pid`` if it runs (not a zombie) and, when ``started`` is given, is
+    the process that started then; else None."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if started is not None and abs(proc.create_time() - float(started)) > _START_TOLERANCE_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except (psutil.NoSuchProcess, ValueError, TypeError):
+        return None
+    except psutil.AccessDenied:
+        # Another user's process: it exists, but it cannot be ours unless no start time was recorded.
+        return None if started is not None else psutil.Process(pid)
+
+
+def alive(pid: int | None, started: float | None = None) -> bool:
+    """Whether ``pid`` runs and is not a zombie; with ``started``, also that it is the same process
+    that started at that time (a recycled pid is not alive)."""
+    if not pid or pid <= 0:
+        return False
+    return _process(pid, started) is not None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, group: bool = True) -> None:
+    """Stops ``pid`` and every descendant: SIGTERM (with SIGCONT, so a stopped process can act on
+    it), then SIGKILL to whatever is left after ``grace`` seconds.
+
+    With ``group`` (the default) the process group ``pid`` leads is signalled as well, even when
+    its leader has already exited: members that were re-parented away from the leader are only
+    reachable that way. With ``started``, nothing is signalled unless ``pid`` is still the process
+    that started then (the group is still signalled when the leader is gone, since a group id
+    cannot be reused while any member lives).
+    """
+    import psutil
+
+    root = _process(pid, started)
+    if root is None and started is not None and alive(pid):
+        return  # the pid now belongs to an unrelated process
+    procs = []
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            procs = [root, *root.children(recursive=True)]
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        if group:
+            _signal_group(pid, sig)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    if group:
+        _signal_group(pid, signal.SIGKILL)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=2)
+
+
+def user_name() -> str:
+    """The user this process acts as toward Hadoop: ``HADOOP_USER_NAME``, else the login name, else
+    ``tony`` for a uid without a passwd entry (as in some containers)."""
+    name = os.environ.get("HADOOP_USER_NAME")
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "tony"

@@ -143,7 +143,7 @@ class ApplicationMaster:
         self._last_write = 0.0
         self._write_lock = threading.Lock()
         self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
-        self.checkpoint_location = spec.conf.get("tony.checkpoint.location") or cluster.checkpoint_location(self.app_dir)
+        self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
         # The spec derives these from its flat conf on every access; the monitor and the HTTP
         # handlers need them on every pass, so take them once.
@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from .backends.local import Inventory, LocalClusterManager
         app_id = app_dir.name
-        cluster = LocalClusterManager(app_id, app_dir, Inventory.from_conf(spec.conf),
+        cluster = LocalClusterManager(app_id, app_dir, Inventory.of(spec.local_capacity),
                                       fork_server=spec.local_fork_server)
         secret = json.loads((app_dir / "am.secret").read_text())
         token, view_token, host = secret["token"], secret["view_token"], "127.0.0.1"

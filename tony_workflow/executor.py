@@ -216,7 +216,7 @@ class TaskExecutor:
         return env
 
     def _wants_tensorboard(self) -> bool:
-        if self.spec.conf.get("tony.task.tensorboard.enabled", "true").lower() != "true":
+        if not self.spec.tensorboard_enabled:
             return False
         if "tensorboard" in self.spec.tasks:
             return self.task_type == "tensorboard"
@@ -331,7 +331,7 @@ class TaskExecutor:
 
     def _wait(self) -> int:
         proc = self.user or self.tensorboard
-        limit_ms = int(self.spec.conf.get("tony.task.executor.execution-timeout-ms", "0") or 0)
+        limit_ms = self.spec.execution_timeout_ms
         deadline = time.monotonic() + limit_ms / 1000.0 if limit_ms > 0 and self.user else None
         if proc is not None:
             # Woken the moment the process ends (or a stop is asked for), not at the next poll.

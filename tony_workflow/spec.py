@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["SpecIssue", "SpecError", "Resources", "TaskSpec", "JobSpec", "parse_memory", "load_spec",
-           "load_tony_xml", "spec_from_mapping", "apply_overrides", "TONY_DEFAULTS", "PROJECT_DEFAULTS",
+           "load_tony_xml", "spec_from_mapping", "apply_overrides", "LocalCapacity", "TONY_DEFAULTS", "PROJECT_DEFAULTS",
            "FRAMEWORKS", "MULTI_VALUE_KEYS"]
 
 # --------------------------------------------------------------------------------------------------
@@ -160,6 +160,9 @@ _TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.local.fork-server``
 #:     Whether the local backend forks task containers from a pre-started server (fast) instead of
 #:     starting an interpreter for each.
+#: ``tony.yarn.python``
+#:     The interpreter YARN containers start the AM and executors with; empty: the client's own
+#:     (right when every node has the same installation at the same path).
 PROJECT_DEFAULTS: dict[str, str] = {
     "tony.local.vcore-oversubscription": "4",
     "tony.local.memory": "",
@@ -169,6 +172,7 @@ PROJECT_DEFAULTS: dict[str, str] = {
     "tony.checkpoint.location": "",
     "tony.task.heartbeat-timeout-ms": "8000",
     "tony.local.fork-server": "true",
+    "tony.yarn.python": "",
 }
 
 #: The effective configuration before any file: TonY's defaults, then this project's.
@@ -381,6 +385,18 @@ def _conf_value(value: object) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # Spec objects
+
+
+@dataclass(frozen=True)
+class LocalCapacity:
+    """What the embedded cluster may hand out, from ``tony.local.*``: ``memory_mb``, ``vcores`` and
+    ``gpus`` (GPU indices) are None where the machine is to be asked; ``oversubscription`` is how
+    many task vcores share one core."""
+
+    memory_mb: int | None
+    vcores: int | None
+    gpus: tuple[int, ...] | None
+    oversubscription: float
 
 
 @dataclass
@@ -614,6 +630,42 @@ class JobSpec:
     def local_fork_server(self) -> bool:
         """tony.local.fork-server."""
         return self._typed("tony.local.fork-server", _parse_bool)
+
+    @property
+    def tensorboard_enabled(self) -> bool:
+        """tony.task.tensorboard.enabled: whether the chief (or the tensorboard sidecar) serves TensorBoard."""
+        return self._typed("tony.task.tensorboard.enabled", _parse_bool)
+
+    @property
+    def execution_timeout_ms(self) -> int:
+        """tony.task.executor.execution-timeout-ms: a task's time limit; 0 means none."""
+        return self._typed("tony.task.executor.execution-timeout-ms", lambda v: _parse_int(v, 0))
+
+    @property
+    def checkpoint_location(self) -> str | None:
+        """tony.checkpoint.location, None when empty (the backend's default place)."""
+        return self._text("tony.checkpoint.location")
+
+    @property
+    def yarn_python(self) -> str | None:
+        """tony.yarn.python, None when empty."""
+        return self._text("tony.yarn.python")
+
+    @property
+    def local_capacity(self) -> LocalCapacity:
+        """The embedded cluster's capacity settings (tony.local.memory, vcores, gpus, vcore-oversubscription)."""
+        gpus = self._typed("tony.local.gpus", _parse_local_gpus)
+        if not gpus:
+            gpu_list = None
+        elif "," in gpus:
+            gpu_list = tuple(int(g) for g in gpus.split(",") if g.strip())
+        else:
+            gpu_list = tuple(range(int(gpus)))
+        return LocalCapacity(memory_mb=self._typed("tony.local.memory", _optional(parse_memory)),
+                             vcores=self._typed("tony.local.vcores", _optional(lambda v: _parse_int(v, 1))),
+                             gpus=gpu_list,
+                             oversubscription=self._typed("tony.local.vcore-oversubscription",
+                                                          _parse_oversubscription))
 
     @property
     def heartbeat_timeout_ms(self) -> int:

@@ -32,7 +32,7 @@ from typing import Iterator
 import psutil
 
 from ..forkserver import ForkServer, ForkServerGone
-from ..spec import JobSpec, parse_memory
+from ..spec import JobSpec, LocalCapacity
 from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
 
@@ -99,19 +99,11 @@ class Inventory:
     gpus: list[int]
 
     @classmethod
-    def from_conf(cls, conf: dict[str, str]) -> "Inventory":
-        mem = conf.get("tony.local.memory", "").strip()
-        memory_mb = parse_memory(mem) if mem else psutil.virtual_memory().total // (1024 * 1024)
-        cores = conf.get("tony.local.vcores", "").strip()
-        factor = float(conf.get("tony.local.vcore-oversubscription", "4") or 4)
-        vcores = int((int(cores) if cores else (os.cpu_count() or 1)) * factor)
-        g = conf.get("tony.local.gpus", "").strip()
-        if not g:
-            gpus = detect_gpus()
-        elif "," in g:
-            gpus = [int(x) for x in g.split(",") if x.strip()]
-        else:
-            gpus = list(range(int(g)))
+    def of(cls, capacity: LocalCapacity) -> "Inventory":
+        """The inventory ``capacity`` describes, asking the machine for what it leaves unset."""
+        memory_mb = capacity.memory_mb or psutil.virtual_memory().total // (1024 * 1024)
+        vcores = int((capacity.vcores or os.cpu_count() or 1) * capacity.oversubscription)
+        gpus = list(capacity.gpus) if capacity.gpus is not None else detect_gpus()
         return cls(memory_mb, vcores, gpus)
 
 
@@ -378,7 +370,7 @@ class LocalBackend(Backend):
 
     def submit(self, spec: JobSpec) -> str:
         from ..am import am_requests  # the AM owns what a job asks for
-        check_fits(am_requests(spec), Inventory.from_conf(spec.conf))
+        check_fits(am_requests(spec), Inventory.of(spec.local_capacity))
         app_id = next_application_id()
         d = self.app_dir(app_id)
         d.mkdir(parents=True)

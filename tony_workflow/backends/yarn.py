@@ -173,7 +173,7 @@ class YarnBackend(Backend):
             archive = venv if venv.is_file() else _zip_dir(venv, staging / "venv.zip")
             task_files["venv"] = skein.File(str(archive), type="archive")
         spec_file = skein.File(str(staging / "spec.json"), type="file")
-        python = spec.conf.get("tony.yarn.python") or self.python
+        python = spec.yarn_python or self.python
         base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", "HADOOP_CONF_DIR": str(self.conf_dir)}
         services = {
             AM_SERVICE: skein.Service(

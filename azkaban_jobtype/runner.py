@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from tony_workflow.client import JobHandle, SubmitError, TonyClient
+from tony_workflow.client import SubmitError, TonyClient
+from tony_workflow.follow import JobUpdate, diff
 from tony_workflow.spec import SpecError, SpecIssue
 from tony_workflow.status import JobStatus
 
@@ -130,15 +131,14 @@ def run(out: TextIO | None = None) -> int:
     # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
     say(f"Submitted application {handle.app_id}")
     output = env.get("JOB_OUTPUT_PROP_FILE")
-    follower = _Follower(handle, say)
-    status = follower.poll()
-    _write_output(output, status)
-
-    while not status.is_final:
-        if stop.signum is not None:
-            break
-        if _sleep(POLL_INTERVAL, stop):
-            status = follower.poll()
+    status = shown = None
+    for update in handle.follow(poll_interval=POLL_INTERVAL, stop=lambda: stop.signum is not None):
+        status = shown = update.status
+        _show(update, say)
+        if update.first:
+            _write_output(output, status)
+    if status is None:
+        status = handle.status()
     if stop.signum is not None and not status.is_final:
         name = signal.Signals(stop.signum).name
         say(f"Received {name}: killing application {handle.app_id}")
@@ -146,8 +146,10 @@ def run(out: TextIO | None = None) -> int:
             status = handle.kill(f"killed by Azkaban ({name})", timeout=KILL_TIMEOUT)
         except Exception as exc:  # a kill that fails must still leave the output and an exit code
             say(f"error: killing {handle.app_id} failed: {exc}")
-            status = follower.poll()
-        follower.show(status)
+            status = handle.status()
+        update = diff(shown, status)
+        if update is not None:
+            _show(update, say)
 
     _write_output(output, status)
     say(f"Final status of {handle.app_id}: {status.state}")
@@ -158,42 +160,13 @@ def run(out: TextIO | None = None) -> int:
     return 0 if status.succeeded else EXIT_FAILED
 
 
-class _Follower:
-    """Polls the application and prints what changed."""
-
-    def __init__(self, handle: JobHandle, say):
-        self.handle = handle
-        self.say = say
-        self.last_summary: str | None = None
-        self.tracking_url: str | None = None
-        self.tensorboard_url: str | None = None
-
-    def poll(self) -> JobStatus:
-        status = self.handle.status()
-        self.show(status)
-        return status
-
-    def show(self, status: JobStatus) -> None:
-        if status.tracking_url and status.tracking_url != self.tracking_url:
-            self.tracking_url = status.tracking_url
-            self.say(f"Tracking URL: {status.tracking_url}")
-        if status.tensorboard_url and status.tensorboard_url != self.tensorboard_url:
-            self.tensorboard_url = status.tensorboard_url
-            self.say(f"TensorBoard URL: {status.tensorboard_url}")
-        summary = status.summary()
-        if summary != self.last_summary:
-            self.last_summary = summary
-            self.say(f"[{time.strftime('%H:%M:%S')}] {summary}")
-
-
-def _sleep(seconds: float, stop: _Terminate) -> bool:
-    """Sleeps in short steps; False as soon as a stop signal arrived."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if stop.signum is not None:
-            return False
-        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-    return stop.signum is None
+def _show(update: JobUpdate, say) -> None:
+    """The job log's lines for one update: new URLs, then the status line."""
+    if update.tracking_url:
+        say(f"Tracking URL: {update.tracking_url}")
+    if update.tensorboard_url:
+        say(f"TensorBoard URL: {update.tensorboard_url}")
+    say(f"[{time.strftime('%H:%M:%S')}] {update.status.summary()}")
 
 
 def _write_output(path: str | None, status: JobStatus) -> None:

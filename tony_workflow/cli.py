@@ -15,13 +15,21 @@ from .status import JobStatus
 __all__ = ["main"]
 
 
-def _progress(stream=sys.stderr):
-    def show(st: JobStatus) -> None:
+def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobStatus:
+    """Follows the job to its end, a progress line on every change; returns the final status."""
+    status = None
+    for update in handle.follow(poll_interval=poll_interval):
+        status = update.status
         stamp = time.strftime("%H:%M:%S")
-        print(f"[tony {stamp}] {st.summary()}", file=stream, flush=True)
-        if st.is_final and st.diagnostics:
-            print(f"[tony {stamp}] diagnostics: {st.diagnostics}", file=stream, flush=True)
-    return show
+        print(f"[tony {stamp}] {status.summary()}", file=stream, flush=True)
+        if update.new_session:
+            print(f"[tony {stamp}] session {status.session_id} started: the previous one failed and was "
+                  f"relaunched", file=stream, flush=True)
+        for task in update.relaunched:
+            print(f"[tony {stamp}] task {task.task_id} relaunched ({task.restarts} so far)", file=stream, flush=True)
+        if update.final and status.diagnostics:
+            print(f"[tony {stamp}] diagnostics: {status.diagnostics}", file=stream, flush=True)
+    return status if status is not None else handle.status()
 
 
 def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -47,7 +55,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         st = handle.status()
         print(json.dumps(st.to_dict(), indent=1) if args.json else handle.app_id)
         return 0
-    st = handle.wait(poll_interval=args.poll_interval, on_update=_progress())
+    st = _follow(handle, args.poll_interval)
     if args.json:
         print(json.dumps(st.to_dict(), indent=1))
     else:

@@ -10,11 +10,12 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from .backends.base import Backend, get_backend
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, apply_overrides, load_spec, load_tony_xml
+from .follow import Follower, JobUpdate
 from .status import JobStatus
 
 __all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
@@ -66,6 +67,20 @@ def check_paths(spec: JobSpec) -> None:
         raise SpecError(issues)
 
 
+def _pause(seconds: float, deadline: float | None, stop: Callable[[], bool] | None) -> bool:
+    """Sleeps ``seconds`` (never past ``deadline``); True when ``stop()`` said to stop meanwhile."""
+    end = time.monotonic() + seconds
+    if deadline is not None:
+        end = min(end, deadline)
+    while True:
+        if stop is not None and stop():
+            return True
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.1) if stop is not None else left)
+
+
 class JobHandle:
     """One application: status, wait, kill and logs. Cheap to create; holds no connection."""
 
@@ -90,33 +105,50 @@ class JobHandle:
                 pass
         return self.backend.stored_status(self.app_id)
 
+    def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
+               stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
+        """Yields a :class:`~tony_workflow.follow.JobUpdate` for the first status and for every
+        change after it, reading the status every ``poll_interval`` seconds. Ends after the update
+        with the final status (once the AM has released its containers and unregistered: see
+        :meth:`wait`), when ``timeout`` seconds have passed, or when ``stop()`` returns true (it is
+        asked at least every 0.1 s while waiting)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        follower = Follower(self.status)
+        while True:
+            update = follower.poll()
+            st = follower.last
+            if st.is_final:
+                settled = self._settled(st, poll_interval, deadline)
+                update = follower.see(settled) or update
+                if update is not None:
+                    yield update
+                return
+            if update is not None:
+                yield update
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            if _pause(poll_interval, deadline, stop):
+                return
+
     def wait(self, *, poll_interval: float = 1.0, timeout: float | None = None,
              on_update: Callable[[JobStatus], None] | None = None) -> JobStatus:
         """Blocks until the application ends (or ``timeout`` seconds pass); returns the last status.
         ``on_update`` is called with every status that differs from the previous one."""
-        deadline = None if timeout is None else time.time() + timeout
         last = None
-        while True:
-            st = self.status()
-            key = (st.state, st.session_id, st.tensorboard_url,
-                   tuple((t.task_id, t.state, t.restarts) for t in st.tasks))
-            if on_update and key != last:
-                on_update(st)
-            last = key
-            if st.is_final:
-                return self._settled(st, poll_interval, deadline)
-            if deadline is not None and time.time() >= deadline:
-                return st
-            time.sleep(poll_interval)
+        for update in self.follow(poll_interval=poll_interval, timeout=timeout):
+            last = update.status
+            if on_update:
+                on_update(update.status)
+        return last if last is not None else self.status()
 
     def _settled(self, st: JobStatus, poll_interval: float, deadline: float | None) -> JobStatus:
         """The AM announces a final state before it has released its containers, written the final
         status and unregistered from the cluster. Waits (briefly) for that to finish, so that when
         ``wait`` returns the resources are free and the cluster's own record agrees."""
-        grace = time.time() + FINISH_GRACE_S
+        grace = time.monotonic() + FINISH_GRACE_S
         if deadline is not None:
-            grace = min(grace, max(deadline, time.time() + 5.0))
-        while self.backend.endpoint(self.app_id) is not None and time.time() < grace:
+            grace = min(grace, max(deadline, time.monotonic() + 5.0))
+        while self.backend.endpoint(self.app_id) is not None and time.monotonic() < grace:
             time.sleep(min(poll_interval, 0.5))
         try:
             stored = self.backend.stored_status(self.app_id)

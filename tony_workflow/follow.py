@@ -1,0 +1,113 @@
+"""Following a job: read its status now and then and say what changed.
+
+Every front end follows jobs (the CLI's progress lines, the Airflow operator's task log and its
+trigger, the Azkaban runner's job log); none of them compares statuses itself. A
+:class:`Follower` reads the status through a callable, compares it with the last one and returns
+a :class:`JobUpdate` naming each change, or None when nothing a user would see has changed.
+:meth:`tony_workflow.client.JobHandle.follow` loops over it; the Airflow trigger calls
+:meth:`Follower.poll` from its event loop's worker thread between its own sleeps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .status import JobStatus
+
+__all__ = ["JobUpdate", "TaskChange", "Follower", "diff"]
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    """One task whose state or restart count changed. ``before`` is None for a task seen first."""
+
+    task_id: str
+    before: str | None
+    after: str
+    restarts: int
+    relaunched: bool  # its restart count went up: the task alone was started again
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    """What changed between two statuses of one application.
+
+    ``status`` is the new status and ``previous`` the one before it (None on the first update).
+    ``state_changed`` says the job's state moved; ``new_session`` that a new session started
+    (the previous one failed and was torn down); ``tasks`` lists the tasks that changed;
+    ``tracking_url`` and ``tensorboard_url`` are set when that URL is new (first known, or moved).
+    """
+
+    status: JobStatus
+    previous: JobStatus | None
+    state_changed: bool
+    new_session: bool
+    tasks: tuple[TaskChange, ...] = field(default_factory=tuple)
+    tracking_url: str | None = None
+    tensorboard_url: str | None = None
+
+    @property
+    def first(self) -> bool:
+        return self.previous is None
+
+    @property
+    def final(self) -> bool:
+        return self.status.is_final
+
+    @property
+    def relaunched(self) -> tuple[TaskChange, ...]:
+        """Tasks relaunched alone (restart policy ``task``) since the previous update."""
+        return tuple(t for t in self.tasks if t.relaunched)
+
+
+def _task_key(status: JobStatus) -> tuple:
+    return tuple((t.task_id, t.state, t.restarts) for t in status.tasks)
+
+
+def diff(previous: JobStatus | None, current: JobStatus) -> JobUpdate | None:
+    """The update from ``previous`` to ``current``, or None when nothing shown to users changed
+    (state, session, task states and restarts, the URLs, and the diagnostics of a final status)."""
+    if previous is not None and (
+            previous.state, previous.session_id, previous.tracking_url, previous.tensorboard_url,
+            _task_key(previous)) == (
+            current.state, current.session_id, current.tracking_url, current.tensorboard_url,
+            _task_key(current)) and (not current.is_final or previous.diagnostics == current.diagnostics):
+        return None
+    before = {t.task_id: t for t in previous.tasks} if previous is not None else {}
+    new_session = previous is not None and current.session_id != previous.session_id
+    changes = []
+    for task in current.tasks:
+        old = None if new_session else before.get(task.task_id)
+        if old is not None and (old.state, old.restarts) == (task.state, task.restarts):
+            continue
+        changes.append(TaskChange(task.task_id, old.state if old else None, task.state, task.restarts,
+                                  relaunched=old is not None and task.restarts > old.restarts))
+    tracking = current.tracking_url if current.tracking_url and (
+        previous is None or current.tracking_url != previous.tracking_url) else None
+    tensorboard = current.tensorboard_url if current.tensorboard_url and (
+        previous is None or current.tensorboard_url != previous.tensorboard_url) else None
+    return JobUpdate(status=current, previous=previous,
+                     state_changed=previous is None or previous.state != current.state,
+                     new_session=new_session, tasks=tuple(changes), tracking_url=tracking,
+                     tensorboard_url=tensorboard)
+
+
+class Follower:
+    """Reads one application's status through ``read`` and reports what changed since the last read.
+
+    ``last`` is the last status read (None before the first).
+    """
+
+    def __init__(self, read: Callable[[], JobStatus]):
+        self._read = read
+        self.last: JobStatus | None = None
+
+    def poll(self) -> JobUpdate | None:
+        """Reads the status once; the update since the previous read, or None if nothing changed."""
+        return self.see(self._read())
+
+    def see(self, status: JobStatus) -> JobUpdate | None:
+        """Takes a status read elsewhere (e.g. the settled final one) as the latest."""
+        update = diff(self.last, status)
+        self.last = status
+        return update

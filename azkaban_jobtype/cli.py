@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Sequence
 
-from tony_workflow.spec import JobSpec, SpecError, SpecIssue
+from tony_workflow.spec import JobSpec, SpecError, parse_pairs
 
 from .flow import JobInstance, Project, load_project
 from .plugin import install_plugin
@@ -31,28 +31,15 @@ _STAND_INS = ("azkaban.flow.execid", "azkaban.flow.flowid", "azkaban.flow.projec
               "azkaban.job.id", "azkaban.job.attempt")
 
 
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
-    pairs, issues = {}, []
-    for item in values or ():
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            issues.append(SpecIssue(flag, item, "must be NAME=VALUE"))
-        else:
-            pairs[name.strip()] = value
-    if issues:
-        raise SpecError(issues)
-    return pairs
-
-
 def cmd_install_plugin(args: argparse.Namespace) -> int:
-    written = install_plugin(args.plugins_dir, python=args.python, env=_pairs(args.env, "--env"))
+    written = install_plugin(args.plugins_dir, python=args.python, env=parse_pairs(args.env, "--env"))
     for path in written:
         print(path)
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    params = _pairs(args.param, "--param")
+    params = parse_pairs(args.param, "--param")
     with load_project(args.project) as project:
         report = validate_project(project, params)
     if args.json:

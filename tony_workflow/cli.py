@@ -9,7 +9,7 @@ from typing import Sequence
 
 from . import minicluster
 from .client import JobHandle, SubmitError, TonyClient, load_job
-from .spec import SpecError, SpecIssue
+from .spec import SpecError, parse_pairs
 from .status import JobStatus
 
 __all__ = ["main"]
@@ -32,21 +32,11 @@ def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobSt
     return status if status is not None else handle.status()
 
 
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
-    out = {}
-    for v in values or ():
-        if "=" not in v or not v.split("=", 1)[0]:
-            raise SpecError([SpecIssue(flag, v, "expected KEY=VALUE")])
-        k, _, val = v.partition("=")
-        out[k] = val
-    return out
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
-    spec = load_job(args.spec, conf=args.conf or (), variables=_pairs(args.set, "--set"),
+    spec = load_job(args.spec, conf=args.conf or (), variables=parse_pairs(args.set, "--set"),
                     executes=args.executes, task_params=args.task_params, src_dir=args.src_dir,
                     python_binary_path=args.python_binary_path, python_venv=args.python_venv,
-                    shell_env=_pairs(args.shell_env, "--shell-env") or None)
+                    shell_env=parse_pairs(args.shell_env, "--shell-env") or None)
     client = TonyClient(args.backend)
     handle = client.submit(spec)
     # The id on a line of its own, as its own token: schedulers scan logs for it.

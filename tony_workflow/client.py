@@ -6,16 +6,14 @@ Azkaban) goes through here.
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterator
 
 from .backends.base import Backend, get_backend
-from .rpc import AMClient, AMError, AMUnreachable
-from .spec import JobSpec, SpecError, SpecIssue, apply_overrides, load_spec, load_tony_xml
 from .follow import Follower, JobUpdate
+from .rpc import AMClient, AMError, AMUnreachable
+from .spec import JobSpec, SpecError, SpecIssue, load_job
 from .status import JobStatus
 
 __all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
@@ -28,35 +26,8 @@ class SubmitError(RuntimeError):
     """The cluster refused the job before anything ran (e.g. it can never fit)."""
 
 
-def _site_conf() -> dict[str, str]:
-    conf_dir = os.environ.get("TONY_CONF_DIR")
-    if conf_dir and (Path(conf_dir) / "tony-site.xml").is_file():
-        return load_tony_xml(str(Path(conf_dir) / "tony-site.xml"))
-    return {}
-
-
-def load_job(path_or_text: str, *, conf: Iterable[str] | Mapping[str, str] = (),
-             variables: Mapping[str, object] | None = None, **fields: object) -> JobSpec:
-    """Loads a spec file (YAML, JSON or TonY XML; Jinja2 templated), applies ``conf`` overrides
-    (``key=value``) and fields such as ``executes`` or ``src_dir``, then ``$TONY_CONF_DIR/tony-site.xml``
-    (last, as TonY does), and resolves relative paths against the spec file's directory.
-    Does not validate; :meth:`TonyClient.submit` does."""
-    spec = load_spec(path_or_text, overrides=conf, variables=variables)
-    site = _site_conf()
-    if site:
-        spec = dataclasses.replace(spec, conf={**spec.conf, **site})
-    updates = {k: v for k, v in fields.items() if v is not None}
-    base = Path(spec.source).resolve().parent if spec.source and Path(spec.source).is_file() else None
-    for key in ("src_dir", "python_venv"):
-        value = updates.get(key, getattr(spec, key))
-        if value and base is not None and key not in updates and not os.path.isabs(str(value)):
-            updates[key] = str(base / str(value))
-        elif value and key in updates:
-            updates[key] = str(Path(str(value)).resolve())
-    return dataclasses.replace(spec, **updates) if updates else spec
-
-
 def check_paths(spec: JobSpec) -> None:
+    """SpecError when ``src_dir`` or ``python_venv`` names nothing on this machine."""
     issues = []
     if spec.src_dir and not Path(spec.src_dir).is_dir():
         issues.append(SpecIssue("src_dir", spec.src_dir, "must be an existing directory", spec.source))
@@ -217,6 +188,3 @@ class TonyClient:
                 continue
         return out
 
-
-def with_overrides(spec: JobSpec, conf: Iterable[str] | Mapping[str, str]) -> JobSpec:
-    return dataclasses.replace(spec, conf=apply_overrides(dict(spec.conf), conf))

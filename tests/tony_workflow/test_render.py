@@ -1,11 +1,11 @@
-"""Tests of tony_workflow.render: strict, sandboxed Jinja2 rendering of spec templates."""
+"""Tests of tony_workflow.spec.render: strict, sandboxed Jinja2 rendering of spec templates."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tony_workflow.render import render_template
+from tony_workflow.spec.render import render_template
 from tony_workflow.spec import SpecError
 
 

@@ -17,7 +17,7 @@ from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, Undefine
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
-from .spec import SpecError, SpecIssue
+from .errors import SpecError, SpecIssue
 
 __all__ = ["render_template"]
 

@@ -1,0 +1,274 @@
+"""Reading a spec document: YAML or JSON with this project's friendlier schema, or TonY's XML.
+
+:class:`DocumentReader` turns a parsed YAML/JSON mapping (the schema in the package docstring)
+into flat ``tony.*`` keys, remembering how the user spelled each one so that messages can use it,
+and collects every structural problem at once. The parsers report syntax errors with the line
+(and column) where the text went wrong. YAML is imported on first use: executors read their spec
+as JSON and never pay for it.
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+
+from .errors import SpecError, SpecIssue, error, unknown_message
+from .keys import TONY_DEFAULTS
+from .model import JobSpec
+from .values import conf_value, parse_env
+
+__all__ = ["DocumentReader", "spec_from_mapping", "parse_yaml", "parse_json", "xml_conf"]
+
+_TOP_LEVEL_CONF = {
+    "name": "tony.application.name",
+    "framework": "tony.application.framework",
+    "queue": "tony.yarn.queue",
+    "node_label": "tony.application.node-label",
+    "tags": "tony.application.tags",
+    "command": "tony.containers.command",
+    "env": "tony.containers.envs",
+    "execution_env": "tony.execution.envs",
+    "resources": "tony.containers.resources",
+    "retries": "tony.am.retry-count",
+    "timeout": "tony.application.timeout",
+}
+_TOP_LEVEL_ARGS = ("executes", "task_params", "python_binary_path", "python_venv", "src_dir")
+_TOP_LEVEL = (*_TOP_LEVEL_CONF, *_TOP_LEVEL_ARGS, "shell_env", "am", "tasks", "conf")
+_AM_FIELDS = ("memory", "vcores", "gpus")
+_TASK_FIELDS = {"instances": "instances", "memory": "memory", "vcores": "vcores", "gpus": "gpus",
+                "command": "command", "node_label": "node-label", "restart_policy": "restart-policy",
+                "timeout": "timeout", "docker_image": None}
+_ENV_KEYS = ("tony.containers.envs", "tony.execution.envs")
+
+
+class DocumentReader:
+    """Turns one YAML/JSON document into conf keys, remembering the user's spelling of each."""
+
+    def __init__(self, source: str | None):
+        self.source = source
+        self.conf: dict[str, str] = {}
+        self.origin: dict[str, str] = {}
+        self.args: dict[str, object] = {}
+        self.issues: list[SpecIssue] = []
+
+    def problem(self, where: str, value: object, message: str) -> None:
+        self.issues.append(SpecIssue(where, value, message, self.source))
+
+    def set(self, key: str, value: object, where: str) -> None:
+        if key in self.conf:
+            first = self.origin.get(key, key)
+            self.problem(where, value, f"sets {key} again (already set by {first}); keep one")
+            return
+        try:
+            self.conf[key] = env_value(value) if key in _ENV_KEYS else conf_value(value)
+        except ValueError as exc:
+            self.problem(where, value, str(exc))
+            return
+        if where != key:
+            self.origin[key] = where
+
+    def mapping(self, value: object, where: str) -> Mapping | None:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.problem(where, value, "must be a mapping")
+            return None
+        return value
+
+    def read(self, data: Mapping) -> None:
+        for key, value in data.items():
+            if not isinstance(key, str):
+                self.problem(str(key), None, "field names must be strings")
+            elif key.startswith("x-"):
+                continue  # a place for YAML anchors, as in compose files
+            elif key.startswith("tony."):
+                self.set(key, value, key)
+            elif key in _TOP_LEVEL_CONF:
+                self.set(_TOP_LEVEL_CONF[key], value, key)
+            elif key in _TOP_LEVEL_ARGS:
+                if value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool)):
+                    self.args[key] = None if value is None else str(value)
+                else:
+                    self.problem(key, value, "must be a string")
+            elif key == "shell_env":
+                try:
+                    self.args[key] = shell_env_value(value)
+                except ValueError as exc:
+                    self.problem(key, value, str(exc))
+            elif key == "conf":
+                self.read_conf(value)
+            elif key == "am":
+                self.read_am(value)
+            elif key == "tasks":
+                self.read_tasks(value, explicit=self.flat_keys(data))
+            else:
+                self.problem(key, None, unknown_message(key, _TOP_LEVEL, "field", ", flat tony.* keys and x-* keys"))
+
+    @staticmethod
+    def flat_keys(data: Mapping) -> set[str]:
+        keys = {k for k in data if isinstance(k, str) and k.startswith("tony.")}
+        if isinstance(data.get("conf"), Mapping):
+            keys |= {str(k) for k in data["conf"]}
+        return keys
+
+    def read_conf(self, value: object) -> None:
+        conf = self.mapping(value, "conf")
+        for key, item in (conf or {}).items():
+            if not isinstance(key, str) or not key.strip():
+                self.problem(f"conf.{key}", None, "keys must be non-empty strings")
+            else:
+                self.set(key.strip(), item, key.strip())
+
+    def read_am(self, value: object) -> None:
+        am = self.mapping(value, "am")
+        for name, item in (am or {}).items():
+            if name in _AM_FIELDS:
+                self.set(f"tony.am.{name}", item, f"am.{name}")
+            else:
+                self.problem(f"am.{name}", None, unknown_message(str(name), _AM_FIELDS, "am field"))
+
+    def read_tasks(self, value: object, explicit: set[str]) -> None:
+        tasks = self.mapping(value, "tasks")
+        images = []
+        for task_type, fields in (tasks or {}).items():
+            where = f"tasks.{task_type}"
+            if not isinstance(task_type, str) or not task_type:
+                self.problem(where, task_type, "task type names must be non-empty strings")
+                continue
+            fields = self.mapping(fields, where)
+            if fields is None:
+                continue
+            instances_key = f"tony.{task_type}.instances"
+            if "instances" not in fields and instances_key not in explicit:
+                self.set(instances_key, 1, where)
+            for name, item in fields.items():
+                if name not in _TASK_FIELDS:
+                    self.problem(f"{where}.{name}", None, unknown_message(str(name), _TASK_FIELDS, "task field"))
+                elif name == "docker_image":
+                    self.set(f"tony.docker.{task_type}.image", item, f"{where}.{name}")
+                    images.append(f"{where}.{name}")
+                else:
+                    self.set(f"tony.{task_type}.{_TASK_FIELDS[name]}", item, f"{where}.{name}")
+        # An image only takes effect with docker enabled; asking for one in a task is asking for docker.
+        if images and "tony.docker.enabled" not in self.conf:
+            self.conf["tony.docker.enabled"] = "true"
+            self.origin["tony.docker.enabled"] = images[0]
+
+
+def env_value(value: object) -> str:
+    """env / execution_env / shell_env as TonY's comma-separated ``K=V`` list."""
+    if isinstance(value, Mapping):
+        entries = []
+        for name, item in value.items():
+            text = conf_value(item)
+            if "," in text:
+                raise ValueError(f"the value of {name} contains ',', which separates entries in TonY's "
+                                 "env lists; it cannot be passed this way")
+            entries.append(f"{name}={text}")
+        return ",".join(entries)
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError("must be a mapping, a list of KEY=value strings, or a comma-separated string")
+        return ",".join(value)
+    if isinstance(value, str) or value is None:
+        return value or ""
+    raise ValueError("must be a mapping, a list of KEY=value strings, or a comma-separated string")
+
+
+def shell_env_value(value: object) -> dict[str, str]:
+    """shell_env as a dict. It never goes through a comma-separated conf value, so commas are fine."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(name): conf_value(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return {name: val for name, val in (parse_env(entry).popitem() for entry in value if entry.strip())}
+    if isinstance(value, str):
+        return parse_env(value)
+    raise ValueError("must be a mapping, a list of KEY=value strings, or a comma-separated string")
+
+
+def spec_from_mapping(data: Mapping, *, source: str | None = None) -> JobSpec:
+    """The JobSpec a parsed YAML/JSON document describes (schema in this module's docstring).
+
+    The document's keys are laid over TONY_DEFAULTS. Structural problems (unknown fields, a field
+    set twice, a mapping where a value belongs) raise SpecError listing all of them; the values
+    themselves are checked by :meth:`JobSpec.validate`.
+    """
+    if not isinstance(data, Mapping):
+        raise error("document", type(data).__name__, "the top level must be a mapping of fields", source)
+    reader = DocumentReader(source)
+    reader.read(data)
+    if reader.issues:
+        raise SpecError(reader.issues)
+    return JobSpec(conf={**TONY_DEFAULTS, **reader.conf}, source=source, key_origin=reader.origin,
+                   **reader.args)
+
+
+_LOADER = None
+
+
+def _unique_key_loader():
+    """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently.
+    Built on first use: executors read specs as JSON and never pay for importing YAML."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class UniqueKeyLoader(yaml.SafeLoader):
+            def construct_mapping(self, node, deep=False):
+                seen = set()
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                                key_node.start_mark)
+                    seen.add(key)
+                return super().construct_mapping(node, deep)
+
+        _LOADER = UniqueKeyLoader
+    return _LOADER
+
+
+def parse_yaml(text: str, source: str | None) -> object:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_unique_key_loader())
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}" if mark else "document"
+        column = f" (column {mark.column + 1})" if mark else ""
+        raise error(where, None, f"invalid YAML{column}: {exc.problem or exc.context}", source) from None
+    except yaml.YAMLError as exc:
+        raise error("document", None, f"invalid YAML: {exc}", source) from None
+
+
+def parse_json(text: str, source: str | None) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"line {exc.lineno}", None, f"invalid JSON (column {exc.colno}): {exc.msg}", source) from None
+
+
+def xml_conf(text: str, source: str | None) -> dict[str, str]:
+    try:
+        root = ET.fromstring(text.lstrip("\ufeff"))
+    except ET.ParseError as exc:
+        line = exc.position[0] if exc.position else None
+        raise error(f"line {line}" if line else "document", None, f"malformed XML: {exc}", source) from None
+    if root.tag != "configuration":
+        raise error("document", root.tag, "the root element must be <configuration>", source)
+    conf: dict[str, str] = {}
+    for prop in root.iter("property"):
+        name = (prop.findtext("name") or prop.get("name") or "").strip()
+        if not name:
+            continue
+        value = prop.findtext("value")
+        if value is None:
+            value = prop.get("value", "")
+        conf[name] = value.strip()
+    return conf
+

@@ -1,0 +1,60 @@
+"""What a spec's problems look like: one :class:`SpecIssue` per problem, all of them in one
+:class:`SpecError`.
+
+Every part of the spec package (and the template renderer, and the Azkaban translator) reports
+through these two types, so that a user sees every problem at once, each naming the key as they
+spelled it, the bad value and what is allowed. This module imports nothing of the package.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["SpecIssue", "SpecError", "error", "unknown_message"]
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a spec.
+
+    ``key`` is the key as the user wrote it (``tasks.worker.memory (tony.worker.memory)``), a line
+    (``line 3``) for syntax errors, or a field name. ``value`` is the offending value, or None when
+    there is none to show. ``message`` says what is allowed. ``source`` is the file, when known.
+    """
+
+    key: str
+    value: object
+    message: str
+    source: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.key}: {self.message}"
+        if self.value is not None:
+            text += f" (got {self.value!r})"
+        return f"{self.source}: {text}" if self.source else text
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used. ``issues`` lists every problem found; ``str()`` gives one per line."""
+
+    def __init__(self, issues: Iterable[SpecIssue]):
+        self.issues = list(issues)
+        super().__init__(self.issues)
+
+    def __str__(self) -> str:
+        return "\n".join(str(issue) for issue in self.issues)
+
+
+def error(key: str, value: object, message: str, source: str | None = None) -> SpecError:
+    """A SpecError with a single issue."""
+    return SpecError([SpecIssue(key, value, message, source)])
+
+
+def unknown_message(key: str, allowed: Iterable[str], what: str, also: str = "") -> str:
+    """"unknown <what> (did you mean '<closest>'?); allowed: ..." for a key that is not one of ``allowed``."""
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {what}{hint}; allowed: {', '.join(allowed)}{also}"
+

@@ -1,0 +1,167 @@
+"""The TonY configuration keys this project knows, with their defaults.
+
+TonY's own keys carry TonY's names and defaults (``tony-default.xml``); this project's additions
+are listed in :data:`PROJECT_DEFAULTS` with what each one means. Everything here is data: the
+value parsers are in :mod:`.values`, the checks in :mod:`.validation`.
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = ["TONY_XML_DEFAULTS", "PROJECT_DEFAULTS", "TONY_DEFAULTS", "TASK_DEFAULTS", "FRAMEWORKS",
+           "MULTI_VALUE_KEYS", "RESTART_POLICIES", "RESERVED_TYPES", "BOOL_KEYS", "INT_KEYS", "INT_MINIMUMS",
+           "task_key"]
+
+# Every key and default of TonY's tony-default.xml, as Hadoop's Configuration reads it (a property
+# without a value reads as ""). A test compares this with the file itself.
+TONY_XML_DEFAULTS: dict[str, str] = {
+    "tony.other.namenodes": "",
+    "tony.yarn.queue": "default",
+    "tony.application.name": "TensorFlowApplication",
+    "tony.application.type": "TONY",
+    "tony.application.tags": "",
+    "tony.application.node-label": "",
+    "tony.application.enable-preprocess": "false",
+    "tony.application.timeout": "0",
+    "tony.am.startup-timeout": "0",
+    "tony.application.framework": "tensorflow",
+    "tony.application.num-client-rm-connect-retries": "3",
+    "tony.application.distributed-mode": "GANG",
+    "tony.task.max-total-instances": "-1",
+    "tony.task.max-total-gpus": "-1",
+    "tony.task.am.jvm.opts": "",
+    "tony.task.executor.jvm.opts": "-Xmx1536m",
+    "tony.task.heartbeat-interval-ms": "1000",
+    "tony.task.max-missed-heartbeats": "25",
+    "tony.task.metrics-interval-ms": "5000",
+    "tony.task.gpu-metrics.enabled": "true",
+    "tony.task.executor.execution-timeout-ms": "0",
+    "tony.task.executor.registry-timeout-sec": "0",
+    "tony.am.retry-count": "0",
+    "tony.am.memory": "2g",
+    "tony.am.vcores": "1",
+    "tony.am.gpus": "0",
+    "tony.am.wait-client-signal-stop-timeout-sec": "15",
+    "tony.ps.memory": "2g",
+    "tony.ps.vcores": "1",
+    "tony.container.allocation.timeout": "-1",
+    "tony.container.registration.timeout": "-1",
+    "tony.worker.memory": "2g",
+    "tony.worker.vcores": "1",
+    "tony.worker.gpus": "0",
+    "tony.application.untracked.jobtypes": "ps",
+    "tony.application.sidecar.jobtypes": "tensorboard",
+    "tony.application.stop-on-failure-jobtypes": "ps",
+    "tony.application.fail-on-worker-failure-enabled": "false",
+    "tony.docker.enabled": "false",
+    "tony.application.security.enabled": "true",
+    "tony.application.hdfs-conf-path": "",
+    "tony.application.yarn-conf-path": "",
+    "tony.application.mapred-conf-path": "",
+    "tony.portal.url": "https://localhost:19886",
+    "tony.history.location": "/path/to/tony-history",
+    "tony.history.intermediate": "/path/to/tony-history/intermediate",
+    "tony.history.finished": "/path/to/tony-history/finished",
+    "tony.history.mover-interval-ms": "300000",
+    "tony.history.retention-sec": "2592000",
+    "tony.history.purger-interval-ms": "21600000",
+    "tony.history.finished-dir-timezone": "UTC",
+    "tony.portal.cache.max-entries": "10000",
+    "tony.keytab.user": "user1",
+    "tony.keytab.location": "/location/to/tony.keytab",
+    "tony.https.port": "19886",
+    "tony.https.keystore.path": "/location/to/tony.jks",
+    "tony.https.keystore.type": "JKS",
+    "tony.https.keystore.password": "password",
+    "tony.https.keystore.algorithm": "SunX509",
+    "tony.http.port": "disabled",
+    "tony.secret.key": "changeme",
+    "tony.horovod.mode.test.fast.fail": "false",
+    "tony.horovod.mode.test": "false",
+    "tony.horovod.driver.mode.debug": "false",
+    "tony.task.executor.execution.error-message-max-depth": "20",
+}
+
+#: Keys of this project that TonY does not have, with their defaults.
+#:
+#: ``tony.local.vcore-oversubscription``
+#:     How many task vcores the local backend packs onto one real core (a float >= 1).
+#: ``tony.local.memory``
+#:     Memory the local backend may hand out, in MB or as a memory string; empty: detect.
+#: ``tony.local.vcores``
+#:     Cores the local backend may hand out; empty: detect.
+#: ``tony.local.gpus``
+#:     GPUs the local backend may hand out: a count ("4") or an index list ("0,1,3"); empty: ask nvidia-smi.
+#: ``tony.task.tensorboard.enabled``
+#:     Whether the chief gets a ``TB_PORT`` and the AM registers a TensorBoard URL.
+#: ``tony.checkpoint.location``
+#:     Where ``TONY_CHECKPOINT_DIR`` is mirrored to and restored from; empty: the job directory.
+#: ``tony.task.heartbeat-timeout-ms``
+#:     The AM declares a task lost after this long without a heartbeat, or after
+#:     ``heartbeat-interval-ms × max-missed-heartbeats`` if that comes first; 0: only the latter, as
+#:     in TonY. The executor's own patience with an unreachable AM stays at max-missed-heartbeats.
+#: ``tony.local.fork-server``
+#:     Whether the local backend forks task containers from a pre-started server (fast) instead of
+#:     starting an interpreter for each.
+#: ``tony.yarn.python``
+#:     The interpreter YARN containers start the AM and executors with; empty: the client's own
+#:     (right when every node has the same installation at the same path).
+PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.local.vcore-oversubscription": "4",
+    "tony.local.memory": "",
+    "tony.local.vcores": "",
+    "tony.local.gpus": "",
+    "tony.task.tensorboard.enabled": "true",
+    "tony.checkpoint.location": "",
+    "tony.task.heartbeat-timeout-ms": "8000",
+    "tony.local.fork-server": "true",
+    "tony.yarn.python": "",
+}
+
+#: The effective configuration before any file: TonY's defaults, then this project's.
+TONY_DEFAULTS: dict[str, str] = {**TONY_XML_DEFAULTS, **PROJECT_DEFAULTS}
+
+# What tony.<type>.<field> reads when neither the file nor TONY_DEFAULTS sets it (TonY's code
+# defaults for memory/vcores/gpus; restart-policy is this project's own per-type key).
+TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0"}
+
+FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
+
+#: Keys whose ``--conf`` value is appended, comma-joined, to the existing one instead of replacing it.
+#: TonY appends the first three; this project appends tags too.
+MULTI_VALUE_KEYS = ("tony.containers.envs", "tony.execution.envs", "tony.containers.resources",
+                    "tony.application.tags")
+
+RESTART_POLICIES = ("session", "task")
+
+TYPE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INSTANCES_KEY = re.compile(r"^tony\.(.+)\.instances$")
+
+# Second segments of job-wide keys (tony.am.memory, tony.task.*, ...): a task type of that name
+# would have its keys mixed up with them.
+RESERVED_TYPES = frozenset({
+    "am", "application", "task", "container", "containers", "docker", "execution", "history", "yarn",
+    "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
+    "checkpoint", "python-exec-path", "gpu-exec-path",
+})
+
+# Typed checks of job-wide keys: every key whose default is a boolean must stay one, and every key
+# whose default is an integer must stay one, with these lower bounds where TonY's meaning needs one.
+# Container vcores/gpus are left to the per-type and AM checks, which know their bounds.
+BOOL_KEYS = tuple(k for k, v in TONY_DEFAULTS.items() if v in ("true", "false"))
+INT_MINIMUMS = {
+    "tony.am.retry-count": 0,
+    "tony.application.timeout": 0,
+    "tony.task.heartbeat-interval-ms": 1,
+    "tony.task.max-missed-heartbeats": 1,
+    "tony.task.max-total-instances": -1,
+    "tony.task.max-total-gpus": -1,
+}
+INT_KEYS = tuple(k for k, v in TONY_XML_DEFAULTS.items()
+                  if re.fullmatch(r"-?\d+", v) and k.rsplit(".", 1)[1] not in ("vcores", "gpus"))
+
+
+def task_key(task_type: str, name: str) -> str:
+    """``tony.<type>.<name>``: the key of one setting of a task type."""
+    return f"tony.{task_type}.{name}"

@@ -1,0 +1,160 @@
+"""Loading a job: files, templates, overrides and the site configuration, ending in one JobSpec.
+
+:func:`load_spec` reads one document (a file or a text, rendered as a Jinja2 template) and
+applies ``--conf`` overrides. :func:`load_job` is what every front end calls: a file, a text or an
+already parsed mapping, with overrides, the client arguments (``executes``, ``src_dir``, ...), the
+site's ``$TONY_CONF_DIR/tony-site.xml`` and relative paths resolved against one base directory.
+Neither validates: :meth:`~.model.JobSpec.validate` and the client do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
+from .errors import error
+from .keys import TONY_DEFAULTS
+from .model import JobSpec
+from .render import render_template
+
+__all__ = ["load_spec", "load_job", "load_tony_xml", "site_conf", "read_text", "is_text"]
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A spec file's text; SpecError naming the file when it cannot be read as UTF-8 text."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise error("spec", str(path), "no such file") from None
+    except IsADirectoryError:
+        raise error("spec", str(path), "is a directory, not a spec file") from None
+    except UnicodeDecodeError as exc:
+        raise error("spec", str(path), f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise error("spec", str(path), f"cannot be read: {exc.strerror}") from None
+
+
+def is_text(path_or_text: str | os.PathLike) -> bool:
+    """Whether a string argument is a spec's text rather than a path (see :func:`load_spec`)."""
+    if isinstance(path_or_text, os.PathLike):
+        return False
+    return "\n" in path_or_text or path_or_text.lstrip("\ufeff \t\r").startswith(("<", "{"))
+
+
+def load_tony_xml(path_or_text: str | os.PathLike, *, source: str | None = None) -> dict[str, str]:
+    """The properties of a Hadoop ``<configuration>`` XML file or text, in file order.
+
+    Like Hadoop's Configuration: a property without a name is skipped, a name without a value reads
+    as "", and ``<final>``, ``<source>`` and ``<description>`` are ignored; names and values may also
+    be given as attributes. Text (anything starting with ``<``) is parsed as is; anything else is a
+    path. ``source`` names the origin in messages (default: the path). Malformed XML raises SpecError.
+    """
+    if is_text(path_or_text):
+        return xml_conf(str(path_or_text), source)
+    return xml_conf(read_text(path_or_text), source or str(path_or_text))
+
+
+
+_FORMATS = {"yaml": "yaml", "yml": "yaml", "json": "json", "xml": "xml"}
+
+
+def format_of(fmt: str | None, path: str | None, text: str, source: str | None) -> str:
+    """"yaml", "json" or "xml": ``fmt`` when given, else from the file's extension, else from the text."""
+    if fmt is not None:
+        if fmt.lower() not in _FORMATS:
+            raise error("fmt", fmt, "unknown spec format; allowed: yaml, json, xml", source)
+        return _FORMATS[fmt.lower()]
+    if path:
+        name = Path(path).name.lower().removesuffix(".j2")
+        suffix = name.rpartition(".")[2] if "." in name else ""
+        if suffix in _FORMATS:
+            return _FORMATS[suffix]
+    return "xml" if text.lstrip("\ufeff \t\r\n").startswith("<") else "yaml"
+
+
+def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Mapping[str, object] = (),
+              variables: Mapping[str, object] | None = None, fmt: str | None = None) -> JobSpec:
+    """Load a job spec from a file or a text.
+
+    A PathLike, or a string without a newline that does not start with ``<`` or ``{``, is a path;
+    any other string is the spec itself. The text is rendered as a Jinja2 template with
+    ``variables`` (see :func:`~tony_workflow.spec.render.render_template`), parsed as ``fmt`` ("yaml",
+    "json" or "xml"; by default guessed from the file extension, ``.yaml``, ``.yml``, ``.json`` or
+    ``.xml`` with an optional ``.j2``, else from the text: ``<`` means XML, anything else YAML),
+    laid over TONY_DEFAULTS, and ``overrides`` are applied as ``--conf`` pairs.
+
+    The result is not validated; call :meth:`JobSpec.validate`. A missing file, a syntax error or a
+    document that is not a mapping raises SpecError naming the source (and the line when known).
+    """
+    if is_text(path_or_text):
+        path, source, text = None, None, str(path_or_text)
+    else:
+        path = source = str(path_or_text)
+        text = read_text(path_or_text)
+    text = render_template(text, variables, source=source)
+    kind = format_of(fmt, path, text, source)
+    if kind == "xml":
+        spec = JobSpec(conf={**TONY_DEFAULTS, **xml_conf(text, source)}, source=source)
+    else:
+        data = parse_json(text, source) if kind == "json" else parse_yaml(text, source)
+        if data is None:
+            raise error("document", None, "the spec is empty; expected a mapping of fields", source)
+        spec = spec_from_mapping(data, source=source)
+    if overrides:
+        spec = spec.with_overrides(overrides)
+    return spec
+
+
+def site_conf() -> dict[str, str]:
+    """``$TONY_CONF_DIR/tony-site.xml``'s properties, or nothing when there is none."""
+    conf_dir = os.environ.get("TONY_CONF_DIR")
+    if conf_dir and (Path(conf_dir) / "tony-site.xml").is_file():
+        return load_tony_xml(str(Path(conf_dir) / "tony-site.xml"))
+    return {}
+
+
+def load_job(spec: str | os.PathLike | Mapping[str, object], *,
+             conf: Iterable[str] | Mapping[str, object] = (), variables: Mapping[str, object] | None = None,
+             base_dir: str | os.PathLike | None = None, **fields: object) -> JobSpec:
+    """The job a front end submits.
+
+    ``spec`` is a file, a text (as :func:`load_spec` tells them apart; either may be a Jinja2
+    template rendered with ``variables``) or a mapping in the YAML schema (taken as it is: it is
+    data already, not a template). ``conf`` overrides are applied (``key=value`` strings or a
+    mapping), then fields such as ``executes`` or ``src_dir`` (None leaves the spec's value), then
+    ``$TONY_CONF_DIR/tony-site.xml`` (last, as TonY does). Relative ``src_dir`` and ``python_venv``
+    paths are resolved against ``base_dir``; without it, a path from the spec file against the
+    file's directory, and a path given as a field against the working directory.
+    Does not validate; :meth:`tony_workflow.client.TonyClient.submit` does.
+    """
+    if isinstance(spec, Mapping):
+        loaded = spec_from_mapping(spec)
+        if conf:
+            loaded = loaded.with_overrides(conf)
+    else:
+        loaded = load_spec(spec, overrides=conf, variables=variables)
+    site = site_conf()
+    if site:
+        loaded = dataclasses.replace(loaded, conf={**loaded.conf, **site})
+    updates = {k: v for k, v in fields.items() if v is not None}
+    file_dir = (Path(loaded.source).resolve().parent
+                if loaded.source and Path(loaded.source).is_file() else None)
+    for key in ("src_dir", "python_venv"):
+        given = key in updates
+        value = updates.get(key, getattr(loaded, key))
+        if not value:
+            continue
+        path = Path(str(value))
+        if not path.is_absolute():
+            if base_dir is not None:
+                path = Path(base_dir) / path
+            elif not given and file_dir is not None:
+                path = file_dir / path
+            elif not given:
+                continue
+        elif not given:
+            continue
+        updates[key] = str(path.resolve())
+    return dataclasses.replace(loaded, **updates) if updates else loaded

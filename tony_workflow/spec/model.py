@@ -1,0 +1,459 @@
+"""The job model: :class:`JobSpec`, :class:`TaskSpec`, :class:`Resources`.
+
+A :class:`JobSpec` holds the effective flat TonY configuration (``conf``, the single source of
+truth, round-tripped through :meth:`JobSpec.to_dict`) plus what TonY takes as client arguments.
+It is the only reader of ``tony.*`` configuration: the AM, the executor and the backends use its
+typed fields, never the raw strings. A JobSpec is immutable, so each typed field is parsed once, on
+first use, and kept. Reading a field whose value is invalid raises :class:`SpecError`;
+:meth:`JobSpec.validate` finds every such problem at once (:mod:`.validation`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from . import validation
+from .errors import SpecError, SpecIssue, error, unknown_message
+from .overrides import apply_pairs, parse_overrides
+from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
+from .values import (conf_value, optional, parse_bool, parse_env, parse_int, parse_list, parse_local_gpus,
+                     parse_memory, parse_oversubscription, parse_restart_policy)
+
+__all__ = ["JobSpec", "TaskSpec", "Resources", "LocalCapacity"]
+
+
+@dataclass(frozen=True)
+class LocalCapacity:
+    """What the embedded cluster may hand out, from ``tony.local.*``: ``memory_mb``, ``vcores`` and
+    ``gpus`` (GPU indices) are None where the machine is to be asked; ``oversubscription`` is how
+    many task vcores share one core."""
+
+    memory_mb: int | None
+    vcores: int | None
+    gpus: tuple[int, ...] | None
+    oversubscription: float
+
+
+@dataclass
+class Resources:
+    """What one container asks for: ``memory_mb`` (default 2048), ``vcores`` (default 1), ``gpus`` (default 0)."""
+
+    memory_mb: int = 2048
+    vcores: int = 1
+    gpus: int = 0
+
+    def __post_init__(self):
+        issues = []
+        for name, minimum in (("memory_mb", 1), ("vcores", 1), ("gpus", 0)):
+            try:
+                setattr(self, name, parse_int(getattr(self, name), minimum))
+            except ValueError as exc:
+                issues.append(SpecIssue(name, getattr(self, name), str(exc)))
+        if issues:
+            raise SpecError(issues)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Resources:
+        return cls(**known_fields(cls, data, "resources"))
+
+
+@dataclass
+class TaskSpec:
+    """One task type of a job.
+
+    ``type`` is the type name (``worker``), ``instances`` how many tasks of it run, ``resources``
+    what each container asks for. ``command`` is what each task runs, resolved by
+    :meth:`JobSpec.command_for` (tony.<type>.command, then tony.containers.command, then executes),
+    or None. ``node_label`` is tony.<type>.node-label, ``docker_image`` the image when
+    tony.docker.enabled is true (tony.docker.<type>.image, else tony.docker.containers.image),
+    ``restart_policy`` tony.<type>.restart-policy (``session``, the default, or ``task``) and
+    ``timeout_ms`` tony.<type>.timeout (0, the default, means none).
+    """
+
+    type: str
+    instances: int
+    resources: Resources = field(default_factory=Resources)
+    command: str | None = None
+    node_label: str | None = None
+    docker_image: str | None = None
+    restart_policy: str = "session"
+    timeout_ms: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.resources, Mapping):
+            self.resources = Resources.from_dict(self.resources)
+        issues = []
+        for name, parse in (("instances", lambda v: parse_int(v, 0)),
+                            ("restart_policy", parse_restart_policy),
+                            ("timeout_ms", lambda v: parse_int(v, 0))):
+            try:
+                setattr(self, name, parse(getattr(self, name)))
+            except ValueError as exc:
+                issues.append(SpecIssue(f"{self.type}.{name}", getattr(self, name), str(exc)))
+        if issues:
+            raise SpecError(issues)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> TaskSpec:
+        return cls(**known_fields(cls, data, "task"))
+
+
+def known_fields(cls, data: Mapping, what: str) -> dict:
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise SpecError(SpecIssue(str(k), None, unknown_message(str(k), names, f"{what} field"))
+                        for k in unknown)
+    return dict(data)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job: its effective TonY configuration plus what TonY takes as client arguments.
+
+    ``conf`` is the full flat ``tony.*`` configuration (TONY_DEFAULTS, then the file, then overrides)
+    and the source of truth: every typed property is derived from it. A key missing from ``conf``
+    reads as its TONY_DEFAULTS value, so a hand-built JobSpec need not repeat the defaults.
+
+    ``executes`` is the script the default command runs, with ``task_params`` as its arguments and
+    ``python_binary_path`` as its interpreter (``python`` when None). ``python_venv`` is a
+    virtualenv directory or zip and ``src_dir`` a source directory, both shipped to every container.
+    ``shell_env`` is extra environment for the user process. ``source`` is the file the spec came
+    from and ``key_origin`` maps conf keys to the user's spelling (``tasks.worker.memory``), both
+    only for messages.
+    """
+
+    conf: dict[str, str] = field(default_factory=dict)
+    executes: str | None = None
+    task_params: str | None = None
+    python_binary_path: str | None = None
+    python_venv: str | None = None
+    src_dir: str | None = None
+    shell_env: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+    key_origin: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        issues = []
+        for name in ("conf", "shell_env", "key_origin"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                issues.append(SpecIssue(name, value, "must be a mapping of strings to strings", self.source))
+                continue
+            converted = {}
+            for key, item in value.items():
+                try:
+                    converted[str(key)] = conf_value(item)
+                except ValueError as exc:
+                    issues.append(SpecIssue(f"{name}.{key}", item, str(exc), self.source))
+            object.__setattr__(self, name, converted)
+        for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                issues.append(SpecIssue(name, value, "must be a string or null", self.source))
+        if issues:
+            raise SpecError(issues)
+
+    # -- reading conf ------------------------------------------------------------------------------
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """The conf value of ``key``: from ``conf``, else TONY_DEFAULTS, else ``default``. Raw text: the
+        typed fields below are what the runtime reads."""
+        if key in self.conf:
+            return self.conf[key]
+        return TONY_DEFAULTS.get(key, default)
+
+    def display(self, key: str) -> str:
+        """``key`` as the user spelled it (``tasks.worker.memory (tony.worker.memory)``), for messages."""
+        origin = self.key_origin.get(key)
+        if not origin or origin == key:
+            return key
+        return origin if key in origin else f"{origin} ({key})"
+
+    def issue(self, key: str, value: object, message: str) -> SpecIssue:
+        """A SpecIssue about ``key``, named as the user spelled it, with this spec's source."""
+        return SpecIssue(self.display(key), value, message, self.source)
+
+    def _typed(self, key: str, parse, fallback: str | None = None):
+        raw = self.get(key, fallback)
+        try:
+            return parse(raw)
+        except ValueError as exc:
+            raise SpecError([self.issue(key, raw, str(exc))]) from None
+
+    def _task_typed(self, task_type: str, name: str, parse):
+        return self._typed(task_key(task_type, name), parse, TASK_DEFAULTS.get(name))
+
+    def _text(self, key: str) -> str | None:
+        value = (self.get(key) or "").strip()
+        return value or None
+
+    # -- job-wide properties -----------------------------------------------------------------------
+
+    @cached_property
+    def name(self) -> str:
+        """tony.application.name."""
+        return self.get("tony.application.name") or ""
+
+    @cached_property
+    def framework(self) -> str:
+        """tony.application.framework, lower-cased."""
+        return (self.get("tony.application.framework") or "").strip().lower()
+
+    @cached_property
+    def application_type(self) -> str:
+        """tony.application.type (the YARN application type)."""
+        return self.get("tony.application.type") or ""
+
+    @cached_property
+    def queue(self) -> str:
+        """tony.yarn.queue."""
+        return self.get("tony.yarn.queue") or ""
+
+    @cached_property
+    def node_label(self) -> str | None:
+        """tony.application.node-label, None when empty."""
+        return self._text("tony.application.node-label")
+
+    @cached_property
+    def tags(self) -> list[str]:
+        """tony.application.tags, comma-separated."""
+        return parse_list(self.get("tony.application.tags") or "")
+
+    @cached_property
+    def untracked_types(self) -> list[str]:
+        """tony.application.untracked.jobtypes: types that do not decide when the job ends."""
+        return parse_list(self.get("tony.application.untracked.jobtypes") or "")
+
+    @cached_property
+    def sidecar_types(self) -> list[str]:
+        """tony.application.sidecar.jobtypes: types whose status is ignored altogether."""
+        return parse_list(self.get("tony.application.sidecar.jobtypes") or "")
+
+    @cached_property
+    def stop_on_failure_types(self) -> list[str]:
+        """tony.application.stop-on-failure-jobtypes: types whose failure ends the session at once."""
+        return parse_list(self.get("tony.application.stop-on-failure-jobtypes") or "")
+
+    @cached_property
+    def fail_on_worker_failure(self) -> bool:
+        """tony.application.fail-on-worker-failure-enabled."""
+        return self._typed("tony.application.fail-on-worker-failure-enabled", parse_bool)
+
+    @cached_property
+    def retry_count(self) -> int:
+        """tony.am.retry-count: how many times a failed session is retried."""
+        return self._typed("tony.am.retry-count", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def heartbeat_interval_ms(self) -> int:
+        """tony.task.heartbeat-interval-ms."""
+        return self._typed("tony.task.heartbeat-interval-ms", lambda v: parse_int(v, 1))
+
+    @cached_property
+    def max_missed_heartbeats(self) -> int:
+        """tony.task.max-missed-heartbeats: missed heartbeats before a task counts as dead."""
+        return self._typed("tony.task.max-missed-heartbeats", lambda v: parse_int(v, 1))
+
+    @cached_property
+    def local_fork_server(self) -> bool:
+        """tony.local.fork-server."""
+        return self._typed("tony.local.fork-server", parse_bool)
+
+    @cached_property
+    def tensorboard_enabled(self) -> bool:
+        """tony.task.tensorboard.enabled: whether the chief (or the tensorboard sidecar) serves TensorBoard."""
+        return self._typed("tony.task.tensorboard.enabled", parse_bool)
+
+    @cached_property
+    def execution_timeout_ms(self) -> int:
+        """tony.task.executor.execution-timeout-ms: a task's time limit; 0 means none."""
+        return self._typed("tony.task.executor.execution-timeout-ms", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def checkpoint_location(self) -> str | None:
+        """tony.checkpoint.location, None when empty (the backend's default place)."""
+        return self._text("tony.checkpoint.location")
+
+    @cached_property
+    def yarn_python(self) -> str | None:
+        """tony.yarn.python, None when empty."""
+        return self._text("tony.yarn.python")
+
+    @cached_property
+    def local_capacity(self) -> LocalCapacity:
+        """The embedded cluster's capacity settings (tony.local.memory, vcores, gpus, vcore-oversubscription)."""
+        gpus = self._typed("tony.local.gpus", parse_local_gpus)
+        if not gpus:
+            gpu_list = None
+        elif "," in gpus:
+            gpu_list = tuple(int(g) for g in gpus.split(",") if g.strip())
+        else:
+            gpu_list = tuple(range(int(gpus)))
+        return LocalCapacity(memory_mb=self._typed("tony.local.memory", optional(parse_memory)),
+                             vcores=self._typed("tony.local.vcores", optional(lambda v: parse_int(v, 1))),
+                             gpus=gpu_list,
+                             oversubscription=self._typed("tony.local.vcore-oversubscription",
+                                                          parse_oversubscription))
+
+    @cached_property
+    def heartbeat_timeout_ms(self) -> int:
+        """tony.task.heartbeat-timeout-ms: the AM's limit on silence from a task; 0: none."""
+        return self._typed("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def application_timeout_ms(self) -> int:
+        """tony.application.timeout: the job's time limit; 0 means none."""
+        return self._typed("tony.application.timeout", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def registration_timeout_ms(self) -> int:
+        """tony.container.registration.timeout: how long tasks may take to register; <= 0 means no limit."""
+        return self._typed("tony.container.registration.timeout", parse_int)
+
+    @cached_property
+    def container_command(self) -> str | None:
+        """tony.containers.command: the command of every task type without its own."""
+        return self._text("tony.containers.command")
+
+    @cached_property
+    def container_env(self) -> dict[str, str]:
+        """tony.containers.envs: environment of every container."""
+        return self._typed("tony.containers.envs", parse_env, "")
+
+    @cached_property
+    def execution_env(self) -> dict[str, str]:
+        """tony.execution.envs: environment of the user process."""
+        return self._typed("tony.execution.envs", parse_env, "")
+
+    @cached_property
+    def container_resources(self) -> list[str]:
+        """tony.containers.resources: files localised into every container."""
+        return parse_list(self.get("tony.containers.resources") or "")
+
+    @cached_property
+    def am(self) -> Resources:
+        """The ApplicationMaster's container: tony.am.memory, tony.am.vcores, tony.am.gpus."""
+        return Resources(memory_mb=self._typed("tony.am.memory", parse_memory),
+                         vcores=self._typed("tony.am.vcores", lambda v: parse_int(v, 1)),
+                         gpus=self._typed("tony.am.gpus", lambda v: parse_int(v, 0)))
+
+    # -- task types --------------------------------------------------------------------------------
+
+    def declared_types(self) -> list[str]:
+        """Every type with a tony.<type>.instances key, in first-seen order."""
+        types = []
+        for key in self.conf:
+            match = INSTANCES_KEY.match(key)
+            if match and match.group(1) not in types:
+                types.append(match.group(1))
+        return types
+
+    @cached_property
+    def tasks(self) -> dict[str, TaskSpec]:
+        """One TaskSpec per type with tony.<type>.instances > 0, in first-seen order."""
+        tasks = {}
+        for task_type in self.declared_types():
+            instances = self._task_typed(task_type, "instances", lambda v: parse_int(v, 0))
+            if instances > 0:
+                tasks[task_type] = self._task_spec(task_type, instances)
+        return tasks
+
+    def _task_spec(self, task_type: str, instances: int) -> TaskSpec:
+        docker_image = None
+        if self._typed("tony.docker.enabled", parse_bool):
+            docker_image = self._text(f"tony.docker.{task_type}.image") or self._text("tony.docker.containers.image")
+        return TaskSpec(
+            type=task_type,
+            instances=instances,
+            resources=Resources(
+                memory_mb=self._task_typed(task_type, "memory", parse_memory),
+                vcores=self._task_typed(task_type, "vcores", lambda v: parse_int(v, 1)),
+                gpus=self._task_typed(task_type, "gpus", lambda v: parse_int(v, 0))),
+            command=self.command_for(task_type),
+            node_label=self._text(task_key(task_type, "node-label")),
+            docker_image=docker_image,
+            restart_policy=self._task_typed(task_type, "restart-policy", parse_restart_policy),
+            timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
+        )
+
+    def _active_types(self) -> list[str]:
+        """Types with instances > 0, skipping unreadable counts (validate() reports those)."""
+        active = []
+        for task_type in self.declared_types():
+            try:
+                if parse_int(self.get(task_key(task_type, "instances")), 0) > 0:
+                    active.append(task_type)
+            except ValueError:
+                pass
+        return active
+
+    @cached_property
+    def chief(self) -> tuple[str, int]:
+        """The chief task: ``("chief", 0)`` when there is a chief type, else ``("worker", 0)``."""
+        return ("chief", 0) if "chief" in self._active_types() else ("worker", 0)
+
+    @cached_property
+    def tracked_types(self) -> list[str]:
+        """Task types that decide when the job ends: neither untracked nor sidecar."""
+        ignored = set(self.untracked_types) | set(self.sidecar_types)
+        return [t for t in self._active_types() if t not in ignored]
+
+    def command_for(self, task_type: str, python: str | None = None) -> str | None:
+        """The command tasks of ``task_type`` run, with TonY's precedence.
+
+        tony.<type>.command, else tony.containers.command, else ``<python> <executes> <task_params>``
+        where python is the ``python`` argument (the executor passes the interpreter it resolved
+        from ``python_venv``/``python_binary_path``), else ``python_binary_path``, else ``python``;
+        None when none of these is set.
+        """
+        command = self._text(task_key(task_type, "command")) or self.container_command
+        if command:
+            return command
+        if not self.executes:
+            return None
+        parts = [shlex.quote(python) if python else (self.python_binary_path or "python"), self.executes]
+        if self.task_params:
+            parts.append(self.task_params)
+        return " ".join(parts)
+
+    # -- validation --------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the whole spec; raise SpecError listing every problem found (not just the first)."""
+        issues = validation.problems(self)
+        if issues:
+            raise SpecError(issues)
+
+    # -- round trip and overrides ------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """A JSON-safe dict; :meth:`from_dict` turns it back into an equal JobSpec."""
+        data = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = dict(value) if isinstance(value, dict) else value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> JobSpec:
+        """The JobSpec a :meth:`to_dict` dict describes; unknown fields raise SpecError."""
+        if not isinstance(data, Mapping):
+            raise error("job spec", type(data).__name__, "must be a mapping")
+        return cls(**known_fields(cls, data, "job spec"))
+
+    def with_overrides(self, pairs: Iterable[str] | Mapping[str, object], origin: str = "--conf") -> JobSpec:
+        """A copy with ``key=value`` overrides applied as :func:`apply_overrides` does."""
+        parsed = parse_overrides(pairs, origin)
+        key_origin = dict(self.key_origin)
+        key_origin.update({key: f"{origin} {key}" for key, _ in parsed})
+        return dataclasses.replace(self, conf=apply_pairs(self.conf, parsed), key_origin=key_origin)

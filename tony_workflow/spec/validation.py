@@ -1,0 +1,144 @@
+"""Checks of a whole :class:`~.model.JobSpec`: every problem found at once, each naming the key as the
+user spelled it, the bad value and what is allowed.
+
+Kept apart from the model so that the model reads as what a job *is*, and this module as the
+rules a job must keep (typed keys, task type names, TonY's constraints between keys).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import SpecIssue
+from .keys import BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, RESERVED_TYPES, TASK_DEFAULTS, TYPE_NAME, task_key
+from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none,
+                     parse_local_gpus, parse_memory, parse_oversubscription, parse_restart_policy)
+
+if TYPE_CHECKING:
+    from .model import JobSpec
+
+__all__ = ["problems", "type_name_problem"]
+
+
+def problems(spec: JobSpec) -> list[SpecIssue]:
+    """Every problem of ``spec``, each naming the key as the user wrote it; empty when it is usable."""
+    issues: list[SpecIssue] = []
+
+    def check(key: str, parse, fallback: str | None = None):
+        raw = spec.get(key, fallback)
+        try:
+            return parse(raw)
+        except ValueError as exc:
+            issues.append(spec.issue(key, raw, str(exc)))
+            return None
+
+    framework = check("tony.application.framework", parse_framework)
+    for key in BOOL_KEYS:
+        check(key, parse_bool)
+    for key in INT_KEYS:
+        minimum = INT_MINIMUMS.get(key)
+        check(key, lambda v, m=minimum: parse_int(v, m))
+    check("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
+    check("tony.local.vcore-oversubscription", parse_oversubscription)
+    check("tony.local.memory", optional(parse_memory))
+    check("tony.local.vcores", optional(lambda v: parse_int(v, 1)))
+    check("tony.local.gpus", parse_local_gpus)
+    check("tony.am.memory", parse_memory)
+    check("tony.am.vcores", lambda v: parse_int(v, 1))
+    check("tony.am.gpus", lambda v: parse_int(v, 0))
+    for key in ("tony.containers.envs", "tony.execution.envs"):
+        check(key, parse_env, "")
+    for name in spec.shell_env:
+        if not ENV_NAME.match(name):
+            issues.append(SpecIssue("shell_env", name, "names must be valid environment variable names "
+                                    "(letters, digits and '_', not starting with a digit)", spec.source))
+
+    issues.extend(_check_tasks(spec, check, framework))
+    return issues
+
+
+def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    active: dict[str, int] = {}
+    unreadable = []
+    total_gpus = 0
+    for task_type in spec.declared_types():
+        key = task_key(task_type, "instances")
+        instances = check(key, lambda v: parse_int(v, 0))
+        if instances == 0:
+            continue
+        name_problem = type_name_problem(task_type, framework, spec.sidecar_types)
+        if name_problem:
+            issues.append(spec.issue(key, task_type, name_problem))
+        for name, parse in (("memory", parse_memory), ("vcores", lambda v: parse_int(v, 1)),
+                            ("gpus", lambda v: parse_int(v, 0)), ("timeout", lambda v: parse_int(v, 0)),
+                            ("restart-policy", parse_restart_policy)):
+            value = check(task_key(task_type, name), parse, TASK_DEFAULTS[name])
+            if name == "gpus" and value and instances:
+                total_gpus += value * instances
+        if instances is None:
+            unreadable.append(task_type)
+            continue
+        active[task_type] = instances
+        max_instances = check(task_key(task_type, "max-instances"), optional(parse_int), "")
+        if max_instances is not None and 0 <= max_instances < instances:
+            issues.append(spec.issue(key, instances, f"at most {max_instances} allowed by "
+                                      f"tony.{task_type}.max-instances"))
+        if spec.command_for(task_type) is None:
+            issues.append(spec.issue(
+                task_key(task_type, "command"), None,
+                f"task type '{task_type}' has no command: set tony.{task_type}.command (command: of the "
+                "task), tony.containers.command (top-level command:), or executes"))
+
+    for key, total, what in (("tony.task.max-total-instances", sum(active.values()), "instances"),
+                             ("tony.task.max-total-gpus", total_gpus, "GPUs")):
+        limit = parse_int_or_none(spec.get(key))
+        if limit is not None and 0 <= limit < total:
+            issues.append(spec.issue(key, spec.get(key), f"the job asks for {total} {what} in all, "
+                                      "more than this limit (-1 means no limit)"))
+
+    ignored = set(spec.untracked_types) | set(spec.sidecar_types)
+    if not active and not unreadable:
+        issues.append(SpecIssue(
+            "tasks", None, "no tracked task type: no type has instances > 0; set tony.<type>.instances "
+            "(tasks.<type>.instances in YAML) for at least one type, e.g. tony.worker.instances=1",
+            spec.source))
+    elif active and all(t in ignored for t in active):
+        issues.append(spec.issue(
+            "tony.application.untracked.jobtypes", ",".join(active),
+            "no tracked task type: every task type is untracked (tony.application.untracked.jobtypes) "
+            "or a sidecar (tony.application.sidecar.jobtypes), so nothing decides when the job ends"))
+
+    chief_type = "chief" if "chief" in active else "worker"
+    stop_on_failure = spec.stop_on_failure_types
+    for task_type in active:
+        key = task_key(task_type, "restart-policy")
+        if (spec.get(key) or "").strip().lower() != "task":
+            continue
+        if task_type == chief_type:
+            issues.append(spec.issue(key, "task", f"not allowed on the chief type '{task_type}': a failed "
+                                      "chief always ends the session; use 'session'"))
+        elif task_type in stop_on_failure:
+            issues.append(spec.issue(key, "task", f"not allowed on '{task_type}', a stop-on-failure type "
+                                      "(tony.application.stop-on-failure-jobtypes): its failure always "
+                                      "ends the session; use 'session'"))
+
+    if framework == "pytorch" and active and not {"worker", "chief"} & set(active):
+        issues.append(spec.issue("tony.application.framework", framework,
+                                  "pytorch needs a 'worker' or 'chief' task type: its first task is "
+                                  "the rendezvous master (MASTER_ADDR)"))
+    return issues
+
+
+
+def type_name_problem(task_type: str, framework: str | None, sidecars: list[str]) -> str | None:
+    if not TYPE_NAME.match(task_type):
+        return ("task type names must match ^[a-z][a-z0-9_-]*$ (a lower-case letter, then lower-case letters, "
+                "digits, '_' or '-'): the name becomes part of tony.<type>.* keys, TF_CONFIG and JOB_NAME")
+    if task_type in RESERVED_TYPES:
+        return (f"'{task_type}' is reserved: tony.{task_type}.* keys configure the job as a whole, "
+                "not a task type; choose another name")
+    if framework == "tensorflow" and "-" in task_type and task_type not in sidecars:
+        return ("TensorFlow job names allow letters, digits and '_' only (they appear in device names "
+                "such as /job:<type>/task:0); use '_' instead of '-'")
+    return None
+

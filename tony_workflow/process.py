@@ -15,7 +15,7 @@ import getpass
 import os
 import signal
 
-__all__ = ["start_time", "alive", "kill_tree", "user_name"]
+__all__ = ["start_time", "alive", "kill_tree", "user_name", "login_name"]
 
 # Process start times come from /proc in clock ticks; two readings of one process can differ by a tick.
 _START_TOLERANCE_S = 1.0
@@ -100,9 +100,11 @@ def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, gro
 def user_name() -> str:
     """The user this process acts as toward Hadoop: ``HADOOP_USER_NAME``, else the login name, else
     ``tony`` for a uid without a passwd entry (as in some containers)."""
-    name = os.environ.get("HADOOP_USER_NAME")
-    if name:
-        return name
+    return os.environ.get("HADOOP_USER_NAME") or login_name()
+
+
+def login_name() -> str:
+    """The login name of this process's user; ``tony`` for a uid without a passwd entry."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):

@@ -338,3 +338,30 @@ def test_every_problem_is_reported_at_once(tmp_path):
         assert expected in keys, (expected, keys)
     assert len(keys) == len(set(keys))
     assert "allowed: tensorflow, pytorch, horovod, mxnet, jax, standalone" in str(error)
+
+
+def test_load_job_takes_a_mapping_and_a_base_directory(tmp_path, monkeypatch):
+    from tony_workflow.spec import load_job
+
+    monkeypatch.delenv("TONY_CONF_DIR", raising=False)
+    (tmp_path / "src").mkdir()
+    job = {"name": "m", "executes": "train.py", "src_dir": "src", "tasks": {"worker": {"instances": 2}}}
+    spec = load_job(job, conf={"tony.worker.memory": "3g"}, base_dir=tmp_path, task_params="--epochs 1")
+    spec.validate()
+    assert spec.src_dir == str(tmp_path / "src")
+    assert spec.tasks["worker"].resources.memory_mb == 3072 and spec.task_params == "--epochs 1"
+    # The mapping is data, not a template: braces stay as written.
+    assert load_job({**job, "task_params": "{{ x }}"}).task_params == "{{ x }}"
+    # A field's relative path is resolved against the base directory too.
+    assert load_job(job, base_dir=tmp_path, python_venv="venv.zip").python_venv == str(tmp_path / "venv.zip")
+
+
+def test_a_spec_is_immutable_and_reads_each_field_once():
+    import dataclasses
+
+    spec = JobSpec(conf={"tony.worker.instances": "2"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.executes = "x.py"
+    assert spec.tasks is spec.tasks  # parsed once, then kept
+    changed = dataclasses.replace(spec, conf={**spec.conf, "tony.worker.instances": "3"})
+    assert changed.tasks["worker"].instances == 3 and spec.tasks["worker"].instances == 2

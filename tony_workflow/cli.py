@@ -7,7 +7,6 @@ import sys
 import time
 from typing import Sequence
 
-from . import minicluster
 from .client import JobHandle, SubmitError, TonyClient, load_job
 from .spec import SpecError, parse_pairs
 from .status import JobStatus
@@ -145,7 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     ls.set_defaults(fn=cmd_list)
 
-    minicluster.add_parser(sub)
+    # Everything after `minicluster` goes unparsed to the mini cluster's own command line, imported
+    # only when that runs, so that no other command loads it. With "\0" as the only option prefix
+    # (no argument can start with it), --help and every other word land in that list.
+    mc = sub.add_parser("minicluster", help="run a local Hadoop 3.5.0 cluster (YARN + HDFS)", add_help=False,
+                        prefix_chars="\0")
+    mc.add_argument("minicluster_argv", nargs=argparse.REMAINDER)
+
+    def run_minicluster(args: argparse.Namespace) -> int:
+        from .minicluster.cli import main as minicluster_main
+        return minicluster_main(args.minicluster_argv, parent=ap)
+    mc.set_defaults(fn=run_minicluster)
     return ap
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import minicluster_missing, run_tony, wait_for
+from tests.conftest import REPO, minicluster_missing, run_tony, wait_for
 from tony_workflow import minicluster
+from tony_workflow.minicluster.build import _POM, _sha256
 
 
 
@@ -226,7 +228,7 @@ def test_a_jvm_that_dies_while_starting_is_reported_with_its_log(tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()
     # A cache that looks filled, so that neither Maven nor javac is needed.
-    (lib / ".tony-pom-sha256").write_text(minicluster._sha256(minicluster._POM))
+    (lib / ".tony-pom-sha256").write_text(_sha256(_POM))
     r = run_tony("minicluster", "start", "--dir", str(tmp_path / "mc"),
                  env={"JAVA_HOME": str(jdk), "TONY_HADOOP_LIB": str(lib)})
     assert_clean_failure(r, "exited with status 1 while starting", "OutOfMemoryError", "minicluster.log")
@@ -242,3 +244,14 @@ def test_stop_and_status_without_a_cluster(tmp_path):
     assert run_tony("minicluster", "stop", "--dir", str(tmp_path)).returncode == 0
     r = run_tony("minicluster", "status", "--dir", str(tmp_path))
     assert r.returncode == 1 and "no mini cluster is running" in r.stderr
+
+
+def test_the_tony_command_loads_the_mini_cluster_only_for_tony_minicluster():
+    code = ("import sys, tony_workflow.cli as cli; cli.build_parser().parse_args(['list']); "
+            "print([m for m in sys.modules if m.startswith('tony_workflow.minicluster')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.strip() == "[]"
+    # The help `tony` shows for the command it does not load is the command's own.
+    assert minicluster.cli._HELP in run_tony("--help", env={"COLUMNS": "200"}).stdout
+    r = run_tony("minicluster", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: tony minicluster [-h] {start,stop,status,env}")

@@ -1,0 +1,131 @@
+"""``tony minicluster start|stop|status|env``: the mini cluster's command line.
+
+The ``tony`` command hands everything after ``minicluster`` to :func:`main` and imports this
+module only then, so that no other command pays for loading the mini cluster. :func:`add_parser`
+builds the same commands into another parser's subcommands, for a program that wants them parsed
+up front. Either way a :class:`MiniClusterError` becomes its message on stderr and exit status 2,
+never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Callable, Sequence
+
+from .build import HADOOP_VERSION, MiniClusterError
+from .cluster import client_env, start, status, stop
+
+__all__ = ["add_parser", "build_parser", "main"]
+
+# start()'s defaults, shown by --help.
+_DEFAULTS = {"nodemanagers": 1, "gpus_per_nm": 4, "nm_memory_mb": 16384, "nm_vcores": 16}
+
+_PROG = "tony minicluster"
+_HELP = f"run a local Hadoop {HADOOP_VERSION} cluster (YARN + HDFS)"
+_DESCRIPTION = (f"A real Hadoop {HADOOP_VERSION} YARN + HDFS cluster in one background JVM, for tests and "
+                "trials of the yarn backend.")
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    info = start(args.dir, nodemanagers=args.nodemanagers, gpus_per_nm=args.gpus, nm_memory_mb=args.memory_mb,
+                 nm_vcores=args.vcores, timeout=args.timeout, rm_port=args.rm_port, rm_web_port=args.rm_web_port,
+                 namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port,
+                 progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    was_running = stop(args.dir, timeout=args.timeout)
+    print("stopped" if was_running else "no mini cluster was running", file=sys.stderr)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    info = status(args.dir)
+    if info is None:
+        print("no mini cluster is running", file=sys.stderr)
+        return 1
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    info = status(args.dir)
+    if info is None:
+        print("no mini cluster is running", file=sys.stderr)
+        return 1
+    env = client_env(info)
+    for var in ("HADOOP_CONF_DIR", "JAVA_HOME", "PATH"):
+        print(f"export {var}={shlex.quote(env[var])}")
+    return 0
+
+
+def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except MiniClusterError as e:
+            print(f"tony minicluster: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = mc.add_subparsers(dest="minicluster_command", required=True)
+
+    def with_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--dir", help="the cluster's directory (default $TONY_HOME/minicluster)")
+        return p
+
+    s = with_dir(sub.add_parser("start", help="start a cluster and print its cluster.json"))
+    s.add_argument("--nodemanagers", type=int, default=_DEFAULTS["nodemanagers"])
+    s.add_argument("--gpus", type=int, default=_DEFAULTS["gpus_per_nm"], help="yarn.io/gpu per NodeManager")
+    s.add_argument("--memory-mb", type=int, default=_DEFAULTS["nm_memory_mb"], help="memory per NodeManager")
+    s.add_argument("--vcores", type=int, default=_DEFAULTS["nm_vcores"], help="vcores per NodeManager")
+    s.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the daemons")
+    for flag, what in (("--rm-port", "ResourceManager RPC"), ("--rm-web-port", "ResourceManager web/REST"),
+                       ("--namenode-port", "NameNode RPC"), ("--webhdfs-port", "NameNode HTTP (WebHDFS)")):
+        s.add_argument(flag, type=int, default=0, metavar="PORT", help=f"{what} port (default: any free port)")
+    s.set_defaults(fn=_run(_cmd_start))
+
+    t = with_dir(sub.add_parser("stop", help="stop the cluster"))
+    t.add_argument("--timeout", type=float, default=60.0, help="seconds before the JVM is killed")
+    t.set_defaults(fn=_run(_cmd_stop))
+
+    with_dir(sub.add_parser("status", help="print cluster.json if the cluster runs")).set_defaults(
+        fn=_run(_cmd_status))
+    with_dir(sub.add_parser("env", help="print shell exports for Hadoop clients (eval them)")).set_defaults(
+        fn=_run(_cmd_env))
+    return mc
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Adds ``minicluster start|stop|status|env`` to another command's ``subparsers``; the parsed
+    arguments' ``fn(args)`` runs the command and returns its exit status."""
+    return _add_commands(subparsers.add_parser("minicluster", help=_HELP, description=_DESCRIPTION))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``tony minicluster`` on its own."""
+    return _add_commands(argparse.ArgumentParser(prog=_PROG, description=_DESCRIPTION))
+
+
+def main(argv: Sequence[str] | None = None, *, parent: argparse.ArgumentParser | None = None) -> int:
+    """Runs ``tony minicluster ARGV...`` and returns its exit status; bad arguments exit with
+    status 2, as argparse does.
+
+    ``parent`` is the parser of the command this one was handed on from: arguments no parser took
+    are reported by it, as argparse reports them for a subcommand.
+    """
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        (parent or parser).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,82 +1,42 @@
 """The ApplicationMaster: one process per job.
 
 It allocates the job's containers as one gang, launches a TaskExecutor in each, collects their
-addresses, hands out the cluster spec, watches heartbeats and exits, applies TonY's final-status
-rules, and relaunches sessions (or single tasks, per ``tony.<type>.restart-policy``) after failures.
+addresses, hands out the cluster spec, watches heartbeats and exits, and relaunches sessions (or
+single tasks, per ``tony.<type>.restart-policy``) after failures.
 
-Failure handling, in order (see docs/architecture.md):
+It is the mechanics around three parts that each live in a module of their own, so that each can
+be read and tested alone: what a failure means and how the job ends (:mod:`tony_workflow.policy`,
+pure: TonY's rules, with no process or clock), the wire (:mod:`tony_workflow.am_http`, serving the
+routes of :mod:`tony_workflow.protocol` with this class's route handlers), and the cluster
+(a :class:`~tony_workflow.backends.base.ClusterManager`, chosen by
+:func:`~tony_workflow.backends.get_cluster_manager`). None of them imports this module.
 
-1. A sidecar task's failure is recorded and otherwise ignored.
-2. A task whose type has restart policy ``task`` (never the chief, never a stop-on-failure type) is
-   relaunched alone, in a new container on the same reservation and at the same address, up to
-   ``tony.am.retry-count`` times per task.
-3. Otherwise, while session retries remain (``tony.am.retry-count``), any failure tears the whole
-   session down and a new one starts with ``SESSION_ID`` + 1; training resumes from the checkpoint.
-4. With no retries left, TonY's rules decide: a failed chief, a failed stop-on-failure type, or any
-   failed tracked task under ``tony.application.fail-on-worker-failure-enabled`` fails the job at
-   once; a failed untracked task ends the session; any other worker failure is tolerated, and the
-   verdict comes when every tracked task has finished.
+State is changed under one lock. The HTTP handlers only record what executors report and wake
+the monitor thread (:meth:`ApplicationMaster._run_session`), which alone decides, so decisions are
+taken in one place and in order.
 """
 from __future__ import annotations
 
 import argparse
-import hmac
-import html
 import json
 import os
-import secrets
 import signal
-import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
-from .backends.base import ClusterManager, Container, ContainerRequest, NeverFits
+from . import protocol
+from .am_http import AMHttpServer, Handler
+from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .history import EventLog, log_tail
-from .rpc import TOKEN_HEADER
+from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .spec import JobSpec
 from .status import JobState, JobStatus, TaskState, TaskStatus
 
-__all__ = ["ApplicationMaster", "am_requests", "describe_exit", "main"]
-
-#: TonY's exit code for a task whose heartbeats stopped (YARN's ContainerExitStatus.INVALID).
-LOST_EXIT_CODE = -1000
-
-
-def am_requests(spec: JobSpec) -> list[ContainerRequest]:
-    """The gang a job asks for: the AM's own container first, then every task in type order."""
-    reqs = [ContainerRequest("am", spec.am.memory_mb, spec.am.vcores, spec.am.gpus, spec.node_label)]
-    for t, ts in spec.tasks.items():
-        for i in range(ts.instances):
-            reqs.append(ContainerRequest(f"{t}:{i}", ts.resources.memory_mb, ts.resources.vcores,
-                                         ts.resources.gpus, ts.node_label))
-    return reqs
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "no exit code"
-    if code == LOST_EXIT_CODE:
-        return "exit code -1000 (lost: missed heartbeats)"
-    if code > 128 and code - 128 < 65:
-        try:
-            return f"exit code {code} ({signal.Signals(code - 128).name})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
-
-
-class _Server(ThreadingHTTPServer):
-    # The listen backlog is fixed when the socket is created: a whole gang registering at once
-    # overflows the default of 5 and connections get reset.
-    request_queue_size = 1024
-    daemon_threads = True
+__all__ = ["ApplicationMaster", "main"]
 
 
 @dataclass
@@ -102,12 +62,10 @@ class Task:
     def final(self) -> bool:
         return self.status.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
 
-    @property
-    def failed(self) -> bool:
-        return self.status.state in (TaskState.FAILED, TaskState.LOST)
-
 
 class SessionEnd(Exception):
+    """The current session is over: how it ended, and whether another session may follow."""
+
     def __init__(self, state: str, diagnostics: str, retryable: bool = True):
         super().__init__(diagnostics)
         self.state, self.diagnostics, self.retryable = state, diagnostics, retryable
@@ -135,7 +93,7 @@ class ApplicationMaster:
         self.session_id = 0
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on
         self.task_restarts: dict[str, int] = {}
-        self.server: ThreadingHTTPServer | None = None
+        self.server: AMHttpServer | None = None
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=time.time(), backend=type(cluster).__module__.rsplit(".", 1)[-1])
         self._sent_status = ""
@@ -147,14 +105,10 @@ class ApplicationMaster:
         self.log_dir = cluster.log_dir(self.app_dir)
         # The spec derives these from its flat conf on every access; the monitor and the HTTP
         # handlers need them on every pass, so take them once.
+        self.policy = Policy.from_spec(spec)
         self.type_order = list(spec.tasks)
-        self.tracked = frozenset(spec.tracked_types)
-        self.sidecars = frozenset(spec.sidecar_types)
-        self.stop_on_failure = frozenset(spec.stop_on_failure_types)
-        self.chief = tuple(spec.chief)
-        self.restart_policy = {t: ts.restart_policy for t, ts in spec.tasks.items()}
+        self.chief = self.policy.chief
         self.retry_count = spec.retry_count
-        self.fail_on_worker_failure = spec.fail_on_worker_failure
         hb = max(1, spec.heartbeat_interval_ms)
         by_count = hb * max(3, spec.max_missed_heartbeats) / 1000.0
         timeout = spec.heartbeat_timeout_ms / 1000.0
@@ -203,112 +157,34 @@ class ApplicationMaster:
 
     # ---------------------------------------------------------------- HTTP API
     def start_server(self) -> str:
-        am = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt: str, *args: Any) -> None:  # keep the AM log readable
-                pass
-
-            def _send(self, code: int, body: Any = None, ctype: str = "application/json") -> None:
-                data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _authorized(self, allow_view: bool = False) -> bool:
-                given = self.headers.get(TOKEN_HEADER, "")
-                ok = hmac.compare_digest(given.encode(), am.token.encode()) or (
-                    allow_view and hmac.compare_digest(given.encode(), am.view_token.encode()))
-                if not ok:
-                    self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong token"})
-                return ok
-
-            def _body(self) -> dict:
-                n = int(self.headers.get("Content-Length") or 0)
-                if not n:
-                    return {}
-                try:
-                    return json.loads(self.rfile.read(n))
-                except json.JSONDecodeError:
-                    return {}
-
-            def do_GET(self) -> None:
-                url = urlparse(self.path)
-                if url.path.startswith("/ui/"):
-                    return self._ui(url.path)
-                if url.path == "/v1/status":
-                    if self._authorized(allow_view=True):
-                        with am.lock:
-                            self._send(200, am.status.to_dict())
-                    return
-                if not self._authorized():
-                    return
-                if url.path == "/v1/cluster-spec":
-                    q = {k: v[0] for k, v in parse_qs(url.query).items()}
-                    code, body = am.cluster_spec(q.get("task_id", ""), int(q.get("session_id", -1)),
-                                                 float(q.get("wait", 0)))
-                    return self._send(code, body)
-                self._send(404, {"error": f"no route {url.path}"})
-
-            def do_POST(self) -> None:
-                url = urlparse(self.path)
-                if not self._authorized():
-                    return
-                body = self._body()
-                routes = {"/v1/register": am.register, "/v1/heartbeat": am.heartbeat,
-                          "/v1/started": am.task_started, "/v1/result": am.task_result,
-                          "/v1/tensorboard": am.register_tensorboard, "/v1/kill": am.kill}
-                fn = routes.get(url.path)
-                if fn is None:
-                    return self._send(404, {"error": f"no route {url.path}"})
-                code, reply = fn(body)
-                self._send(code, reply)
-
-            def _ui(self, path: str) -> None:
-                parts = path.strip("/").split("/")
-                if len(parts) < 2 or not hmac.compare_digest(parts[1].encode(), am.view_token.encode()):
-                    return self._send(401, {"error": "missing or wrong token"})
-                with am.lock:
-                    st = am.status.to_dict()
-                if len(parts) > 2 and parts[2] == "status.json":
-                    return self._send(200, st)
-                if len(parts) > 2 and parts[2] == "logs":
-                    return self._logs(parts[3:])
-                self._send(200, render_status_page(st).encode(), "text/html; charset=utf-8")
-
-            def _logs(self, rest: list[str]) -> None:
-                base = f"/ui/{am.view_token}/logs"
-                with am.lock:
-                    files = {t.id: (t.container.stdout, t.container.stderr) for t in am.tasks.values()}
-                if not rest:
-                    items = "".join(
-                        f"<li>{html.escape(tid)}: <a href='{base}/{tid}/stdout'>stdout</a> "
-                        f"<a href='{base}/{tid}/stderr'>stderr</a></li>" for tid in files)
-                    page = f"<!doctype html><html><body><h1>Task logs</h1><ul>{items}</ul></body></html>"
-                    return self._send(200, page.encode(), "text/html; charset=utf-8")
-                if len(rest) != 2 or rest[0] not in files or rest[1] not in ("stdout", "stderr"):
-                    return self._send(404, {"error": "no such log"})
-                path = files[rest[0]][0 if rest[1] == "stdout" else 1]
-                try:
-                    with open(path, "rb") as fh:
-                        fh.seek(0, os.SEEK_END)
-                        fh.seek(max(0, fh.tell() - (1 << 20)))  # the last MiB is what anyone reads
-                        data = fh.read()
-                except (OSError, TypeError):
-                    data = b""
-                self._send(200, data, "text/plain; charset=utf-8")
-
-        self.server = _Server((self.host, 0), Handler)
-        threading.Thread(target=self.server.serve_forever, name="am-http", daemon=True).start()
-        address = f"{self.host}:{self.server.server_address[1]}"
+        self.server = AMHttpServer(self.host, token=self.token, view_token=self.view_token,
+                                   handlers=self.handlers(), status=self.status_dict, task_logs=self.task_logs)
+        address = self.server.start()
         self.status.tracking_url = f"http://{address}/ui/{self.view_token}"
         self.status.tracking_url = self.cluster.publish_endpoint(address, self.token, self.view_token,
                                                                  self.status.tracking_url)
         return address
+
+    def handlers(self) -> dict[str, Handler]:
+        """This AM's handler for every route of the protocol."""
+        return {
+            protocol.REGISTER.name: self.register,
+            protocol.CLUSTER_SPEC.name: lambda q: self.cluster_spec(q["task_id"], q["session_id"], q["wait"]),
+            protocol.HEARTBEAT.name: self.heartbeat,
+            protocol.STARTED.name: self.task_started,
+            protocol.RESULT.name: self.task_result,
+            protocol.TENSORBOARD.name: self.register_tensorboard,
+            protocol.STATUS.name: lambda _: (200, self.status_dict()),
+            protocol.KILL.name: self.kill,
+        }
+
+    def status_dict(self) -> dict:
+        with self.lock:
+            return self.status.to_dict()
+
+    def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
+        with self.lock:
+            return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}
 
     # Route handlers return (http status, body). They run on server threads.
     def _task_for(self, body: dict) -> tuple[Task | None, tuple[int, dict] | None]:
@@ -488,53 +364,26 @@ class ApplicationMaster:
         self._set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self._on_failure(task, code, diagnostics)
 
-    def _failure_message(self, task: Task, code: int, extra: str = "") -> str:
-        msg = f"Job {task.id} exited with {describe_exit(code)} on host:{task.status.host}"
-        if task.status.log_url:
-            msg += f" (log: {task.status.log_url})"
-        return msg + (f". {extra.strip()}" if extra.strip() else "")
-
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
-        ttype = task.status.type
-        if ttype in self.sidecars:
+        """Applies the policy's decision on a failed task. Called with the lock held."""
+        decision = self.policy.decide(Failure.of(task.status, diagnostics), self.session_id,
+                                      self.task_restarts.get(task.id, 0))
+        action = decision.action
+        if action is Action.IGNORE:
             self.events.emit("sidecar_failed", task=task.id, exit_code=code)
-            return
-        is_chief = (ttype, task.status.index) == self.chief
-        policy = self.restart_policy.get(ttype, "session")
-        used = self.task_restarts.get(task.id, 0)
-        if (policy == "task" and not is_chief and ttype not in self.stop_on_failure
-                and used < self.retry_count):
-            self.task_restarts[task.id] = used + 1
+        elif action is Action.RESTART_TASK:
+            self.task_restarts[task.id] = self.task_restarts.get(task.id, 0) + 1
+            # Relaunched by the monitor after this pass, outside the lock: the old container's kill waits.
             self._pending_task_restarts.append(task)
-            return
-        message = self._failure_message(task, code, diagnostics)
-        if self.session_id < self.retry_count:
-            raise SessionEnd(JobState.FAILED, message)
-        tracked = ttype in self.tracked
-        if is_chief or ttype in self.stop_on_failure or (tracked and self.fail_on_worker_failure):
-            raise SessionEnd(JobState.FAILED, message, retryable=False)
-        if not tracked:
-            # TonY stops the session when an untracked task dies; the verdict then follows the rules.
-            raise SessionEnd(*self._verdict(stopped_early=message), retryable=False)
-        self.events.emit("worker_failure_tolerated", task=task.id, exit_code=code)
+        elif action is Action.TOLERATE:
+            self.events.emit("worker_failure_tolerated", task=task.id, exit_code=code)
+        elif action is Action.END_SESSION:
+            raise SessionEnd(*self._verdict(stopped_early=decision.diagnostics), retryable=False)
+        else:
+            raise SessionEnd(JobState.FAILED, decision.diagnostics, retryable=action is Action.RESTART_SESSION)
 
     def _verdict(self, stopped_early: str | None = None) -> tuple[str, str]:
-        """TonY's end-of-session rules over the tracked tasks."""
-        tracked = [t for t in self.tasks.values() if t.status.type in self.tracked]
-        unfinished = [t for t in tracked if not t.final]
-        failed = [t for t in tracked if t.failed]
-        notes = [stopped_early] if stopped_early else []
-        notes += [f"Job {t.id} hasn't finished yet." for t in unfinished]
-        notes += [self._failure_message(t, t.status.exit_code or 0) for t in failed]
-        if unfinished:
-            return JobState.FAILED, "\n".join(notes)
-        if failed and (self.fail_on_worker_failure or len(failed) >= len(tracked)):
-            return JobState.FAILED, "\n".join(
-                [f"At least one job task exited with non-zero status, failedCnt={len(failed)}", *notes])
-        if failed:
-            return JobState.SUCCEEDED, "\n".join(
-                [f"Training completed with some worker jobs failure, failedCnt={len(failed)}", *notes])
-        return JobState.SUCCEEDED, ""
+        return self.policy.verdict([t.status for t in self.tasks.values()], stopped_early)
 
     def _relaunch_task(self, task: Task) -> None:
         """Restart policy ``task``: same index, same address, same reservation, same session."""
@@ -578,8 +427,7 @@ class ApplicationMaster:
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
                                  f"(tony.container.registration.timeout)")
-        tracked = [t for t in self.tasks.values() if t.status.type in self.tracked]
-        if tracked and all(t.final for t in tracked):
+        if self.policy.tracked_done(t.status for t in self.tasks.values()):
             raise SessionEnd(*self._verdict(), retryable=False)
 
     def _run_session(self) -> SessionEnd:
@@ -644,7 +492,7 @@ class ApplicationMaster:
         return self._finish(end)
 
     def _allocate_and_run(self) -> SessionEnd:
-        requests = am_requests(self.spec)
+        requests = gang_requests(self.spec)
         self.events.emit("allocating", containers=len(requests))
         try:
             allocated = self.cluster.allocate(requests, self.cancel)
@@ -690,22 +538,6 @@ class ApplicationMaster:
         return 0 if end.state == JobState.SUCCEEDED else 1
 
 
-def render_status_page(st: dict) -> str:
-    rows = "".join(
-        f"<tr><td>{html.escape(t['type'])}:{t['index']}</td><td>{html.escape(t['state'])}</td>"
-        f"<td>{'' if t['exit_code'] is None else t['exit_code']}</td><td>{html.escape(str(t['host']))}:{t['port']}</td>"
-        f"<td>{t['restarts']}</td><td>{html.escape(str(t['log_url'] or ''))}</td></tr>" for t in st["tasks"])
-    tb = st.get("tensorboard_url")
-    tb_link = f'<p>TensorBoard: <a href="{html.escape(tb)}">{html.escape(tb)}</a></p>' if tb else ""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
-            f"<title>{html.escape(st['application_id'])}</title></head><body>"
-            f"<h1>{html.escape(st.get('name') or '')} {html.escape(st['application_id'])}</h1>"
-            f"<p>State: <b>{html.escape(st['state'])}</b>, session {st['session_id']}, attempts {st['attempts']}</p>"
-            f"{tb_link}<pre>{html.escape(st.get('diagnostics') or '')}</pre>"
-            f"<table border='1'><tr><th>task</th><th>state</th><th>exit</th><th>address</th><th>restarts</th>"
-            f"<th>log</th></tr>{rows}</table></body></html>")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tony-am", description="tony-workflow ApplicationMaster")
     ap.add_argument("--backend", default="local", choices=["local", "yarn"])
@@ -713,21 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     app_dir: Path = args.app_dir.resolve()
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
-    if args.backend == "yarn":
-        from .backends.yarn import YarnClusterManager
-        cluster: ClusterManager = YarnClusterManager()
-        app_id = cluster.app_id
-        # Clients read these from skein's key-value store, which only the application's owner can.
-        token, view_token = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
-        host = os.environ.get("NM_HOST") or socket.getfqdn()
-    else:
-        from .backends.local import Inventory, LocalClusterManager
-        app_id = app_dir.name
-        cluster = LocalClusterManager(app_id, app_dir, Inventory.of(spec.local_capacity),
-                                      fork_server=spec.local_fork_server)
-        secret = json.loads((app_dir / "am.secret").read_text())
-        token, view_token, host = secret["token"], secret["view_token"], "127.0.0.1"
-    am = ApplicationMaster(spec, app_id, app_dir, cluster, token=token, view_token=view_token, host=host)
+    cluster, me = get_cluster_manager(args.backend, app_dir, spec)
+    am = ApplicationMaster(spec, me.app_id, app_dir, cluster, token=me.token, view_token=me.view_token, host=me.host)
 
     def on_term(signum: int, frame: Any) -> None:
         am.kill({"reason": f"ApplicationMaster received {signal.Signals(signum).name}"})

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .backends.base import Backend, get_backend
+from .backends import Backend, get_backend
 from .follow import Follower, JobUpdate
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, load_job

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .frameworks import TaskContext, build_env
 from .history import log_tail
+from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec
 
@@ -62,22 +63,9 @@ class PortReservation:
 def kill_process_tree(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
     if proc is None or proc.poll() is not None:
         return
-    import psutil  # imported when needed: a container's start is mostly its imports
-
-    try:
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=2)
+    # The user process shares the executor's process group: signalling the group would stop the
+    # executor before it reports.
+    kill_tree(proc.pid, grace, group=False)
 
 
 class TaskExecutor:

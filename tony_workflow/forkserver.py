@@ -13,7 +13,8 @@ server as a fresh interpreter instead, for processes that already run threads.
 Protocol, JSON lines: the AM writes ``{"id", "argv", "env", "cwd", "stdout", "stderr"}`` to the
 server's stdin; the server answers ``{"id", "pid"}`` (or ``{"id", "error"}``) and later reports
 every child's end as ``{"exit": pid, "code": c}``, with ``c`` as :meth:`subprocess.Popen.poll`
-gives it (negative for a signal). The server exits when its stdin closes; children outlive it.
+gives it (negative for a signal). The server exits when its stdin closes; children outlive it,
+and once the server is gone their liveness comes from :mod:`tony_workflow.process`.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from . import process
 
 __all__ = ["ForkServer", "ForkServerGone"]
 
@@ -55,7 +58,6 @@ class ForkServer:
         self._seq = 0
         self._replies: dict[int, dict] = {}
         self._exits: dict[int, int] = {}
-        self._children: set[int] = set()
         self._gone = False
         self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
         self._reader.start()
@@ -106,15 +108,6 @@ class ForkServer:
             self._gone = True
             self._cond.notify_all()
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str,
-              timeout: float = 30.0) -> int:
-        """Starts a container's process; returns its pid. Raises ForkServerGone if the server is
-        not there to do it (the caller then starts the process itself)."""
-        pid = self.spawn_all([(argv, env, cwd, stdout, stderr)], timeout)[0]
-        if pid is None:
-            raise ForkServerGone("the fork server did not start it")
-        return pid
-
     def spawn_all(self, launches: list[tuple[list[str], dict[str, str], str, str, str]],
                   timeout: float = 30.0) -> list[int | None]:
         """Starts several processes in one exchange. Returns, in order, each one's pid, or None for
@@ -141,15 +134,8 @@ class ForkServer:
                 self._cond.wait_for(lambda: seq in self._replies or self._gone,
                                     max(0.0, deadline - time.monotonic()))
                 reply = self._replies.pop(seq, None) or {}
-                pid = reply.get("pid")
-                if pid is not None:
-                    self._children.add(pid)
-                pids.append(pid)
+                pids.append(reply.get("pid"))
             return pids
-
-    def owns(self, pid: int) -> bool:
-        with self._lock:
-            return pid in self._children
 
     def poll(self, pid: int) -> int | None:
         """The exit code of a child, or None while it runs. A child whose end the server can no longer
@@ -158,11 +144,8 @@ class ForkServer:
             if pid in self._exits:
                 return self._exits[pid]
             gone = self._gone
-        if gone:
-            from .backends.local import _pid_alive
-
-            if not _pid_alive(pid):
-                return -signal.SIGKILL
+        if gone and not process.alive(pid):
+            return -signal.SIGKILL
         return None
 
     def wait(self, pid: int, timeout: float) -> int | None:
@@ -177,12 +160,6 @@ class ForkServer:
         except OSError:
             pass
         self._reap_server(5.0)
-
-    def kill_server(self) -> None:
-        """SIGKILLs the server itself, as a crash would (its children are not touched)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        self._reap_server(30.0)
 
     def _reap_server(self, timeout: float) -> None:
         if self._popen is not None:

@@ -1,7 +1,9 @@
 """The ApplicationMaster's HTTP/JSON protocol, client side.
 
-Every request carries the job's secret token in the ``X-Tony-Token`` header; the AM answers 401
-without it. Executors use the full token; read-only viewers (the tracking page) use the view token.
+Routes, methods and fields come from :mod:`tony_workflow.protocol`, which the AM's server reads
+too. Every request carries the job's secret token in the ``X-Tony-Token`` header; the AM answers
+401 without it. Executors use the full token; read-only viewers (the tracking page) use the view
+token.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["TOKEN_HEADER", "AMClient", "AMError", "AMUnreachable"]
+from . import protocol
+from .protocol import TOKEN_HEADER, Route
 
-TOKEN_HEADER = "X-Tony-Token"
+__all__ = ["TOKEN_HEADER", "AMClient", "AMError", "AMUnreachable"]
 
 # Errors that mean the request never reached the AM, or a kept-alive connection had been closed by
 # the AM before it was reused: safe to send again.
@@ -73,10 +76,12 @@ class AMClient:
         """Closes this thread's connection (others close when their threads end)."""
         self._drop()
 
-    def _call(self, method: str, path: str, *, timeout: float | None = None,
-              json_body: Any = None, params: dict | None = None) -> Any:
-        url = path + ("?" + urlencode(params) if params else "")
-        body = None if json_body is None else json.dumps(json_body).encode()
+    def _call(self, route: Route, *, timeout: float | None = None, **fields: Any) -> Any:
+        values = route.request(**fields)
+        method = route.method
+        params = values if method == "GET" else None
+        url = route.path + ("?" + urlencode(params) if params else "")
+        body = None if method == "GET" else json.dumps(values).encode()
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -119,43 +124,30 @@ class AMClient:
 
     # executor side
     def register(self, task_id: str, session_id: int, host: str, port: int, **extra: Any) -> dict:
-        return self._call("POST", "/v1/register", json_body={"task_id": task_id, "session_id": session_id,
-                                                         "host": host, "port": port, **extra})
+        return self._call(protocol.REGISTER, task_id=task_id, session_id=session_id, host=host, port=port,
+                          **extra)
 
     def cluster_spec(self, task_id: str, session_id: int, wait: float = 20.0) -> dict | None:
         """Long-polls for the cluster spec; None while not every task has registered."""
-        return self._call("GET", "/v1/cluster-spec",
-                          params={"task_id": task_id, "session_id": session_id, "wait": wait},
+        return self._call(protocol.CLUSTER_SPEC, task_id=task_id, session_id=session_id, wait=wait,
                           timeout=wait + 10)
 
     def heartbeat(self, task_id: str, session_id: int, **metrics: Any) -> dict:
-        return self._call("POST", "/v1/heartbeat", json_body={"task_id": task_id, "session_id": session_id,
-                                                          "metrics": metrics})
+        return self._call(protocol.HEARTBEAT, task_id=task_id, session_id=session_id, metrics=metrics)
 
     def task_started(self, task_id: str, session_id: int, pid: int) -> dict:
-        return self._call("POST", "/v1/started", json_body={"task_id": task_id, "session_id": session_id,
-                                                        "pid": pid})
+        return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid)
 
     def result(self, task_id: str, session_id: int, exit_code: int, diagnostics: str = "") -> dict:
-        return self._call("POST", "/v1/result", json_body={"task_id": task_id, "session_id": session_id,
-                                                       "exit_code": exit_code, "diagnostics": diagnostics})
+        return self._call(protocol.RESULT, task_id=task_id, session_id=session_id, exit_code=exit_code,
+                          diagnostics=diagnostics)
 
     def register_tensorboard(self, url: str) -> dict:
-        return self._call("POST", "/v1/tensorboard", json_body={"url": url})
+        return self._call(protocol.TENSORBOARD, url=url)
 
     # client side
     def status(self) -> dict:
-        return self._call("GET", "/v1/status")
+        return self._call(protocol.STATUS)
 
     def kill(self, reason: str = "killed by user") -> dict:
-        return self._call("POST", "/v1/kill", json_body={"reason": reason})
-
-    def wait_ready(self, deadline: float) -> None:
-        while True:
-            try:
-                self.status()
-                return
-            except AMUnreachable:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.05)
+        return self._call(protocol.KILL, reason=reason)

@@ -32,8 +32,10 @@ import json, os, signal, sys, threading
 from tony_workflow.forkserver import ForkServer
 fs = ForkServer(inline=True)  # this process has one thread here, as the AM has when it starts it
 d = sys.argv[1]
-ok = fs.spawn(["sh", "-c", "echo $X; exit 4"], {"X": "inline", "PATH": os.environ["PATH"]}, d, d + "/out", d + "/err")
-sleeper = fs.spawn(["sleep", "60"], {"PATH": os.environ["PATH"]}, d, d + "/out2", d + "/err2")
+[ok] = fs.spawn_all([(["sh", "-c", "echo $X; exit 4"], {"X": "inline", "PATH": os.environ["PATH"]}, d, d + "/out",
+                       d + "/err")])
+[sleeper] = fs.spawn_all([(["sleep", "60"], {"PATH": os.environ["PATH"]}, d, d + "/out2", d + "/err2")])
+assert ok is not None and sleeper is not None
 group = os.getpgid(sleeper)
 os.killpg(sleeper, signal.SIGTERM)
 result = {"server_is_child": os.waitpid(fs.pid, os.WNOHANG) == (0, 0), "code": fs.wait(ok, 30),
@@ -61,47 +63,55 @@ def files(tmp_path: Path):
     return str(tmp_path / "out"), str(tmp_path / "err")
 
 
+def spawn(fs: ForkServer, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> int:
+    """One process through the server; fails the test unless the server started it."""
+    pids = fs.spawn_all([(argv, env, cwd, out, err)])
+    assert len(pids) == 1 and pids[0] is not None, pids
+    return pids[0]
+
+
 def test_a_forked_command_gets_its_directory_environment_files_and_session(server, tmp_path):
     out, err = files(tmp_path)
-    pid = server.spawn(["sh", "-c", 'echo "$GREETING from $(pwd)"; echo oops >&2; sleep 1; exit 3'],
-                       {"GREETING": "hello", "PATH": os.environ["PATH"]}, str(tmp_path), out, err)
+    pid = spawn(server, ["sh", "-c", 'echo "$GREETING from $(pwd)"; echo oops >&2; sleep 1; exit 3'],
+                {"GREETING": "hello", "PATH": os.environ["PATH"]}, str(tmp_path), out, err)
     assert os.getpgid(pid) == pid  # leads its own group, so the whole group can be killed
     assert os.getsid(pid) != os.getsid(0)  # and has left the caller's session (and terminal)
-    assert server.owns(pid) and server.poll(pid) is None
+    assert psutil.Process(pid).ppid() == server.pid and server.poll(pid) is None  # the server's own child
     assert server.wait(pid, 30) == 3
     assert Path(out).read_text() == f"hello from {tmp_path}\n"
     assert Path(err).read_text() == "oops\n"
 
 
 def test_a_signalled_child_reports_a_negative_code_as_popen_does(server, tmp_path):
-    pid = server.spawn(["sleep", "60"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
+    pid = spawn(server, ["sleep", "60"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
     os.kill(pid, signal.SIGKILL)
     assert server.wait(pid, 30) == -signal.SIGKILL
 
 
 def test_a_command_that_cannot_start_fails_with_127_and_says_why(server, tmp_path):
     out, err = files(tmp_path)
-    pid = server.spawn(["/no/such/program"], {}, str(tmp_path), out, err)
+    pid = spawn(server, ["/no/such/program"], {}, str(tmp_path), out, err)
     assert server.wait(pid, 30) == 127
     assert "cannot start container" in Path(err).read_text() and "/no/such/program" in Path(err).read_text()
 
 
 def test_children_outlive_the_server_and_a_gone_server_is_reported(tmp_path):
     fs = ForkServer()
-    pid = fs.spawn(["sleep", "1.5"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
-    fs.kill_server()  # the server dies; its child is not told
+    pid = spawn(fs, ["sleep", "1.5"], {"PATH": os.environ["PATH"]}, str(tmp_path), *files(tmp_path))
+    os.kill(fs.pid, signal.SIGKILL)  # the server dies, as in a crash; its child is not told
     wait_for(lambda: not fs.alive, timeout=10)
     with pytest.raises(ForkServerGone):
-        fs.spawn(["true"], {}, str(tmp_path), *files(tmp_path))
+        fs.spawn_all([(["true"], {}, str(tmp_path), *files(tmp_path))])
     assert psutil.pid_exists(pid)
     # its exit code can no longer be known: once it is gone it counts as killed
     assert wait_for(lambda: fs.poll(pid) is not None, timeout=30) and fs.poll(pid) == -signal.SIGKILL
+    fs.close()  # reaps the dead server
 
 
 def test_the_cluster_manager_falls_back_to_plain_processes_without_the_server(tony_home, tmp_path):
     cm = LocalClusterManager("application_1_0001", tmp_path, Inventory(memory_mb=4096, vcores=8, gpus=[]),
                              fork_server=True)
-    cm._forks.kill_server()
+    os.kill(cm._forks.pid, signal.SIGKILL)
     wait_for(lambda: not cm._forks.alive, timeout=10)
     c = Container(id="container_1_0001_01_000001", task_id="worker:0", memory_mb=128, vcores=1, gpu_indices=[])
     cm.launch(c, [sys.executable, "-c", "import os; print(os.getcwd())"], {})

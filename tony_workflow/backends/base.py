@@ -1,15 +1,22 @@
-"""The narrow interface every backend implements.
+"""The narrow interface every backend implements, and what all backends share.
 
 A backend has two halves. :class:`Backend` is used by the client: it submits an application
 (starting its ApplicationMaster), finds a running AM, reads persisted status and logs, and force-kills.
 :class:`ClusterManager` is used by the AM: it gang-allocates containers, launches a command in
 each, watches and kills them.
+
+What a job asks for (:func:`gang_requests`) and whether it can ever be granted (:func:`check_fits`)
+live here rather than in the AM or in one backend: the client side of every backend checks a job
+before submitting it and the AM allocates the same gang, so the backends depend on this module
+only, never on the AM. This module imports no backend; the factories that do are in the package
+(:mod:`tony_workflow.backends`).
 """
 from __future__ import annotations
 
 import sys
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +25,8 @@ if TYPE_CHECKING:
     from ..spec import JobSpec
     from ..status import JobStatus
 
-__all__ = ["Backend", "ClusterManager", "Container", "ContainerRequest", "NeverFits", "get_backend"]
+__all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest",
+           "NeverFits", "check_fits", "gang_requests"]
 
 
 class NeverFits(ValueError):
@@ -36,6 +44,77 @@ class ContainerRequest:
     vcores: int
     gpus: int
     node_label: str | None = None
+
+
+def gang_requests(spec: "JobSpec") -> list[ContainerRequest]:
+    """The gang a job asks for: the AM's own container first, then every task in type order."""
+    reqs = [ContainerRequest("am", spec.am.memory_mb, spec.am.vcores, spec.am.gpus, spec.node_label)]
+    for t, ts in spec.tasks.items():
+        for i in range(ts.instances):
+            reqs.append(ContainerRequest(f"{t}:{i}", ts.resources.memory_mb, ts.resources.vcores,
+                                         ts.resources.gpus, ts.node_label))
+    return reqs
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """An amount of each resource a container asks for: a node's, or a whole cluster's."""
+
+    memory_mb: int
+    vcores: int
+    gpus: int
+
+
+# (attribute, spec key suffix, unit). Memory and GPUs are what a machine has, vcores what it
+# offers: the local cluster oversubscribes cores.
+_MEMORY, _GPUS, _VCORES = ("memory_mb", "memory", "MB"), ("gpus", "gpus", "GPU"), ("vcores", "vcores", "vcore")
+
+
+def _amount(unit: str, n: int) -> str:
+    return f"{n} MB" if unit == "MB" else f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def _type_key(req: ContainerRequest) -> str:
+    return "tony.am" if req.task_id == "am" else f"tony.{req.task_id.split(':')[0]}"
+
+
+def check_fits(requests: list[ContainerRequest], largest: Capacity, total: Capacity, *,
+               node: str, cluster: str, hints: Mapping[str, str] | None = None) -> None:
+    """Raises :class:`NeverFits` when the gang can never be placed: one container is larger than
+    the largest node, or the whole gang, which must hold its containers at once, is larger than
+    the cluster. The error names the spec key to change and what the cluster offers.
+
+    ``node`` and ``cluster`` name the largest node and the whole ("this machine" twice for the
+    local cluster, where both are the same); ``hints`` says, per attribute, where an amount comes
+    from (``tony.local.memory``), for a cluster whose size the user sets.
+    """
+    hints = hints or {}
+
+    def offers(where: str, attr: str, unit: str, n: int) -> str:
+        hint = f" ({hints[attr]})" if attr in hints else ""
+        return f"{where} {'offers' if attr == 'vcores' else 'has'} {_amount(unit, n)}{hint}"
+
+    for r in requests:
+        for attr, suffix, unit in (_MEMORY, _GPUS, _VCORES):
+            asked = getattr(r, attr)
+            if asked > getattr(largest, attr):
+                raise NeverFits(f"{_type_key(r)}.{suffix}", f"{r.task_id} asks for {_amount(unit, asked)} "
+                                f"but {offers(node, attr, unit, getattr(largest, attr))}")
+    # GPUs first: the scarcest resource, and the likeliest reason a gang can never be placed.
+    for attr, suffix, unit in (_GPUS, _MEMORY, _VCORES):
+        need = sum(getattr(r, attr) for r in requests)
+        if need <= getattr(total, attr):
+            continue
+        by_key: dict[str, int] = {}
+        per_type: dict[str, list[int]] = {}
+        for r in requests:
+            by_key[_type_key(r)] = by_key.get(_type_key(r), 0) + getattr(r, attr)
+            per_type.setdefault(r.task_id.split(":")[0], []).append(getattr(r, attr))
+        # The key to change is the type that takes the most of it.
+        key = max(by_key, key=by_key.__getitem__)
+        breakdown = ", ".join(f"{t} {len(v)}×{v[0]}" for t, v in per_type.items())
+        raise NeverFits(f"{key}.{suffix}", f"the job needs {_amount(unit, need)} at once ({breakdown}) "
+                        f"but {offers(cluster, attr, unit, getattr(total, attr))}")
 
 
 @dataclass
@@ -57,6 +136,16 @@ class AMEndpoint:
     address: str            # host:port
     token: str
     view_token: str | None = None
+
+
+@dataclass(frozen=True)
+class AMIdentity:
+    """Who the ApplicationMaster is on its cluster: its application, its tokens, its host."""
+
+    app_id: str
+    token: str
+    view_token: str
+    host: str
 
 
 class ClusterManager(ABC):
@@ -149,16 +238,3 @@ class Backend(ABC):
     @abstractmethod
     def list_applications(self) -> list[str]:
         """Known application ids, newest last."""
-
-
-def get_backend(name: str = "local", **kwargs) -> Backend:
-    if name == "local":
-        from .local import LocalBackend
-        return LocalBackend(**kwargs)
-    if name == "yarn":
-        try:
-            from .yarn import YarnBackend  # type: ignore[import-not-found]
-        except ImportError as e:
-            raise ValueError(f"backend 'yarn' is not available here ({e}); install tony-workflow[yarn]") from None
-        return YarnBackend(**kwargs)
-    raise ValueError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")

@@ -11,6 +11,9 @@ How vcores are counted: memory and GPUs are never oversubscribed, but a vcore he
 core, not a core: the capacity is ``cores × tony.local.vcore-oversubscription`` (default 4), because
 training tasks on one machine spend much of their time waiting on each other, and an AM plus a
 3–4 task job must fit on a 2-core machine.
+
+Processes (containers, AMs) are watched and killed through :mod:`tony_workflow.process`, which the
+fork server and the executor use too.
 """
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -31,10 +33,12 @@ from typing import Iterator
 
 import psutil
 
+from .. import process
 from ..forkserver import ForkServer, ForkServerGone
 from ..spec import JobSpec, LocalCapacity
 from ..status import JobState, JobStatus
-from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
+from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest,
+                   check_fits, gang_requests)
 
 __all__ = ["LocalBackend", "LocalClusterManager", "Inventory", "tony_home", "detect_gpus"]
 
@@ -106,55 +110,16 @@ class Inventory:
         gpus = list(capacity.gpus) if capacity.gpus is not None else detect_gpus()
         return cls(memory_mb, vcores, gpus)
 
-
-def _gang_key(req: ContainerRequest) -> str:
-    return "tony.am" if req.task_id == "am" else f"tony.{req.task_id.split(':')[0]}"
-
-
-def check_fits(requests: list[ContainerRequest], inv: Inventory) -> None:
-    """Raises :class:`NeverFits` naming the key to change when the gang can never be placed."""
-    for r in requests:
-        key = _gang_key(r)
-        if r.memory_mb > inv.memory_mb:
-            raise NeverFits(f"{key}.memory", f"{r.task_id} asks for {r.memory_mb} MB but this machine has "
-                            f"{inv.memory_mb} MB in all (tony.local.memory)")
-        if r.gpus > len(inv.gpus):
-            raise NeverFits(f"{key}.gpus", f"{r.task_id} asks for {r.gpus} GPU(s) but this machine has "
-                            f"{len(inv.gpus)} (tony.local.gpus)")
-        if r.vcores > inv.vcores:
-            raise NeverFits(f"{key}.vcores", f"{r.task_id} asks for {r.vcores} vcores but this machine offers "
-                            f"{inv.vcores} (cores × tony.local.vcore-oversubscription)")
-    total_mem = sum(r.memory_mb for r in requests)
-    total_gpu = sum(r.gpus for r in requests)
-    total_vc = sum(r.vcores for r in requests)
-    per_type = _describe(requests)
-    if total_gpu > len(inv.gpus):
-        raise NeverFits(_biggest(requests, "gpus"), f"the job needs {total_gpu} GPUs at once ({per_type('gpus')}) "
-                        f"but this machine has {len(inv.gpus)} (tony.local.gpus)")
-    if total_mem > inv.memory_mb:
-        raise NeverFits(_biggest(requests, "memory_mb", ".memory"), f"the job needs {total_mem} MB at once "
-                        f"({per_type('memory_mb')}) but this machine has {inv.memory_mb} MB (tony.local.memory)")
-    if total_vc > inv.vcores:
-        raise NeverFits(_biggest(requests, "vcores"), f"the job needs {total_vc} vcores at once "
-                        f"({per_type('vcores')}) but this machine offers {inv.vcores} "
-                        f"(cores × tony.local.vcore-oversubscription)")
+    def check_fits(self, requests: list[ContainerRequest]) -> None:
+        """Raises :class:`NeverFits` naming the key to change when the gang can never be placed.
+        One machine: its largest node and its whole are the same."""
+        offer = Capacity(self.memory_mb, self.vcores, len(self.gpus))
+        check_fits(requests, offer, offer, node="this machine", cluster="this machine", hints=_HINTS)
 
 
-def _describe(requests: list[ContainerRequest]):
-    def fmt(attr: str) -> str:
-        groups: dict[str, list[int]] = {}
-        for r in requests:
-            groups.setdefault(r.task_id.split(":")[0], []).append(getattr(r, attr))
-        return ", ".join(f"{t} {len(v)}×{v[0]}" for t, v in groups.items())
-    return fmt
-
-
-def _biggest(requests: list[ContainerRequest], attr: str, suffix: str | None = None) -> str:
-    totals: dict[str, int] = {}
-    for r in requests:
-        totals[_gang_key(r)] = totals.get(_gang_key(r), 0) + getattr(r, attr)
-    key = max(totals, key=totals.__getitem__)
-    return key + (suffix or "." + attr)
+# Where each amount of the embedded cluster comes from, so that an error says what to change.
+_HINTS = {"memory_mb": "tony.local.memory", "gpus": "tony.local.gpus",
+          "vcores": "cores × tony.local.vcore-oversubscription"}
 
 
 def _app_seq(app_id: str) -> tuple[int, int]:
@@ -166,14 +131,6 @@ def enqueue(ledger: dict, app_id: str, pid: int) -> None:
     """Queues in submission order (the application sequence), whichever AM reaches the ledger first."""
     ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "since": time.time()})
     ledger["queue"].sort(key=lambda q: _app_seq(q["app"]))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class LocalClusterManager(ClusterManager):
@@ -199,16 +156,25 @@ class LocalClusterManager(ClusterManager):
             except OSError:
                 self._forks = None
 
+    @classmethod
+    def for_app(cls, app_dir: Path, spec: JobSpec) -> tuple["LocalClusterManager", AMIdentity]:
+        """The AM's cluster manager for the application in ``app_dir``, and the tokens the client
+        wrote for it when it submitted."""
+        app_id = app_dir.name
+        cluster = cls(app_id, app_dir, Inventory.of(spec.local_capacity), fork_server=spec.local_fork_server)
+        secret = json.loads((app_dir / "am.secret").read_text())
+        return cluster, AMIdentity(app_id, secret["token"], secret["view_token"], "127.0.0.1")
+
     def _purge(self, L: dict) -> None:
         L.setdefault("allocations", {})
         L.setdefault("queue", [])
         for app, a in list(L["allocations"].items()):
-            if not _pid_alive(a["pid"]):
+            if not process.alive(a["pid"]):
                 del L["allocations"][app]
-        L["queue"] = [q for q in L["queue"] if _pid_alive(q["pid"])]
+        L["queue"] = [q for q in L["queue"] if process.alive(q["pid"])]
 
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
-        check_fits(requests, self.inventory)
+        self.inventory.check_fits(requests)
         inv = self.inventory
         try:
             while True:
@@ -313,12 +279,12 @@ class LocalClusterManager(ClusterManager):
             return
         p = self._procs.get(container.id)
         if p is not None:
-            kill_tree(p.pid, grace)
+            process.kill_tree(p.pid, grace)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=grace + 5)
         elif container.id in self._forked:
             pid = self._forked[container.id]
-            kill_tree(pid, grace)
+            process.kill_tree(pid, grace)
             self._forks.wait(pid, grace + 5)
 
     def release(self) -> None:
@@ -326,35 +292,12 @@ class LocalClusterManager(ClusterManager):
         if self._forks is not None:
             running += [pid for pid in list(self._forked.values()) if self._forks.poll(pid) is None]
         for pid in running:
-            kill_tree(pid, 2.0)
+            process.kill_tree(pid, 2.0)
         if self._forks is not None:
             self._forks.close()
         with _locked_json(self.ledger, {}) as L:
             L.get("allocations", {}).pop(self.app_id, None)
             L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
-
-
-def kill_tree(pid: int, grace: float = 5.0) -> None:
-    """SIGTERM the process group led by ``pid`` and every descendant (some leave the group), then
-    SIGKILL whatever is left after ``grace``. SIGCONT goes along so a stopped tree can die."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.send_signal(sig)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=2)
 
 
 class LocalBackend(Backend):
@@ -369,8 +312,7 @@ class LocalBackend(Backend):
         return cluster_dir() / "apps" / app_id
 
     def submit(self, spec: JobSpec) -> str:
-        from ..am import am_requests  # the AM owns what a job asks for
-        check_fits(am_requests(spec), Inventory.of(spec.local_capacity))
+        Inventory.of(spec.local_capacity).check_fits(gang_requests(spec))
         app_id = next_application_id()
         d = self.app_dir(app_id)
         d.mkdir(parents=True)
@@ -404,7 +346,7 @@ class LocalBackend(Backend):
             secret = self._secret(app_id)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
-        if am.get("stopped") or not _pid_alive(am["pid"]):
+        if am.get("stopped") or not process.alive(am["pid"]):
             return None
         return AMEndpoint(am["address"], secret["token"], secret.get("view_token"))
 
@@ -416,7 +358,7 @@ class LocalBackend(Backend):
             raise KeyError(app_id) from None
         if not status.is_final:
             am = self._am_info(app_id)
-            gone = am is not None and not _pid_alive(am["pid"])
+            gone = am is not None and not process.alive(am["pid"])
             never = am is None and status.started_at and time.time() - status.started_at > 60
             if gone or never:
                 status.state = JobState.FAILED
@@ -433,14 +375,14 @@ class LocalBackend(Backend):
 
     def force_kill(self, app_id: str) -> None:
         am = self._am_info(app_id)
-        if am and _pid_alive(am["pid"]):
-            kill_tree(am["pid"], 5.0)
+        if am and process.alive(am["pid"]):
+            process.kill_tree(am["pid"], 5.0)
         d = self.app_dir(app_id)
         for c in (d / "containers").glob("*/pid"):
             with contextlib.suppress(ValueError, OSError):
                 pid = int(c.read_text())
-                if _pid_alive(pid):
-                    kill_tree(pid, 2.0)
+                if process.alive(pid):
+                    process.kill_tree(pid, 2.0)
         status = self.stored_status(app_id)
         if not status.is_final:
             status.state, status.finished_at = JobState.KILLED, time.time()

@@ -1,0 +1,169 @@
+"""TonY's failure rules, as plain data in and a decision out.
+
+The ApplicationMaster asks two questions: what one task's failure means for the job
+(:meth:`Policy.decide`), and, once a session is over, what the job's final state is
+(:meth:`Policy.verdict`). Both answers depend on the spec and on a few counters only, so they are
+computed here from values, with no threads, no I/O and no clock: every rule can be checked by a
+table of cases, and the AM is left with the mechanics (killing, relaunching, recording events).
+
+The rules, in the order they apply (docs/architecture.md has the long form):
+
+1. A sidecar type's failure is ignored.
+2. Restart policy ``task`` relaunches that task alone, in the same session, up to
+   ``tony.am.retry-count`` times per task; never the chief, never a stop-on-failure type.
+3. While session retries remain, any other failure ends the session and the next one starts.
+4. With none left: a failed chief, a failed stop-on-failure type, or (with
+   ``tony.application.fail-on-worker-failure-enabled``) any failed tracked task fails the job at
+   once; a failed untracked task ends the session and the verdict follows; any other worker
+   failure is tolerated.
+"""
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .status import JobState, TaskState, TaskStatus
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
+
+__all__ = ["LOST_EXIT_CODE", "Action", "Decision", "Failure", "Policy", "describe_exit", "failure_message"]
+
+#: TonY's exit code for a task whose heartbeats stopped (YARN's ContainerExitStatus.INVALID).
+LOST_EXIT_CODE = -1000
+
+_FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST})
+_FAILED = frozenset({TaskState.FAILED, TaskState.LOST})
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code == LOST_EXIT_CODE:
+        return "exit code -1000 (lost: missed heartbeats)"
+    if code > 128 and code - 128 < 65:
+        try:
+            return f"exit code {code} ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def failure_message(task_id: str, exit_code: int | None, host: str | None, log_url: str | None = None,
+                    extra: str = "") -> str:
+    """TonY's line for a failed task, with where to find its log and the tail of its stderr."""
+    msg = f"Job {task_id} exited with {describe_exit(exit_code)} on host:{host}"
+    if log_url:
+        msg += f" (log: {log_url})"
+    return msg + (f". {extra.strip()}" if extra.strip() else "")
+
+
+class Action(enum.Enum):
+    """What the AM does about one failed task."""
+
+    IGNORE = "ignore"                    # a sidecar: recorded, nothing else
+    RESTART_TASK = "restart_task"        # relaunch this task alone, in the same session
+    RESTART_SESSION = "restart_session"  # tear the session down; the next one starts
+    FAIL_JOB = "fail_job"                # the job fails now
+    END_SESSION = "end_session"          # the session stops and the verdict decides
+    TOLERATE = "tolerate"                # the session goes on without the task
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One task's failure, as the AM saw it."""
+
+    type: str
+    index: int
+    exit_code: int | None
+    host: str | None = None
+    log_url: str | None = None
+    diagnostics: str = ""
+
+    @classmethod
+    def of(cls, status: TaskStatus, diagnostics: str = "") -> "Failure":
+        return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics)
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def message(self) -> str:
+        return failure_message(self.task_id, self.exit_code, self.host, self.log_url, self.diagnostics)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    #: why, in TonY's words; empty for the actions that end nothing
+    diagnostics: str = ""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The failure rules of one job, taken from its spec once."""
+
+    chief: tuple[str, int]
+    tracked: frozenset[str]
+    sidecars: frozenset[str] = frozenset()
+    stop_on_failure: frozenset[str] = frozenset()
+    #: task types with ``tony.<type>.restart-policy: task``
+    task_restart_types: frozenset[str] = frozenset()
+    retry_count: int = 0
+    fail_on_worker_failure: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: "JobSpec") -> "Policy":
+        return cls(chief=tuple(spec.chief), tracked=frozenset(spec.tracked_types),
+                   sidecars=frozenset(spec.sidecar_types), stop_on_failure=frozenset(spec.stop_on_failure_types),
+                   task_restart_types=frozenset(t for t, ts in spec.tasks.items() if ts.restart_policy == "task"),
+                   retry_count=spec.retry_count, fail_on_worker_failure=spec.fail_on_worker_failure)
+
+    def decide(self, failure: Failure, session_id: int, task_restarts_used: int) -> Decision:
+        """What ``failure`` means in session ``session_id``, when its task was already relaunched
+        alone ``task_restarts_used`` times."""
+        ttype = failure.type
+        if ttype in self.sidecars:
+            return Decision(Action.IGNORE)
+        is_chief = (ttype, failure.index) == self.chief
+        if (ttype in self.task_restart_types and not is_chief and ttype not in self.stop_on_failure
+                and task_restarts_used < self.retry_count):
+            return Decision(Action.RESTART_TASK)
+        message = failure.message
+        if session_id < self.retry_count:
+            return Decision(Action.RESTART_SESSION, message)
+        tracked = ttype in self.tracked
+        if is_chief or ttype in self.stop_on_failure or (tracked and self.fail_on_worker_failure):
+            return Decision(Action.FAIL_JOB, message)
+        if not tracked:
+            # TonY stops the session when an untracked task dies; the verdict then follows the rules.
+            return Decision(Action.END_SESSION, message)
+        return Decision(Action.TOLERATE)
+
+    def tracked_done(self, tasks: Iterable[TaskStatus]) -> bool:
+        """Whether the session is over by itself: it has tracked tasks, and all of them ended."""
+        tracked = [t for t in tasks if t.type in self.tracked]
+        return bool(tracked) and all(t.state in _FINAL for t in tracked)
+
+    def verdict(self, tasks: Iterable[TaskStatus], stopped_early: str | None = None) -> tuple[str, str]:
+        """TonY's end-of-session rules over the tracked tasks: (job state, diagnostics).
+        ``stopped_early`` says why the session was stopped before its tracked tasks ended."""
+        tracked = [t for t in tasks if t.type in self.tracked]
+        unfinished = [t for t in tracked if t.state not in _FINAL]
+        failed = [t for t in tracked if t.state in _FAILED]
+        notes = [stopped_early] if stopped_early else []
+        notes += [f"Job {t.task_id} hasn't finished yet." for t in unfinished]
+        notes += [failure_message(t.task_id, t.exit_code or 0, t.host, t.log_url) for t in failed]
+        if unfinished:
+            return JobState.FAILED, "\n".join(notes)
+        if failed and (self.fail_on_worker_failure or len(failed) >= len(tracked)):
+            return JobState.FAILED, "\n".join(
+                [f"At least one job task exited with non-zero status, failedCnt={len(failed)}", *notes])
+        if failed:
+            return JobState.SUCCEEDED, "\n".join(
+                [f"Training completed with some worker jobs failure, failedCnt={len(failed)}", *notes])
+        return JobState.SUCCEEDED, ""

@@ -21,11 +21,12 @@ import tempfile
 import threading
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 from urllib.parse import quote, urlsplit
+
+from .hadoop import read_conf
 
 __all__ = ["Storage", "LocalStorage", "WebHDFSStorage", "CheckpointMirror", "open_storage", "upload_order"]
 
@@ -330,22 +331,7 @@ class WebHDFSStorage(Storage):
 
 def _hadoop_conf(conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
     """The properties of core-site.xml and hdfs-site.xml in ``conf_dir`` (hdfs-site wins)."""
-    props: dict[str, str] = {}
-    if not conf_dir:
-        return props
-    for name in ("core-site.xml", "hdfs-site.xml"):
-        path = Path(conf_dir) / name
-        if not path.is_file():
-            continue
-        try:
-            root = ET.parse(path).getroot()
-        except ET.ParseError as e:
-            raise ValueError(f"cannot read {path}: {e}") from None
-        for prop in root.iter("property"):
-            key, value = prop.findtext("name"), prop.findtext("value")
-            if key and value is not None:
-                props[key.strip()] = value.strip()
-    return props
+    return read_conf(conf_dir, ("core-site.xml", "hdfs-site.xml"))
 
 
 def _namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = False) -> list[str]:
@@ -512,8 +498,3 @@ class CheckpointMirror:
             self.store.put(Path(fh.name), self._key(rel))
         finally:
             os.unlink(fh.name)
-
-
-def copy_tree(src: Path, dest: Path, ignore: Iterable[str] = ()) -> None:
-    shutil.copytree(src, dest, dirs_exist_ok=True, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", ".git", *ignore))

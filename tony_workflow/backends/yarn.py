@@ -8,12 +8,17 @@ key-value store, TensorBoard becomes a page of skein's web UI (so the applicatio
 through the ResourceManager proxy, leads to it), and the final status and diagnostics are set on
 the YARN application at shutdown. Once the AM is gone, status comes from the ResourceManager.
 
-Addresses come from ``HADOOP_CONF_DIR``; skein needs a ``yarn`` command on PATH that answers
-``yarn classpath --glob`` (``tony minicluster env`` prints a suitable environment).
+The cluster's addresses come from a Hadoop conf directory (``hadoop_conf_dir``, else
+``HADOOP_CONF_DIR``) or are given directly (``rm_address``, ``rm_web_address``, ``webhdfs``: an
+Airflow connection's fields); given addresses win, and are written with the directory's files into a
+private conf directory (:mod:`tony_workflow.hadoop`), since skein's Java driver can only read them
+from files. skein needs a ``yarn`` command on PATH that answers ``yarn classpath --glob`` with
+``HADOOP_CONF_DIR`` first, as Hadoop's own does (``tony minicluster env`` prints a suitable
+environment).
 """
 from __future__ import annotations
 
-import getpass
+import contextlib
 import json
 import os
 import shutil
@@ -22,17 +27,18 @@ import sys
 import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from .. import hadoop
+from ..process import user_name
 from ..spec import JobSpec
 from ..storage import open_storage
 from ..status import JobState, JobStatus
-from .base import AMEndpoint, Backend, ClusterManager, Container, ContainerRequest, NeverFits
+from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name"]
 
@@ -46,24 +52,30 @@ def service_name(task_type: str) -> str:
     return f"tony-{task_type}"
 
 
-def _conf_value(conf_dir: Path, filename: str, key: str) -> str | None:
-    try:
-        root = ET.parse(conf_dir / filename).getroot()
-    except (OSError, ET.ParseError):
-        return None
-    for prop in root.iter("property"):
-        if (prop.findtext("name") or "").strip() == key:
-            return (prop.findtext("value") or "").strip()
-    return None
+_ENV_LOCK = threading.Lock()
 
 
-def hadoop_user() -> str:
-    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+@contextlib.contextmanager
+def _hadoop_conf_env(conf_dir: Path):
+    """HADOOP_CONF_DIR set to ``conf_dir`` while skein starts its driver. The driver finds the
+    cluster through ``yarn classpath``, run with this process's environment; setting the variable
+    only meanwhile lets backends for different clusters (two connections in one Airflow triggerer)
+    each reach their own."""
+    with _ENV_LOCK:
+        saved = os.environ.get("HADOOP_CONF_DIR")
+        os.environ["HADOOP_CONF_DIR"] = str(conf_dir)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("HADOOP_CONF_DIR", None)
+            else:
+                os.environ["HADOOP_CONF_DIR"] = saved
 
 
 def app_store(app_id: str) -> str:
     """The application's own HDFS directory: checkpoints and the final status live there."""
-    return f"hdfs:///user/{hadoop_user()}/.tony/{app_id}"
+    return f"hdfs:///user/{user_name()}/.tony/{app_id}"
 
 
 def _zip_dir(src: Path, dest: Path) -> Path:
@@ -77,23 +89,41 @@ def _zip_dir(src: Path, dest: Path) -> Path:
 
 
 class YarnBackend(Backend):
-    """Client side: submit to YARN, find the AM, fall back to the ResourceManager's report."""
+    """Client side: submit to YARN, find the AM, fall back to the ResourceManager's report.
+
+    :param hadoop_conf_dir: a Hadoop conf directory (default ``$HADOOP_CONF_DIR``).
+    :param rm_address: the ResourceManager's RPC address ``host[:port]``.
+    :param rm_web_address: its web address ``http(s)://host[:port]`` (default port 8088 on
+        ``rm_address``'s host).
+    :param webhdfs: the NameNode's WebHDFS address ``http(s)://host[:port]``: where checkpoints and
+        final statuses go.
+    :param principal: with ``keytab``, the Kerberos login of skein's driver.
+
+    The addresses win over the conf directory's; see :func:`tony_workflow.hadoop.address_conf`.
+    ``conf_dir`` is the directory in use, ``conf`` its properties.
+    """
 
     name = "yarn"
 
     def __init__(self, hadoop_conf_dir: str | None = None, python: str | None = None,
-                 principal: str | None = None, keytab: str | None = None, **_: Any):
-        conf_dir = hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR")
-        if not conf_dir or not Path(conf_dir, "yarn-site.xml").is_file():
-            raise ValueError("backend 'yarn' needs HADOOP_CONF_DIR pointing at a directory with yarn-site.xml "
-                             f"(got {conf_dir!r})")
-        self.conf_dir = Path(conf_dir)
-        os.environ["HADOOP_CONF_DIR"] = str(self.conf_dir)  # skein's driver reads it from the environment
+                 principal: str | None = None, keytab: str | None = None, *, rm_address: str | None = None,
+                 rm_web_address: str | None = None, webhdfs: str | None = None):
+        base = hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or None
+        if base and not Path(base).is_dir():
+            raise ValueError(f"the Hadoop conf directory {base!r} does not exist")
+        if not rm_address and not (base and Path(base, "yarn-site.xml").is_file()):
+            raise ValueError("backend 'yarn' needs the ResourceManager's address: rm_address, or HADOOP_CONF_DIR "
+                             f"pointing at a directory with yarn-site.xml (got {base!r})")
+        overrides = hadoop.address_conf(rm_address=rm_address, rm_web_address=rm_web_address, webhdfs=webhdfs,
+                                        base=hadoop.read_conf(base))
+        self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else base)
+        self.conf = hadoop.read_conf(self.conf_dir)
         self.python = python or sys.executable
         self.principal, self.keytab = principal, keytab
         self._client = None
         self._apps: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -102,15 +132,17 @@ class YarnBackend(Backend):
         with self._lock:
             if self._client is None:
                 kwargs = {"principal": self.principal, "keytab": self.keytab} if self.keytab else {}
-                self._client = skein.Client(**kwargs)
+                with _hadoop_conf_env(self.conf_dir):
+                    self._client = skein.Client(**kwargs)
             return self._client
 
     @property
     def rm_web(self) -> str:
-        address = _conf_value(self.conf_dir, "yarn-site.xml", "yarn.resourcemanager.webapp.address")
-        if not address:
+        """The ResourceManager's web address (REST API, application pages), e.g. ``http://rm:8088``."""
+        url = hadoop.rm_web_url(self.conf)
+        if not url:
             raise ValueError(f"yarn.resourcemanager.webapp.address is not set in {self.conf_dir}/yarn-site.xml")
-        return address if address.startswith("http") else f"http://{address}"
+        return url
 
     def _app_client(self, app_id: str):
         app = self._apps.get(app_id)
@@ -140,29 +172,16 @@ class YarnBackend(Backend):
         return biggest, total
 
     def check_fits(self, requests_: list[ContainerRequest]) -> None:
+        """Raises NeverFits when a container is larger than the largest NodeManager, or the gang
+        larger than the cluster: YARN would otherwise keep the job waiting forever."""
         biggest, total = self.inventory()
-        for r in requests_:
-            key = "tony.am" if r.task_id == "am" else f"tony.{r.task_id.split(':')[0]}"
-            for attr, what in (("memory_mb", "memory"), ("vcores", "vcores"), ("gpus", "gpus")):
-                if getattr(r, attr) > biggest[attr]:
-                    raise NeverFits(f"{key}.{what}", f"{r.task_id} asks for {getattr(r, attr)} {what} but the largest "
-                                    f"NodeManager offers {biggest[attr]}")
-        for attr, what in (("gpus", "GPUs"), ("memory_mb", "MB of memory"), ("vcores", "vcores")):
-            need = sum(getattr(r, attr) for r in requests_)
-            if need > total[attr]:
-                by_type: dict[str, int] = {}
-                for r in requests_:
-                    t = "tony.am" if r.task_id == "am" else f"tony.{r.task_id.split(':')[0]}"
-                    by_type[t] = by_type.get(t, 0) + getattr(r, attr)
-                key = max(by_type, key=by_type.__getitem__)
-                raise NeverFits(f"{key}.{'memory' if attr == 'memory_mb' else attr}",
-                                f"the job needs {need} {what} at once but the cluster has {total[attr]}")
+        check_fits(requests_, Capacity(**biggest), Capacity(**total), node="the largest NodeManager",
+                   cluster="the cluster")
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:
         import skein
-        from ..am import am_requests
-        self.check_fits(am_requests(spec))
+        self.check_fits(gang_requests(spec))
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
         task_files: dict[str, Any] = {}
@@ -258,7 +277,7 @@ class YarnBackend(Backend):
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))
         done = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True,
-                              timeout=300)
+                              timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)})
         path = out_dir / "yarn-logs.txt"
         path.write_text(done.stdout + done.stderr)
         return {"yarn/logs": path}

@@ -1,12 +1,19 @@
-"""TonyHook: owns the cluster connection, submission, status, kill and reattach."""
+"""TonyHook: owns the cluster connection, submission, status, kill and reattach.
+
+The hook translates a ``tony`` connection into a :class:`~tony_workflow.client.TonyClient` and
+holds that one client for its lifetime: on YARN a client starts a skein driver (a JVM), so the
+operator and the trigger each keep one hook rather than building one per call.
+"""
 from __future__ import annotations
 
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Iterator
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from tony_workflow.client import JobHandle, TonyClient
+from tony_workflow.follow import JobUpdate
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobStatus
 
@@ -16,10 +23,10 @@ __all__ = ["TonyHook"]
 _CONN_TO_CONF = {
     "queue": "tony.yarn.queue",
     "node_label": "tony.application.node-label",
-    "principal": "tony.keytab.user",
-    "keytab": "tony.keytab.location",
-    "history_dir": "tony.history.location",
 }
+
+#: connection fields that configure the YARN backend (see tony_workflow.backends.yarn.YarnBackend)
+_YARN_FIELDS = ("hadoop_conf_dir", "rm_address", "rm_web_address", "webhdfs", "principal", "keytab")
 
 
 class TonyHook(BaseHook):
@@ -39,10 +46,15 @@ class TonyHook(BaseHook):
         self.tony_conn_id = tony_conn_id
         self._fields: dict[str, Any] | None = None
         self._client: TonyClient | None = None
+        # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
+        self._lock = threading.RLock()
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {"hidden_fields": ["host", "schema", "port", "login", "password"], "relabeling": {}}
+        from airflow_provider.get_provider_info import get_provider_info
+        ui = get_provider_info()["connection-types"][0]["ui-field-behaviour"]
+        return {"hidden_fields": ui["hidden-fields"], "relabeling": ui["relabeling"],
+                "placeholders": ui["placeholders"]}
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -67,16 +79,17 @@ class TonyHook(BaseHook):
         return str(self.fields.get("backend") or "local")
 
     def get_conn(self) -> TonyClient:
-        if self._client is None:
-            kwargs = {}
-            if self.backend == "yarn":
-                kwargs = {k: v for k, v in self.fields.items()
-                          if k in ("rm_address", "webhdfs", "hadoop_conf_dir", "principal", "keytab") and v}
-            self._client = TonyClient(self.backend, **kwargs)
-        return self._client
+        """The connection's client, created on first use and kept."""
+        with self._lock:
+            if self._client is None:
+                kwargs = {}
+                if self.backend == "yarn":
+                    kwargs = {k: str(self.fields[k]) for k in _YARN_FIELDS if self.fields.get(k)}
+                self._client = TonyClient(self.backend, **kwargs)
+            return self._client
 
     def connection_conf(self) -> dict[str, str]:
-        """tony.* keys this connection sets on every job (queue, node label, Kerberos, history)."""
+        """tony.* keys this connection sets on every job (queue, node label)."""
         return {key: str(self.fields[f]) for f, key in _CONN_TO_CONF.items() if self.fields.get(f)}
 
     def submit(self, spec: JobSpec) -> JobHandle:
@@ -91,6 +104,12 @@ class TonyHook(BaseHook):
 
     def kill(self, application_id: str, reason: str = "killed from Airflow") -> JobStatus:
         return self.attach(application_id).kill(reason)
+
+    def follow(self, application_id: str, *, poll_interval: float, timeout: float | None = None,
+               stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
+        """What changes in the application until it ends: see
+        :meth:`tony_workflow.client.JobHandle.follow`."""
+        return self.attach(application_id).follow(poll_interval=poll_interval, timeout=timeout, stop=stop)
 
     def wait(self, application_id: str, *, poll_interval: float,
              on_update: Callable[[JobStatus], None] | None = None) -> JobStatus:

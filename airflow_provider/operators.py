@@ -1,7 +1,13 @@
-"""TonyOperator: run a distributed training job as an Airflow task."""
+"""TonyOperator: run a distributed training job as an Airflow task.
+
+The operator is declarative: it turns its arguments into a JobSpec, and otherwise reports what the
+hook and the job follower say (XComs for the links, log lines for the progress). Submission,
+status, reattaching and killing belong to :class:`~airflow_provider.hooks.TonyHook`.
+"""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -16,6 +22,7 @@ from airflow_provider.hooks import TonyHook
 from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTrackingLink
 from airflow_provider.triggers import TonyJobTrigger
 from tony_workflow.client import SubmitError, load_job
+from tony_workflow.follow import JobUpdate
 from tony_workflow.spec import JobSpec, SpecError
 from tony_workflow.status import JobState, JobStatus
 
@@ -56,6 +63,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     ui_color = "#f2a65a"
     operator_extra_links = (TonyTensorBoardLink(), TonyTrackingLink(), TonyLogsLink())
     external_id_key = "tony_application_id"
+    # Copies of the operator share its hook, and so its one client (on YARN, one skein driver).
+    shallow_copy_attrs: Sequence[str] = ("hook",)
 
     def __init__(self, *, job_spec: Mapping[str, Any] | str, conf: Mapping[str, Any] | None = None,
                  executes: str | None = None, task_params: str | None = None, src_dir: str | None = None,
@@ -78,7 +87,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self.tensorboard_wait = tensorboard_wait
         self.application_id: str | None = None
 
-    @property
+    @functools.cached_property
     def hook(self) -> TonyHook:
         return TonyHook(self.tony_conn_id)
 
@@ -176,32 +185,29 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         if self.deferrable:
             self.defer(trigger=TonyJobTrigger(app_id, self.tony_conn_id, self.poll_interval),
                        method_name="execute_complete")
-        final = self.hook.wait(app_id, poll_interval=self.poll_interval, on_update=self._progress(context))
-        self._finish(context, final)
+        final = None
+        for update in self.hook.follow(app_id, poll_interval=self.poll_interval):
+            self._report(context, update)
+            final = update.status
+        self._finish(context, final if final is not None else self.hook.get_status(app_id))
 
     def get_job_result(self, external_id: Any, context: Context) -> dict:
         status = self.hook.get_status(str(external_id))
         context["ti"].xcom_push(key="status", value=status.to_dict())
         return status.to_dict()
 
-    def _progress(self, context: Context):
-        seen = {"session": None, "restarts": {}, "tensorboard": getattr(self, "_pushed", {}).get("tensorboard_url")}
-
-        def show(status: JobStatus) -> None:
-            self.log.info("%s", status.summary())
-            if seen["session"] is not None and status.session_id != seen["session"]:
-                self.log.warning("Session %s started: the previous session failed and was relaunched (%s)",
-                                 status.session_id, status.diagnostics)
-            seen["session"] = status.session_id
-            for t in status.tasks:
-                if t.restarts and seen["restarts"].get(t.task_id) != t.restarts:
-                    self.log.warning("Task %s relaunched (%d so far)", t.task_id, t.restarts)
-                    seen["restarts"][t.task_id] = t.restarts
-            if status.tensorboard_url and status.tensorboard_url != seen["tensorboard"]:
-                seen["tensorboard"] = status.tensorboard_url
-                self._push_urls(context, status)
-                self.log.info("TensorBoard: %s", status.tensorboard_url)
-        return show
+    def _report(self, context: Context, update: JobUpdate) -> None:
+        status = update.status
+        self.log.info("%s", status.summary())
+        if update.new_session:
+            self.log.warning("Session %s started: the previous session failed and was relaunched (%s)",
+                             status.session_id, status.diagnostics)
+        for task in update.relaunched:
+            self.log.warning("Task %s relaunched (%d so far)", task.task_id, task.restarts)
+        # The first update names the URL submission already pushed and logged: only a new one is news.
+        if update.tensorboard_url and update.tensorboard_url != getattr(self, "_pushed", {}).get("tensorboard_url"):
+            self._push_urls(context, status)
+            self.log.info("TensorBoard: %s", update.tensorboard_url)
 
     def _finish(self, context: Context, status: JobStatus) -> dict:
         context["ti"].xcom_push(key="status", value=status.to_dict())

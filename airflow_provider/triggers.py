@@ -1,10 +1,21 @@
-"""TonyJobTrigger: polls an application from the triggerer until it ends."""
+"""TonyJobTrigger: polls an application from the triggerer until it ends.
+
+A small poller: the job follower (:class:`tony_workflow.follow.Follower`) says what changed, the
+hook reads the status and kills; the trigger only sleeps between reads, logs each change, and fires
+one event when the application is final.
+"""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+import functools
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from tony_workflow.follow import Follower
+
+if TYPE_CHECKING:
+    from airflow_provider.hooks import TonyHook
 
 __all__ = ["TonyJobTrigger"]
 
@@ -28,21 +39,22 @@ class TonyJobTrigger(BaseTrigger):
                 {"application_id": self.application_id, "tony_conn_id": self.tony_conn_id,
                  "poll_interval": self.poll_interval})
 
-    def _hook(self):
+    @functools.cached_property
+    def hook(self) -> TonyHook:
+        """One hook (one client) for the whole run and for on_kill."""
         from airflow_provider.hooks import TonyHook
         return TonyHook(self.tony_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self._hook()
-        last = None
         try:
+            hook = self.hook
+            follower = Follower(lambda: hook.get_status(self.application_id))
             while True:
-                # Status calls are short blocking HTTP/file reads: keep them off the event loop.
-                status = await asyncio.to_thread(hook.get_status, self.application_id)
-                line = status.summary()
-                if line != last:
-                    self.log.info("%s", line)
-                    last = line
+                # Status reads are short blocking HTTP/file reads: keep them off the event loop.
+                update = await asyncio.to_thread(follower.poll)
+                if update is not None:
+                    self.log.info("%s", update.status.summary())
+                status = follower.last
                 if status.is_final:
                     yield TriggerEvent({"status": "success" if status.succeeded else "error",
                                         "application_id": self.application_id, "job": status.to_dict()})
@@ -54,4 +66,4 @@ class TonyJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """The user marked the task failed (or cleared it): stop the application."""
-        await asyncio.to_thread(self._hook().kill, self.application_id, "task killed from Airflow")
+        await asyncio.to_thread(self.hook.kill, self.application_id, "task killed from Airflow")

@@ -10,8 +10,8 @@ def test_provider_metadata_and_listing(airflow_db):
         assert info[key], key
     conn = info["connection-types"][0]
     assert conn["connection-type"] == "tony" and conn["hook-class-name"] == "airflow_provider.hooks.TonyHook"
-    assert set(conn["conn-fields"]) >= {"backend", "rm_address", "webhdfs", "queue", "node_label", "principal",
-                                        "keytab", "history_dir"}
+    assert set(conn["conn-fields"]) >= {"backend", "hadoop_conf_dir", "rm_address", "rm_web_address", "webhdfs",
+                                        "queue", "node_label", "principal", "keytab"}
     assert conn["conn-fields"]["keytab"]["schema"]["format"] == "password"  # shown masked
     listed = subprocess.run([sys.executable, "-m", "airflow", "providers", "list"], capture_output=True, text=True,
                             timeout=300)

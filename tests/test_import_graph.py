@@ -1,0 +1,145 @@
+"""The import graph of the project's packages has no cycle, and no module outgrows one concern.
+
+The graph is read from the source with ``ast``, so it sees every import, including those inside
+functions (a lazy import that runs back up is still an arrow back up). Imports under
+``if TYPE_CHECKING:`` are left out: they never run. Importing ``a.b.c`` runs ``a/__init__`` and
+``a/b/__init__`` too, so an import also points at each package above its target, except the
+packages above the importing module itself (those are already being imported when it runs).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("tony_workflow", "airflow_provider", "azkaban_jobtype")
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node outside ``if TYPE_CHECKING:`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _targets(module: str, is_package: bool, node: ast.AST, known: set[str]) -> set[str]:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".")
+            if not is_package:
+                base = base[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in known else prefix for alias in node.names]
+    own_ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    targets = set()
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            candidate = ".".join(parts[:i])
+            if candidate in known and candidate not in own_ancestors and candidate != module:
+                targets.add(candidate)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        edges = set()
+        for node in _imports(tree):
+            edges |= _targets(name, path.name == "__init__.py", node, known)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_lazy_imports_and_package_parents():
+    graph = import_graph()
+    # A function-level import (the client's backends are chosen at run time) is an arrow too.
+    assert "tony_workflow.backends.local" in graph["tony_workflow.backends"]
+    # Importing tony_workflow.spec.model from outside runs the spec package's __init__ as well.
+    assert "tony_workflow.spec" in graph["tony_workflow.client"]
+    # Within a package, a module does not depend on its own package's __init__.
+    assert "tony_workflow.spec" not in graph["tony_workflow.spec.model"]
+
+
+def test_a_planted_cycle_is_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_module_size(name):
+    lines = _modules()[name].read_text().count("\n")
+    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it by concern (at most {MAX_LINES})"

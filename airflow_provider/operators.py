@@ -6,14 +6,11 @@ status, reattaching and killing belong to :class:`~airflow_provider.hooks.TonyHo
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import yaml
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -96,27 +93,18 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         fileloc = getattr(getattr(self, "dag", None), "fileloc", None)
         return Path(fileloc).resolve().parent if fileloc else Path.cwd()
 
-    def _resolve(self, path: str | None) -> str | None:
-        if not path or os.path.isabs(path):
-            return path
-        return str(self._base_dir() / path)
-
     def build_spec(self) -> JobSpec:
-        """The validated JobSpec; a bad spec fails the task at once, naming the key, with no retry."""
+        """The validated JobSpec; a bad spec fails the task at once, naming the key, with no retry.
+        Relative paths (the spec file, ``src_dir``, ``python_venv``) are relative to the DAG file's folder."""
         spec_in = self.job_spec
-        if isinstance(spec_in, Mapping):
-            source = yaml.safe_dump(dict(spec_in), sort_keys=False)
-        elif isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
-            source = self._resolve(spec_in.strip())
-        else:
-            source = str(spec_in)
+        base = self._base_dir()
+        if isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
+            spec_in = str(base / spec_in.strip())
         conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()}}
         try:
-            spec = load_job(source, conf=conf, executes=self.executes, task_params=self.task_params,
-                            src_dir=self._resolve(self.src_dir), python_venv=self._resolve(self.python_venv),
+            spec = load_job(spec_in, conf=conf, base_dir=base, executes=self.executes, task_params=self.task_params,
+                            src_dir=self.src_dir, python_venv=self.python_venv,
                             python_binary_path=self.python_binary_path, shell_env=self.shell_env or None)
-            if spec.src_dir and not os.path.isabs(spec.src_dir):
-                spec = dataclasses.replace(spec, src_dir=self._resolve(spec.src_dir))
             spec.validate()
         except SpecError as e:
             raise AirflowFailException(f"Invalid TonY job spec, nothing was submitted:\n{e}") from None

@@ -124,9 +124,9 @@ def load_job(spec: str | os.PathLike | Mapping[str, object], *,
     template rendered with ``variables``) or a mapping in the YAML schema (taken as it is: it is
     data already, not a template). ``conf`` overrides are applied (``key=value`` strings or a
     mapping), then fields such as ``executes`` or ``src_dir`` (None leaves the spec's value), then
-    ``$TONY_CONF_DIR/tony-site.xml`` (last, as TonY does). Relative ``src_dir`` and ``python_venv``
-    paths are resolved against ``base_dir``; without it, a path from the spec file against the
-    file's directory, and a path given as a field against the working directory.
+    ``$TONY_CONF_DIR/tony-site.xml`` (last, as TonY does). A relative ``src_dir`` or ``python_venv``
+    written in a spec file is resolved against the file's directory; any other (a field, or from a
+    text or a mapping) against ``base_dir``, by default the working directory.
     Does not validate; :meth:`tony_workflow.client.TonyClient.submit` does.
     """
     if isinstance(spec, Mapping):
@@ -148,13 +148,8 @@ def load_job(spec: str | os.PathLike | Mapping[str, object], *,
             continue
         path = Path(str(value))
         if not path.is_absolute():
-            if base_dir is not None:
-                path = Path(base_dir) / path
-            elif not given and file_dir is not None:
-                path = file_dir / path
-            elif not given:
-                continue
-        elif not given:
-            continue
+            # A path written in a spec file means a place beside that file; any other relative path
+            # (a field, or a spec given as text or a mapping) is relative to base_dir.
+            path = (file_dir if file_dir is not None and not given else Path(base_dir or ".")) / path
         updates[key] = str(path.resolve())
     return dataclasses.replace(loaded, **updates) if updates else loaded

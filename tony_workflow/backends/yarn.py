@@ -192,20 +192,25 @@ class YarnBackend(Backend):
             archive = venv if venv.is_file() else _zip_dir(venv, staging / "venv.zip")
             task_files["venv"] = skein.File(str(archive), type="archive")
         spec_file = skein.File(str(staging / "spec.json"), type="file")
+        # The containers read HDFS with the configuration this client used, shipped along: it may
+        # have been written from a connection's addresses and exist only on this machine.
+        conf_files = {"hadoop-conf": skein.File(str(_zip_dir(self.conf_dir, staging / "hadoop-conf.zip")),
+                                                type="archive")}
         python = spec.yarn_python or self.python
-        base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", "HADOOP_CONF_DIR": str(self.conf_dir)}
+        base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1"}
+        conf_env = 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; '
         services = {
             AM_SERVICE: skein.Service(
                 resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
-                script=f"exec {python} -m tony_workflow.am --backend yarn --app-dir .",
-                files={"spec.json": spec_file}, env=base_env, max_restarts=0),
+                script=f"{conf_env}exec {python} -m tony_workflow.am --backend yarn --app-dir .",
+                files={"spec.json": spec_file, **conf_files}, env=base_env, max_restarts=0),
         }
         for ttype, task in spec.tasks.items():
             services[service_name(ttype)] = skein.Service(
                 resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
                                           gpus=task.resources.gpus),
-                script=f"exec {python} -m tony_workflow.executor",
-                files={"spec.json": spec_file, **task_files},
+                script=f"{conf_env}exec {python} -m tony_workflow.executor",
+                files={"spec.json": spec_file, **conf_files, **task_files},
                 env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else "."},
                 instances=0, max_restarts=0,
                 # The AM decides what a failed task means; skein must not fail the application.

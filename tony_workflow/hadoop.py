@@ -16,13 +16,14 @@ import os
 import re
 import shutil
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Mapping, Sequence
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
-__all__ = ["SITE_FILES", "read_site", "read_conf", "write_conf_dir", "address_conf", "rm_web_url"]
+from .spec import load_tony_xml
+
+__all__ = ["SITE_FILES", "read_site", "read_conf", "site_xml", "write_conf_dir", "address_conf", "rm_web_url"]
 
 #: The files a client's configuration is made of, in the order Hadoop layers them.
 SITE_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")
@@ -36,21 +37,13 @@ _VAR = re.compile(r"\$\{([^}$\s]+)\}")
 
 
 def read_site(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The properties of one site file, values as written; {} when the file does not exist.
-    Raises ValueError naming the file when it is not well-formed XML."""
+    """The properties of one site file, values as written; {} when the file does not exist. The
+    same reader as TonY's own XML files; raises ValueError naming the file (and the line) when it is
+    not a well-formed ``<configuration>``."""
     path = Path(path)
     if not path.is_file():
         return {}
-    try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    props: dict[str, str] = {}
-    for prop in root.iter("property"):
-        key, value = prop.findtext("name"), prop.findtext("value")
-        if key and value is not None:
-            props[key.strip()] = value.strip()
-    return props
+    return load_tony_xml(path)
 
 
 def read_conf(conf_dir: str | os.PathLike[str] | None, files: Sequence[str] = SITE_FILES) -> dict[str, str]:
@@ -72,12 +65,13 @@ def read_conf(conf_dir: str | os.PathLike[str] | None, files: Sequence[str] = SI
     return props
 
 
-def _site_xml(props: Mapping[str, str]) -> bytes:
-    lines = ['<?xml version="1.0"?>', "<configuration>"]
-    for key in sorted(props):
-        lines.append(f"  <property><name>{escape(key)}</name><value>{escape(str(props[key]))}</value></property>")
-    lines.append("</configuration>")
-    return ("\n".join(lines) + "\n").encode()
+def site_xml(props: Mapping[str, object], *, comment: str | None = None) -> str:
+    """A site file holding ``props`` in their order; booleans written as Hadoop reads them."""
+    lines = ['<?xml version="1.0"?>', *([f"<!-- {comment} -->"] if comment else []), "<configuration>"]
+    for key, value in props.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        lines.append(f"  <property><name>{escape(key)}</name><value>{escape(text)}</value></property>")
+    return "\n".join(lines + ["</configuration>", ""])
 
 
 def _cache_root() -> Path:
@@ -98,7 +92,8 @@ def write_conf_dir(overrides: Mapping[str, Mapping[str, str]], base: str | os.Pa
             if path.is_file():
                 files[path.name] = path.read_bytes()
     for name, props in overrides.items():
-        files[name] = _site_xml({**(read_site(Path(base) / name) if base else {}), **props})
+        merged = {**(read_site(Path(base) / name) if base else {}), **props}
+        files[name] = site_xml(dict(sorted(merged.items()))).encode()
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name] + b"\0")

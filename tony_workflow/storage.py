@@ -12,7 +12,6 @@ from a location: a path, ``file://``, ``hdfs://`` or ``webhdfs://``.
 from __future__ import annotations
 
 import errno
-import getpass
 import os
 import re
 import posixpath
@@ -27,6 +26,7 @@ from typing import Callable, Sequence, TypeVar
 from urllib.parse import quote, urlsplit
 
 from .hadoop import read_conf
+from .process import user_name
 
 __all__ = ["Storage", "LocalStorage", "WebHDFSStorage", "CheckpointMirror", "open_storage", "upload_order"]
 
@@ -149,13 +149,6 @@ class _Transient(ConnectionError):
 _RETRIABLE_REMOTE = ("RetriableException", "StandbyException", "SafeModeException")
 
 
-def _hdfs_user() -> str:
-    try:
-        return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
-    except (KeyError, OSError):  # a uid without a passwd entry, as in some containers
-        return "tony"
-
-
 class WebHDFSStorage(Storage):
     """A directory in HDFS, reached over WebHDFS with pyhdfs.
 
@@ -184,7 +177,7 @@ class WebHDFSStorage(Storage):
 
         self._pyhdfs = pyhdfs
         self._session = _Session()
-        self.user = user or _hdfs_user()
+        self.user = user or user_name()
         self.scheme = "https" if https else "http"
         self.timeout = timeout
         self.attempts = attempts

@@ -43,19 +43,25 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    info = status(args.dir)
+def _running(directory) -> dict | None:
+    """The running cluster's record, or None after saying there is none."""
+    info = status(directory)
     if info is None:
         print("no mini cluster is running", file=sys.stderr)
+    return info
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    info = _running(args.dir)
+    if info is None:
         return 1
     print(json.dumps(info, indent=1))
     return 0
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    info = status(args.dir)
+    info = _running(args.dir)
     if info is None:
-        print("no mini cluster is running", file=sys.stderr)
         return 1
     env = client_env(info)
     for var in ("HADOOP_CONF_DIR", "JAVA_HOME", "PATH"):

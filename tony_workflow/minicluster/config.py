@@ -12,19 +12,15 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from xml.sax.saxutils import escape
 
+from ..hadoop import site_xml
 from .build import JAVA_MODULE_OPTIONS, Java
 
 __all__ = ["write_file", "write_server_conf", "write_client_conf"]
 
 
 def _site_xml(props: dict[str, object]) -> str:
-    lines = ['<?xml version="1.0"?>', "<!-- Written by `tony minicluster start`. -->", "<configuration>"]
-    for k, v in props.items():
-        value = str(v).lower() if isinstance(v, bool) else str(v)
-        lines.append(f"  <property><name>{escape(k)}</name><value>{escape(value)}</value></property>")
-    return "\n".join(lines + ["</configuration>", ""])
+    return site_xml(props, comment="Written by `tony minicluster start`.")
 
 
 def write_file(path: Path, text: str, mode: int | None = None) -> None:

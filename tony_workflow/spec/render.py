@@ -13,10 +13,6 @@ import re
 import traceback
 from collections.abc import Iterator, Mapping
 
-from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
-
 from .errors import SpecError, SpecIssue
 
 __all__ = ["render_template"]
@@ -42,18 +38,29 @@ class _EnvVars(Mapping):
         return len(self._values)
 
 
-class _Environment(SandboxedEnvironment):
-    def getattr(self, obj, attribute):
-        # ``env.NAME`` for an unset variable would otherwise read "'..._EnvVars object' has no
-        # attribute 'NAME'"; say what is actually missing.
-        if (isinstance(obj, _EnvVars) and isinstance(attribute, str) and attribute not in obj
-                and not hasattr(obj, attribute)):
-            return self.undefined(f"'env.{attribute}' is undefined: no such environment variable",
-                                  obj=obj, name=attribute)
-        return super().getattr(obj, attribute)
+_ENVIRONMENT = None
 
 
-_ENVIRONMENT = _Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+def _environment():
+    """The sandboxed Jinja2 environment, built on first use: Jinja2 costs an executor ~50 ms to import,
+    and executors load specs that were rendered long before."""
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        from jinja2 import StrictUndefined
+        from jinja2.sandbox import SandboxedEnvironment
+
+        class Environment(SandboxedEnvironment):
+            def getattr(self, obj, attribute):
+                # ``env.NAME`` for an unset variable would otherwise read "'..._EnvVars object' has no
+                # attribute 'NAME'"; say what is actually missing.
+                if (isinstance(obj, _EnvVars) and isinstance(attribute, str) and attribute not in obj
+                        and not hasattr(obj, attribute)):
+                    return self.undefined(f"'env.{attribute}' is undefined: no such environment variable",
+                                          obj=obj, name=attribute)
+                return super().getattr(obj, attribute)
+
+        _ENVIRONMENT = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    return _ENVIRONMENT
 
 
 def render_template(text: str, variables: Mapping[str, object] | None = None, *,
@@ -79,10 +86,13 @@ def render_template(text: str, variables: Mapping[str, object] | None = None, *,
     """
     if "{{" not in text and "{%" not in text:
         return text
+    from jinja2 import TemplateError, TemplateSyntaxError, UndefinedError
+    from jinja2.exceptions import SecurityError
+
     context: dict[str, object] = {"env": _EnvVars(os.environ)}
     context.update(variables or {})
     try:
-        return _ENVIRONMENT.from_string(text).render(context)
+        return _environment().from_string(text).render(context)
     except TemplateSyntaxError as exc:
         issue = SpecIssue(f"line {exc.lineno}", None, f"template syntax error: {exc.message}", source)
     except UndefinedError as exc:

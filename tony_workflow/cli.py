@@ -44,7 +44,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         st = handle.status()
         print(json.dumps(st.to_dict(), indent=1) if args.json else handle.app_id)
         return 0
-    st = _follow(handle, args.poll_interval)
+    try:
+        st = _follow(handle, args.poll_interval)
+    except KeyboardInterrupt:
+        # Following is not owning: the job runs in its own ApplicationMaster, not in this process.
+        backend = "" if args.backend == "local" else f" --backend {args.backend}"
+        print(f"\ntony: stopped following {handle.app_id}; the job keeps running. Follow it again with "
+              f"'tony{backend} status {handle.app_id}', stop it with 'tony{backend} kill {handle.app_id}'.",
+              file=sys.stderr, flush=True)
+        return 130
     if args.json:
         print(json.dumps(st.to_dict(), indent=1))
     else:

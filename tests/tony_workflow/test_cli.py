@@ -84,3 +84,31 @@ def test_cannot_fit_via_cli(tony_home, tmp_path):
     job = write_job(tmp_path, tasks={"worker": {"instances": 1, "gpus": 4}})
     r = run_tony("submit", str(job), "--conf", "tony.local.gpus=2", "--wait")
     assert r.returncode == 2 and "tony.worker.gpus" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(tony_home, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, wait_for
+
+    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.cli", "submit", str(write_job(tmp_path, command="sleep 60")),
+                             "--wait", "--poll-interval", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        app = wait_for(lambda: next((a["application_id"] for a in json.loads(run_tony("list", "--json").stdout)
+                                     if a["state"] == "RUNNING"), None), timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        assert "Traceback" not in err
+        assert f"stopped following {app}; the job keeps running" in err and f"tony kill {app}" in err
+        assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "RUNNING"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for a in json.loads(run_tony("list", "--json").stdout):
+            run_tony("kill", a["application_id"])
+    assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"

@@ -108,6 +108,10 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
             "no tracked task type: every task type is untracked (tony.application.untracked.jobtypes) "
             "or a sidecar (tony.application.sidecar.jobtypes), so nothing decides when the job ends"))
 
+    if active.get("chief", 0) > 1:
+        issues.append(spec.issue(task_key("chief", "instances"), active["chief"],
+                                 "at most one chief: the chief is a single task (it writes checkpoints and "
+                                 "summaries and serves TensorBoard); for more tasks like it use 'worker'"))
     chief_type = "chief" if "chief" in active else "worker"
     stop_on_failure = spec.stop_on_failure_types
     for task_type in active:

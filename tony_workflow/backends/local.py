@@ -47,6 +47,13 @@ def tony_home() -> Path:
     return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Writes ``text`` to a new file only its owner can read or write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
 def cluster_dir() -> Path:
     d = tony_home() / "local"
     (d / "apps").mkdir(parents=True, exist_ok=True)
@@ -315,22 +322,30 @@ class LocalBackend(Backend):
         Inventory.of(spec.local_capacity).check_fits(gang_requests(spec))
         app_id = next_application_id()
         d = self.app_dir(app_id)
-        d.mkdir(parents=True)
+        # The job's directory holds its spec (with the job's environment), its tokens and its logs:
+        # only its owner may enter it, and the AM and every process it starts create files that
+        # only the owner can read (umask 077), as YARN keeps a container's directory private.
+        d.mkdir(parents=True, mode=0o700)
+        os.chmod(d, 0o700)
         if spec.src_dir:
             shutil.copytree(spec.src_dir, d / "src", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
-        (d / "spec.json").write_text(json.dumps(spec.to_dict(), indent=1))
+        _write_private(d / "spec.json", json.dumps(spec.to_dict(), indent=1))
         status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,
                            started_at=time.time(), backend=self.name)
-        (d / "status.json").write_text(json.dumps(status.to_dict()))
+        _write_private(d / "status.json", json.dumps(status.to_dict()))
         token, view = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
-        secret = d / "am.secret"
-        secret.touch(mode=0o600)
-        secret.write_text(json.dumps({"token": token, "view_token": view}))
-        with open(d / "am.stdout", "ab") as out, open(d / "am.stderr", "ab") as err:
+        _write_private(d / "am.secret", json.dumps({"token": token, "view_token": view}))
+        out_fd = os.open(d / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err_fd = os.open(d / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
             am = subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
-                             cwd=d, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-                             close_fds=True, env={**os.environ, "TONY_APPLICATION_ID": app_id})
+                                  cwd=d, stdout=out_fd, stderr=err_fd, stdin=subprocess.DEVNULL,
+                                  start_new_session=True, close_fds=True, umask=0o077,
+                                  env={**spec.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
         # Take the job's place in the queue now, so jobs are served in the order they were submitted.
         with _locked_json(cluster_dir() / "ledger.json", {}) as L:
             enqueue(L, app_id, am.pid)

@@ -103,6 +103,11 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.local.fork-server``
 #:     Whether the local backend forks task containers from a pre-started server (fast) instead of
 #:     starting an interpreter for each.
+#: ``tony.local.env-whitelist``
+#:     The variables of the submitter's environment a local job's ApplicationMaster and tasks
+#:     inherit (comma-separated names; ``NAME_*`` matches a prefix). Nothing else of the
+#:     submitter's environment (an Airflow worker's connections, say) reaches a job: as on YARN,
+#:     tasks start from the machine's basics plus what the job declares.
 #: ``tony.yarn.python``
 #:     The interpreter YARN containers start the AM and executors with; empty: the client's own
 #:     (right when every node has the same installation at the same path).
@@ -116,6 +121,8 @@ PROJECT_DEFAULTS: dict[str, str] = {
     "tony.task.heartbeat-timeout-ms": "8000",
     "tony.local.fork-server": "true",
     "tony.yarn.python": "",
+    "tony.local.env-whitelist": ("PATH,HOME,USER,LOGNAME,SHELL,LANG,LC_*,TZ,TMPDIR,TERM,TONY_*,JAVA_HOME,HADOOP_*,"
+                                 "LD_LIBRARY_PATH,CUDA_*,NVIDIA_*,OPENBLAS_*,OMP_*,MKL_*"),
 }
 
 #: The effective configuration before any file: TonY's defaults, then this project's.

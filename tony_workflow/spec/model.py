@@ -285,6 +285,17 @@ class JobSpec:
         return self._text("tony.checkpoint.location")
 
     @cached_property
+    def local_env_whitelist(self) -> tuple[str, ...]:
+        """tony.local.env-whitelist: names (or ``NAME_*`` prefixes) a local job inherits from its submitter."""
+        return tuple(parse_list(self.get("tony.local.env-whitelist") or ""))
+
+    def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The part of ``environ`` that ``tony.local.env-whitelist`` lets a local job inherit."""
+        names = {p for p in self.local_env_whitelist if not p.endswith("*")}
+        prefixes = tuple(p[:-1] for p in self.local_env_whitelist if p.endswith("*"))
+        return {k: v for k, v in environ.items() if k in names or (prefixes and k.startswith(prefixes))}
+
+    @cached_property
     def yarn_python(self) -> str | None:
         """tony.yarn.python, None when empty."""
         return self._text("tony.yarn.python")

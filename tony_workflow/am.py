@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import protocol
+from . import process, protocol
 from .am_http import AMHttpServer, Handler
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .history import EventLog, log_tail
@@ -475,7 +475,9 @@ class ApplicationMaster:
     def run(self) -> int:
         self._pending_task_restarts = []
         self.address = self.start_server()
+        # The start time goes with the pid: once this process is gone, the pid may name another one.
         (self.app_dir / "am.json").write_text(json.dumps({"address": self.address, "pid": os.getpid(),
+                                                          "started": process.start_time(os.getpid()),
                                                           "tracking_url": self.status.tracking_url}))
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name)
         with self.lock:

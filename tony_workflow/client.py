@@ -14,7 +14,7 @@ from .backends import Backend, get_backend
 from .follow import Follower, JobUpdate
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, load_job
-from .status import JobStatus
+from .status import JobStatus, check_application_id
 
 __all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
 
@@ -56,7 +56,7 @@ class JobHandle:
     """One application: status, wait, kill and logs. Cheap to create; holds no connection."""
 
     def __init__(self, app_id: str, backend: Backend):
-        self.app_id = app_id
+        self.app_id = check_application_id(app_id)
         self.backend = backend
 
     def __repr__(self) -> str:
@@ -175,8 +175,9 @@ class TonyClient:
         return handle
 
     def attach(self, app_id: str) -> JobHandle:
-        """A handle on an existing application (KeyError if unknown)."""
-        self.backend.stored_status(app_id)
+        """A handle on an existing application (KeyError if unknown, ValueError if ``app_id`` is not
+        an application id at all)."""
+        self.backend.stored_status(check_application_id(app_id))
         return JobHandle(app_id, self.backend)
 
     def list(self) -> list[JobStatus]:

@@ -17,17 +17,21 @@ import signal
 
 __all__ = ["start_time", "alive", "kill_tree", "user_name", "login_name"]
 
-# Process start times come from /proc in clock ticks; two readings of one process can differ by a tick.
-_START_TOLERANCE_S = 1.0
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+# Start times are whole clock ticks: equal for one process, a tick or more apart for two.
+_START_TOLERANCE_S = 0.5 / _TICKS_PER_SECOND
 
 
 def start_time(pid: int) -> float | None:
-    """The start time of ``pid`` (seconds since the epoch), or None when no such process exists."""
-    import psutil
-
+    """When ``pid`` started, in seconds after the machine booted, or None when no such process
+    exists. An identity for a pid, not a clock: read from the kernel's tick count, so two readings
+    of one process are equal (a wall-clock start time is boot time plus ticks, and the boot time the
+    kernel reports can move by a second when the clock is adjusted)."""
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[19]) / _TICKS_PER_SECOND
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -38,8 +42,10 @@ def _process(pid: int, started: float | None):
 
     try:
         proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - float(started)) > _START_TOLERANCE_S:
-            return None
+        if started is not None:
+            now = start_time(pid)
+            if now is None or abs(now - float(started)) > _START_TOLERANCE_S:
+                return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
         return proc

@@ -2,11 +2,25 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES"]
+__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id"]
+
+# YARN's shape, which local ids share: application_<cluster start ms>_<sequence>.
+_APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
+
+
+def check_application_id(app_id: object) -> str:
+    """``app_id`` if it has the shape of an application id; ValueError saying what one looks like
+    otherwise. Every id from a user passes here before it names a file, a URL or a request."""
+    if not isinstance(app_id, str) or not _APPLICATION_ID.fullmatch(app_id):
+        shown = repr(app_id) if len(repr(app_id)) <= 80 else repr(app_id)[:77] + "..."
+        raise ValueError(f"not an application id: {shown}; expected application_<cluster timestamp>_<sequence>, "
+                         "e.g. application_1763700000000_0001")
+    return app_id
 
 
 class JobState:

@@ -112,3 +112,22 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
         for a in json.loads(run_tony("list", "--json").stdout):
             run_tony("kill", a["application_id"])
     assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"
+
+
+def test_every_verb_refuses_what_is_not_an_application_id(tony_home):
+    import pytest
+
+    from tony_workflow.client import TonyClient
+
+    outside = tony_home.parent / "outside"
+    outside.mkdir()
+    (outside / "status.json").write_text('{"application_id": "x", "state": "SUCCEEDED"}')
+    for bad in ("../outside", "application_1_0001/../../outside", "application_x_1", "", "a" * 500):
+        for verb in (["status"], ["status", "--json"], ["kill"], ["logs"]):
+            r = run_tony(*verb, bad)
+            assert r.returncode == 2, (verb, bad, r.stderr)
+            assert "not an application id" in r.stderr and "Traceback" not in r.stderr
+            assert len(r.stderr) < 400  # a long id is cut short in the message
+        with pytest.raises(ValueError, match="not an application id"):
+            TonyClient("local").attach(bad)
+    assert (outside / "status.json").read_text().startswith('{"application_id": "x"')

@@ -112,3 +112,30 @@ def test_the_whitelist_is_the_sites_to_configure(open_home, monkeypatch, tmp_pat
     env = _task_env(open_home, {**JOB, "command": "env -0 > env.txt"})
     assert env["MY_TEAM_BUCKET"] == "gs://team"
     assert "OTHER_THING" not in env and "HOME" not in env
+
+
+def test_a_recorded_pid_is_signalled_only_while_its_start_time_matches(tony_home):
+    from tony_workflow import process
+
+    handle = TonyClient("local").submit(load_job({**JOB, "command": "true"}))
+    assert handle.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
+    app_dir = tony_home / "local" / "apps" / handle.app_id
+    # Another process now holds the pid the records name: as if the pids had been handed out again.
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        am = json.loads((app_dir / "am.json").read_text())
+        am.update(pid=stranger.pid, stopped=False)  # its recorded start time stays the AM's
+        (app_dir / "am.json").write_text(json.dumps(am))
+        container = next((app_dir / "containers").iterdir())
+        (container / "pid").write_text(str(stranger.pid))
+        assert float((container / "started").read_text()) != process.start_time(stranger.pid)
+        assert handle.backend.endpoint(handle.app_id) is None  # not the AM: its start time differs
+        handle.backend.force_kill(handle.app_id)
+        assert stranger.poll() is None, "a process that merely reused a job's pid was signalled"
+        # With its own start time recorded, the same process is the job's, and is killed.
+        (container / "started").write_text(repr(process.start_time(stranger.pid)))
+        handle.backend.force_kill(handle.app_id)
+        assert stranger.wait(timeout=10) is not None
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()

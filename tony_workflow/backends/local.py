@@ -36,7 +36,7 @@ import psutil
 from .. import process
 from ..forkserver import ForkServer, ForkServerGone
 from ..spec import JobSpec, LocalCapacity
-from ..status import JobState, JobStatus
+from ..status import JobState, JobStatus, check_application_id
 from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest,
                    check_fits, gang_requests)
 
@@ -136,7 +136,8 @@ def _app_seq(app_id: str) -> tuple[int, int]:
 
 def enqueue(ledger: dict, app_id: str, pid: int) -> None:
     """Queues in submission order (the application sequence), whichever AM reaches the ledger first."""
-    ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "since": time.time()})
+    ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "started": process.start_time(pid),
+                                           "since": time.time()})
     ledger["queue"].sort(key=lambda q: _app_seq(q["app"]))
 
 
@@ -176,9 +177,9 @@ class LocalClusterManager(ClusterManager):
         L.setdefault("allocations", {})
         L.setdefault("queue", [])
         for app, a in list(L["allocations"].items()):
-            if not process.alive(a["pid"]):
+            if not process.alive(a["pid"], a.get("started")):
                 del L["allocations"][app]
-        L["queue"] = [q for q in L["queue"] if process.alive(q["pid"])]
+        L["queue"] = [q for q in L["queue"] if process.alive(q["pid"], q.get("started"))]
 
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
         self.inventory.check_fits(requests)
@@ -203,7 +204,8 @@ class LocalClusterManager(ClusterManager):
                             gpus, free_gpu = free_gpu[:r.gpus], free_gpu[r.gpus:]
                             containers.append(self._make(r.task_id, r.memory_mb, r.vcores, gpus))
                         L["allocations"][self.app_id] = {
-                            "pid": self.owner_pid, "since": time.time(),
+                            "pid": self.owner_pid, "started": process.start_time(self.owner_pid),
+                            "since": time.time(),
                             "memory_mb": sum(r.memory_mb for r in requests),
                             "vcores": sum(r.vcores for r in requests),
                             "gpus": [g for c in containers for g in c.gpu_indices],
@@ -246,6 +248,8 @@ class LocalClusterManager(ClusterManager):
         container.pid = pid
         (container.workdir / "task_id").write_text(container.task_id)
         (container.workdir / "pid").write_text(str(pid))
+        # The pid alone could name another process once this one is gone; its start time cannot.
+        (container.workdir / "started").write_text(repr(process.start_time(pid)))
 
     def _popen(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
         with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
@@ -316,7 +320,7 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
 
     def app_dir(self, app_id: str) -> Path:
-        return cluster_dir() / "apps" / app_id
+        return cluster_dir() / "apps" / check_application_id(app_id)
 
     def submit(self, spec: JobSpec) -> str:
         Inventory.of(spec.local_capacity).check_fits(gang_requests(spec))
@@ -361,7 +365,7 @@ class LocalBackend(Backend):
             secret = self._secret(app_id)
         except (FileNotFoundError, json.JSONDecodeError):
             return None
-        if am.get("stopped") or not process.alive(am["pid"]):
+        if am.get("stopped") or not process.alive(am["pid"], am.get("started")):
             return None
         return AMEndpoint(am["address"], secret["token"], secret.get("view_token"))
 
@@ -373,7 +377,7 @@ class LocalBackend(Backend):
             raise KeyError(app_id) from None
         if not status.is_final:
             am = self._am_info(app_id)
-            gone = am is not None and not process.alive(am["pid"])
+            gone = am is not None and not process.alive(am["pid"], am.get("started"))
             never = am is None and status.started_at and time.time() - status.started_at > 60
             if gone or never:
                 status.state = JobState.FAILED
@@ -390,14 +394,16 @@ class LocalBackend(Backend):
 
     def force_kill(self, app_id: str) -> None:
         am = self._am_info(app_id)
-        if am and process.alive(am["pid"]):
-            process.kill_tree(am["pid"], 5.0)
+        if am and process.alive(am["pid"], am.get("started")):
+            process.kill_tree(am["pid"], 5.0, started=am.get("started"))
         d = self.app_dir(app_id)
         for c in (d / "containers").glob("*/pid"):
             with contextlib.suppress(ValueError, OSError):
                 pid = int(c.read_text())
-                if process.alive(pid):
-                    process.kill_tree(pid, 2.0)
+                started_file = c.with_name("started")
+                started = float(started_file.read_text()) if started_file.is_file() else None
+                # Also when the container's first process is gone: what it started may live on in its group.
+                process.kill_tree(pid, 2.0, started=started)
         status = self.stored_status(app_id)
         if not status.is_final:
             status.state, status.finished_at = JobState.KILLED, time.time()
@@ -424,5 +430,9 @@ class LocalBackend(Backend):
         return out
 
     def list_applications(self) -> list[str]:
-        apps = [p.name for p in (cluster_dir() / "apps").glob("application_*") if p.is_dir()]
+        apps = []
+        for p in (cluster_dir() / "apps").glob("application_*"):
+            with contextlib.suppress(ValueError):
+                if p.is_dir():
+                    apps.append(check_application_id(p.name))
         return sorted(apps, key=lambda a: (int(a.split("_")[1]), int(a.split("_")[2])))

@@ -58,7 +58,7 @@ def _running(d: Path) -> psutil.Process | None:
     """The cluster's JVM if it still runs, else None."""
     try:
         rec = json.loads((d / "run" / "pid.json").read_text())
-        pid, started = int(rec["pid"]), float(rec["create_time"])
+        pid, started = int(rec["pid"]), float(rec["started"])
         proc = psutil.Process(pid)
     except (OSError, ValueError, KeyError, TypeError, psutil.Error):
         return None
@@ -223,7 +223,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
                                 cwd=d / "data", env=env, start_new_session=True)
     # Taken before anything can reap the child, so a later kill never reaches a recycled pid.
     ps = psutil.Process(proc.pid)
-    write_file(run / "pid.json", json.dumps({"pid": proc.pid, "create_time": start_time(proc.pid)}) + "\n")
+    write_file(run / "pid.json", json.dumps({"pid": proc.pid, "started": start_time(proc.pid)}) + "\n")
 
     def fail(why: str) -> MiniClusterError:
         _terminate(ps, grace=15)

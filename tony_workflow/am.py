@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import process, protocol
 from .am_http import AMHttpServer, Handler
@@ -273,7 +274,12 @@ class ApplicationMaster:
             return 200, {"ok": True}
 
     def register_tensorboard(self, body: dict) -> tuple[int, dict]:
-        url = self.cluster.expose_tensorboard(str(body["url"])) or str(body["url"])
+        given = str(body.get("url") or "")
+        # The URL becomes a link in the tracking page and the workflow UIs: a web address, nothing else.
+        parts = urlsplit(given)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return 400, {"error": f"a TensorBoard URL must be an http(s) address, got {given[:200]!r}"}
+        url = self.cluster.expose_tensorboard(given) or given
         with self.lock:
             self.status.tensorboard_url = url
             self.events.emit("tensorboard", url=self.status.tensorboard_url)

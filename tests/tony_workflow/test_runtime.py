@@ -243,6 +243,20 @@ def test_am_api_refuses_requests_without_the_token(tony_home, tmp_path):
     assert h.kill().state == "KILLED"
 
 
+def test_am_takes_only_web_addresses_as_tensorboard_urls(tony_home, tmp_path):
+    h = submit(tmp_path, "sleep 60", {"worker": {"instances": 1}})
+    wait_for(lambda: h.backend.endpoint(h.app_id))
+    ep = h.backend.endpoint(h.app_id)
+    url = f"http://{ep.address}/v1/tensorboard"
+    for bad in ("javascript:alert(document.cookie)", "file:///etc/passwd", "http://", "tensorboard:6006", ""):
+        r = requests.post(url, json={"url": bad}, headers={TOKEN_HEADER: ep.token}, timeout=5)
+        assert r.status_code == 400 and "http(s)" in r.json()["error"], bad
+    assert h.status().tensorboard_url is None
+    good = requests.post(url, json={"url": "https://tb.example.com:6006/"}, headers={TOKEN_HEADER: ep.token}, timeout=5)
+    assert good.status_code == 200 and h.status().tensorboard_url == "https://tb.example.com:6006/"
+    assert h.kill().state == "KILLED"
+
+
 def test_application_timeout(tony_home, tmp_path):
     h = submit(tmp_path, "sleep 60", {"worker": {"instances": 1}}, conf={"tony.application.timeout": 1500})
     st = h.wait(poll_interval=0.2, timeout=60)

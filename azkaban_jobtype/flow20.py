@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from tony_workflow.spec import SpecIssue
+from tony_workflow.spec.document import yaml_loader
 
 from .project import FLOW_SUFFIX, FLOW_TYPE, Flow, Node, Project, dependency_cycles
 from .props import Props, relative_name
@@ -85,7 +86,7 @@ class _FlowReader:
 
     def read_file(self, path: Path, name: str) -> None:
         try:
-            document = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+            document = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml_loader())
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             self.problem("document", None, f"invalid YAML: {exc.problem or exc.context}",

@@ -17,7 +17,8 @@ from .keys import TONY_DEFAULTS
 from .model import JobSpec
 from .values import conf_value, parse_env
 
-__all__ = ["DocumentReader", "spec_from_mapping", "parse_yaml", "parse_json", "xml_conf"]
+__all__ = ["DocumentReader", "spec_from_mapping", "parse_yaml", "parse_json", "xml_conf", "yaml_loader",
+           "MAX_ALIASES", "MAX_DEPTH"]
 
 _TOP_LEVEL_CONF = {
     "name": "tony.application.name",
@@ -205,17 +206,73 @@ def spec_from_mapping(data: Mapping, *, source: str | None = None) -> JobSpec:
                    **reader.args)
 
 
+#: Aliases one YAML document may use: enough for anchors shared between task types, far too few
+#: for an "alias bomb" (nested lists of aliases that multiply into billions of entries once read).
+#: The same bound SnakeYAML, the YAML reader of Azkaban and Hadoop tools, puts on collections.
+MAX_ALIASES = 50
+#: How many values a document may hold once its aliases are expanded: fifty aliases nested two by
+#: two would still make 2^25 of them.
+MAX_VALUES = 100_000
+#: How deep a document may nest. A spec is a few levels deep (a Flow 2.0 file a few more per
+#: embedded flow); thousands of levels are an attack on the reader (Python's recursion), never a job.
+MAX_DEPTH = 64
+
 _LOADER = None
 
 
-def _unique_key_loader():
-    """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently.
-    Built on first use: executors read specs as JSON and never pay for importing YAML."""
+def yaml_loader():
+    """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently,
+    more than :data:`MAX_ALIASES` aliases, and nesting deeper than :data:`MAX_DEPTH`, each as a YAML
+    error at the line where it happens. Built on first use: executors read specs as JSON and never
+    pay for importing YAML."""
     global _LOADER
     if _LOADER is None:
         import yaml
 
-        class UniqueKeyLoader(yaml.SafeLoader):
+        class BoundedLoader(yaml.SafeLoader):
+            def __init__(self, stream):
+                super().__init__(stream)
+                self._aliases = 0
+                self._depth = 0
+                self._weights: dict[int, tuple[object, int]] = {}
+
+            def compose_node(self, parent, index):
+                mark = self.peek_event().start_mark
+                if self.check_event(yaml.AliasEvent):
+                    self._aliases += 1
+                    if self._aliases > MAX_ALIASES:
+                        raise yaml.composer.ComposerError(
+                            None, None, f"more than {MAX_ALIASES} aliases in one document: refused, as an alias "
+                            "bomb would be; write the values out", mark)
+                if self._depth >= MAX_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+                self._depth += 1
+                try:
+                    node = super().compose_node(parent, index)
+                finally:
+                    self._depth -= 1
+                self._weigh(node)
+                return node
+
+            def _weigh(self, node) -> None:
+                """Counts the values ``node`` stands for with every alias in it expanded (its children,
+                aliased ones included, were weighed before it)."""
+                if id(node) in self._weights:
+                    return
+                if isinstance(node, yaml.SequenceNode):
+                    children = node.value
+                elif isinstance(node, yaml.MappingNode):
+                    children = [n for pair in node.value for n in pair]
+                else:
+                    children = []
+                weight = 1 + sum(self._weights.get(id(c), (None, 1))[1] for c in children)
+                self._weights[id(node)] = (node, weight)  # the node is kept, so its id stays its own
+                if weight > MAX_VALUES:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"the document stands for more than {MAX_VALUES} values once its aliases "
+                        "are expanded: refused, as an alias bomb would be", node.start_mark)
+
             def construct_mapping(self, node, deep=False):
                 seen = set()
                 for key_node, _ in node.value:
@@ -228,7 +285,7 @@ def _unique_key_loader():
                     seen.add(key)
                 return super().construct_mapping(node, deep)
 
-        _LOADER = UniqueKeyLoader
+        _LOADER = BoundedLoader
     return _LOADER
 
 
@@ -236,7 +293,7 @@ def parse_yaml(text: str, source: str | None) -> object:
     import yaml
 
     try:
-        return yaml.load(text, Loader=_unique_key_loader())
+        return yaml.load(text, Loader=yaml_loader())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}" if mark else "document"
@@ -246,11 +303,43 @@ def parse_yaml(text: str, source: str | None) -> object:
         raise error("document", None, f"invalid YAML: {exc}", source) from None
 
 
+def _depth(value: object) -> int:
+    """How deep ``value`` nests, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
 def parse_json(text: str, source: str | None) -> object:
+    """The JSON document in ``text``. A key given twice in one object is an error (as in YAML),
+    and so is nesting deeper than :data:`MAX_DEPTH`."""
+    def unique(pairs):
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen[key] = value
+        return seen
+
     try:
-        return json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise error(f"line {exc.lineno}", None, f"invalid JSON (column {exc.colno}): {exc.msg}", source) from None
+    except RecursionError:
+        raise error("document", None, f"invalid JSON: nested more than {MAX_DEPTH} levels deep", source) from None
+    except ValueError as exc:
+        raise error("document", None, f"invalid JSON: {exc}", source) from None
+    if _depth(data) > MAX_DEPTH:
+        raise error("document", None, f"invalid JSON: nested more than {MAX_DEPTH} levels deep", source)
+    return data
 
 
 def xml_conf(text: str, source: str | None) -> dict[str, str]:

@@ -8,6 +8,7 @@ spelled it, the bad value and what is allowed. This module imports nothing of th
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ class SpecIssue:
     def __str__(self) -> str:
         text = f"{self.key}: {self.message}"
         if self.value is not None:
-            text += f" (got {self.value!r})"
+            text += f" (got {_shown(self.value)})"
         return f"{self.source}: {text}" if self.source else text
 
 
@@ -44,6 +45,20 @@ class SpecError(ValueError):
 
     def __str__(self) -> str:
         return "\n".join(str(issue) for issue in self.issues)
+
+
+#: How much of a bad value a message repeats: enough to recognise it, never a whole file.
+SHOWN_CHARS = 120
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str):
+        text = repr(value[:SHOWN_CHARS])
+        return text if len(value) <= SHOWN_CHARS else f"{text[:-1]}...{text[-1]} ({len(value)} characters)"
+    # reprlib stops at a few levels and items: a value built from YAML aliases may stand for billions.
+    shorter = reprlib.Repr()
+    shorter.maxlevel, shorter.maxlist, shorter.maxdict, shorter.maxother = 3, 8, 8, SHOWN_CHARS
+    return shorter.repr(value)
 
 
 def error(key: str, value: object, message: str, source: str | None = None) -> SpecError:

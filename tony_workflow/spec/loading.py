@@ -22,9 +22,18 @@ from .render import render_template
 __all__ = ["load_spec", "load_job", "load_tony_xml", "site_conf", "read_text", "is_text"]
 
 
+#: The largest spec read: a job's description is a few kilobytes; a file of megabytes is a mistake
+#: (or an attack on the reader), refused before it is read.
+MAX_SPEC_BYTES = 1024 * 1024
+
+
 def read_text(path: str | os.PathLike) -> str:
-    """A spec file's text; SpecError naming the file when it cannot be read as UTF-8 text."""
+    """A spec file's text; SpecError naming the file when it cannot be read as UTF-8 text, or is
+    larger than :data:`MAX_SPEC_BYTES`."""
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_SPEC_BYTES and Path(path).is_file():
+            raise error("spec", str(path), f"is {size} bytes; a spec file may have at most {MAX_SPEC_BYTES}")
         return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise error("spec", str(path), "no such file") from None
@@ -88,6 +97,8 @@ def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Map
     The result is not validated; call :meth:`JobSpec.validate`. A missing file, a syntax error or a
     document that is not a mapping raises SpecError naming the source (and the line when known).
     """
+    if is_text(path_or_text) and len(str(path_or_text)) > MAX_SPEC_BYTES:
+        raise error("spec", None, f"the spec text has {len(str(path_or_text))} characters; at most {MAX_SPEC_BYTES}")
     if is_text(path_or_text):
         path, source, text = None, None, str(path_or_text)
     else:

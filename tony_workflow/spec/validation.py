@@ -16,7 +16,13 @@ from .values import (optional, parse_bool, parse_env, parse_framework, parse_int
 if TYPE_CHECKING:
     from .model import JobSpec
 
-__all__ = ["problems", "type_name_problem"]
+__all__ = ["problems", "type_name_problem", "MAX_INSTANCES", "MAX_COMMAND_BYTES"]
+
+#: Instances of one task type: far beyond what one job runs on any cluster, and refused before
+#: anything is built per instance.
+MAX_INSTANCES = 10_000
+#: A task's command runs as one ``bash -c`` argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN).
+MAX_COMMAND_BYTES = 128 * 1024 - 1
 
 
 def problems(spec: JobSpec) -> list[SpecIssue]:
@@ -83,11 +89,22 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
         if max_instances is not None and 0 <= max_instances < instances:
             issues.append(spec.issue(key, instances, f"at most {max_instances} allowed by "
                                       f"tony.{task_type}.max-instances"))
-        if spec.command_for(task_type) is None:
+        if instances > MAX_INSTANCES:
+            issues.append(spec.issue(key, instances, f"more instances than any cluster runs for one job (at most "
+                                     f"{MAX_INSTANCES} per task type)"))
+        command = spec.command_for(task_type)
+        if command is None:
             issues.append(spec.issue(
                 task_key(task_type, "command"), None,
                 f"task type '{task_type}' has no command: set tony.{task_type}.command (command: of the "
                 "task), tony.containers.command (top-level command:), or executes"))
+        elif len(command.encode()) > MAX_COMMAND_BYTES:
+            own = (spec.get(task_key(task_type, "command")) or "").strip()
+            where = (task_key(task_type, "command") if own else
+                     "tony.containers.command" if spec.container_command else "task_params")
+            issues.append(spec.issue(where, command, f"the command of '{task_type}' is {len(command.encode())} "
+                                     f"bytes; a command line carries at most {MAX_COMMAND_BYTES} (put long "
+                                     "arguments in a file the task reads)"))
 
     for key, total, what in (("tony.task.max-total-instances", sum(active.values()), "instances"),
                              ("tony.task.max-total-gpus", total_gpus, "GPUs")):

@@ -1,0 +1,114 @@
+"""Hostile or huge input through the real ``tony`` command: refused at once, with one clear message.
+
+Each case writes a spec (or flags) built to hurt a reader, an alias bomb, nesting thousands deep, a
+billion instances, a command longer than a command line, and runs ``tony submit`` in a process whose
+address space is capped, so that a reader that expands the input before checking it fails the case
+instead of the machine. Every case must end with exit code 2, name the key or the phrase given, show
+no traceback and leave nothing submitted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+MEMORY_CAP = 2 * 1024 ** 3
+JOB = {"name": "bad", "command": "true", "tasks": {"worker": {"instances": 1}}}
+
+
+def _alias_bomb(levels: int, width: int) -> str:
+    lines = ['a0: &a0 ["lol"]']
+    for i in range(1, levels + 1):
+        refs = ", ".join([f"*a{i - 1}"] * width)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    return "\n".join(["name: bomb", "command: true", "tasks: {worker: {instances: 1}}",
+                      *[f"x-{line}" for line in lines], f"tags: *a{levels}"]) + "\n"
+
+
+def _yaml(**fields) -> str:
+    return yaml.safe_dump({**JOB, **fields})
+
+
+CASES = {
+    # name: (file name, content, extra argv, what the message must contain)
+    "yaml alias bomb, nine by nine": ("bomb.yaml", _alias_bomb(9, 9), [], "alias"),
+    "yaml aliases three by three, 16 deep": ("chain.yaml", _alias_bomb(16, 3), [], "alias"),
+    "yaml nested 10000 deep": ("deep.yaml", "conf: " + "[" * 10000 + "]" * 10000 + "\n", [], "nested more than"),
+    "json nested 100000 deep": ("deep.json", '{"conf": ' + "[" * 100000 + "]" * 100000 + "}", [],
+                                "nested more than"),
+    "json key given twice": ("twice.json", '{"name": "a", "name": "b", "command": "true", '
+                             '"tasks": {"worker": {}}}', [], "duplicate key 'name'"),
+    "a billion workers": ("many.yaml", _yaml(tasks={"worker": {"instances": 10 ** 9}}), [],
+                          "tasks.worker.instances"),
+    "a billion workers by --conf": ("conf.yaml", _yaml(), ["--conf", "tony.worker.instances=1000000000"],
+                                    "tony.worker.instances"),
+    "a spec file of 2 MiB": ("huge.yaml", _yaml() + "#" * (2 * 1024 * 1024) + "\n", [], "at most 1048576"),
+    "task_params longer than a command line": ("params.yaml", _yaml(command=None, executes="train.py",
+                                                                    task_params="--x " * 50_000), [],
+                                               "task_params"),
+    "a command longer than a command line": ("cmd.yaml", _yaml(tasks={"worker": {"command": "echo " + "y" * 200_000}}),
+                                             [], "tasks.worker.command"),
+    "two chiefs": ("chiefs.yaml", _yaml(tasks={"chief": {"instances": 2}, "worker": {"instances": 1}}), [],
+                   "at most one chief"),
+    "a memory size of 100000 characters": ("mem.yaml", _yaml(tasks={"worker": {"memory": "9" * 100_000 + "q"}}),
+                                           [], "tasks.worker.memory"),
+}
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_refused_at_once(case, tony_home, tmp_path):
+    name, content, argv, expected = CASES[case]
+    spec = tmp_path / name
+    spec.write_text(content.replace("command: null\n", ""))
+    r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
+                       capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert expected in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "Error:" not in r.stderr.split(":", 1)[0]
+    # One clear message: short, whatever the size of the input.
+    assert len(r.stderr) < 2000, len(r.stderr)
+    assert not list((tony_home / "local" / "apps").glob("application_*"))
+
+
+def test_a_flow_file_alias_bomb_is_refused_by_the_azkaban_validator(tmp_path):
+    project = tmp_path / "bombed"
+    project.mkdir()
+    (project / "p.project").write_text("azkaban-flow-version: 2.0\n")
+    bomb = _alias_bomb(9, 9).replace("tags:", "config:\n  tags:")
+    (project / "flow.flow").write_text("nodes:\n  - name: train\n    type: TensorFlowJob\n" +
+                                       "\n".join("    " + line for line in bomb.splitlines()) + "\n")
+    r = subprocess.run([sys.executable, "-m", "azkaban_jobtype.cli", "validate", str(project)], cwd=REPO,
+                       capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
+    assert r.returncode == 2, (r.stdout + r.stderr)[-2000:]
+    assert "alias" in r.stdout + r.stderr and "Traceback" not in r.stderr
+    assert "flow.flow" in r.stdout + r.stderr
+
+
+def test_the_limits_leave_real_specs_alone(tmp_path):
+    """Anchors shared between task types, and a spec with many types, still load."""
+    from tony_workflow.spec import load_spec
+
+    text = ("x-small: &small {memory: 2g, vcores: 1}\n"
+            "command: python train.py\n"
+            "tasks:\n" + "".join(f"  t{i}: *small\n" for i in range(40)))
+    spec = load_spec(text)
+    spec.validate()
+    assert len(spec.tasks) == 40 and spec.tasks["t7"].resources.memory_mb == 2048
+    data = json.loads(json.dumps({**JOB, "conf": {"tony.application.tags": ["a"] * 1000}}))
+    path = tmp_path / "tags.json"
+    path.write_text(json.dumps(data))
+    assert load_spec(path).tags == ["a"] * 1000
+    assert Path(path).stat().st_size < 1024 * 1024

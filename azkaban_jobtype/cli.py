@@ -63,7 +63,8 @@ def validate_project(project: Project, params: dict[str, str] | None = None) -> 
             entry["spec"] = spec.to_dict()
             entry["describe"] = describe(spec)
             # A missing directory still leaves a spec worth showing.
-            issues = path_issues(spec, instance.props, source=instance.node.source, origins=instance.props.origins())
+            issues = path_issues(spec, instance.props, source=instance.node.source, origins=instance.props.origins(),
+                                 project_dir=project.root)
         except SpecError as exc:
             issues = exc.issues
         entry["errors"] = [str(issue) for issue in issues]

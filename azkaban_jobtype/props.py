@@ -28,6 +28,9 @@ __all__ = ["Props", "PropsError", "Origin", "read_properties", "load_properties"
 #: allows; anything else between ``${`` and ``}`` (``${job:param}`` in flow conditions) is left as is.
 VARIABLE = re.compile(r"\$\{([a-zA-Z_.0-9]+)\}")
 
+# A "${" with no "}" after it on the rest of the value.
+_UNTERMINATED = re.compile(r"\$\{[^}]*$")
+
 PROPERTIES_SUFFIX = ".properties"
 
 
@@ -262,4 +265,7 @@ def _substitute(value: str, props: Mapping[str, str], path: list[str], cache: di
         cache[name] = result
         return result
 
+    if _UNTERMINATED.search(value):
+        raise _Unresolvable("has a '${' that no '}' closes; a reference is written ${name} (Azkaban would "
+                            "pass the text on as it is, and the job would get a value nobody meant)")
     return VARIABLE.sub(replace, value)

@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from tony_workflow.client import venv_problem
 from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
 
 from .props import Origin
@@ -125,26 +126,40 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
         # executes problem above says in the job's.
         issues.extend(i for i in exc.issues if not (no_executes and "has no command" in i.message))
     if spec is not None and check_paths:
-        issues.extend(path_issues(spec, props, source=source, origins=origins))
+        issues.extend(path_issues(spec, props, source=source, origins=origins, project_dir=base_dir))
     if issues:
         raise SpecError(issues)
     return spec
 
 
 def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None = None,
-                origins: Mapping[str, Origin] | None = None) -> list[SpecIssue]:
+                origins: Mapping[str, Origin] | None = None,
+                project_dir: str | os.PathLike | None = None) -> list[SpecIssue]:
     """Problems with the directories ``spec`` ships: ``src_dir`` must be a directory and ``python_venv``
-    (when set) a directory or zip. ``props`` tells whether src_dir was given or defaulted."""
+    (when set) a directory or a zip that unpacks inside its directory, both inside ``project_dir``
+    when it is given. ``props`` tells whether src_dir was given or defaulted."""
     origins = origins or {}
     issues = []
+    if project_dir is not None:
+        # By the path as written (normalised, links not followed): ``..`` or an absolute path
+        # elsewhere leaves the project; a link the project itself holds is the project's business.
+        root = Path(os.path.abspath(project_dir))
+        for name in ("src_dir", "python_venv"):
+            value = getattr(spec, name)
+            if value and not Path(os.path.abspath(value)).is_relative_to(root):
+                issues.append(SpecIssue(_spelled(name, origins, source), value,
+                                        f"must stay inside the project directory {root}: a job ships its "
+                                        "project's files, not others of the machine", source))
+        if issues:
+            return issues
     if spec.src_dir and not Path(spec.src_dir).is_dir():
         default = "" if "src_dir" in props else " (the default, since src_dir is not set)"
         issues.append(SpecIssue(_spelled("src_dir", origins, source), spec.src_dir,
                                 f"must be an existing directory{default}: it is shipped to every task, and a "
                                 "relative path starts at the directory of the job's file", source))
-    if spec.python_venv and not Path(spec.python_venv).exists():
-        issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv,
-                                "must be an existing virtualenv directory or zip file", source))
+    problem = venv_problem(spec.python_venv) if spec.python_venv else None
+    if problem:
+        issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv, problem, source))
     return issues
 
 

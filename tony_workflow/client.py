@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .archive import unsafe_entry
 from .backends import Backend, get_backend
 from .follow import Follower, JobUpdate
 from .rpc import AMClient, AMError, AMUnreachable
@@ -27,15 +28,31 @@ class SubmitError(RuntimeError):
 
 
 def check_paths(spec: JobSpec) -> None:
-    """SpecError when ``src_dir`` or ``python_venv`` names nothing on this machine."""
+    """SpecError when ``src_dir`` or ``python_venv`` names nothing on this machine, or ``python_venv``
+    is an archive that would unpack outside its directory."""
     issues = []
     if spec.src_dir and not Path(spec.src_dir).is_dir():
         issues.append(SpecIssue("src_dir", spec.src_dir, "must be an existing directory", spec.source))
-    if spec.python_venv and not Path(spec.python_venv).exists():
-        issues.append(SpecIssue("python_venv", spec.python_venv, "must be an existing directory or zip file",
-                                spec.source))
+    if spec.python_venv:
+        problem = venv_problem(spec.python_venv)
+        if problem:
+            issues.append(SpecIssue("python_venv", spec.python_venv, problem, spec.source))
     if issues:
         raise SpecError(issues)
+
+
+def venv_problem(path: str) -> str | None:
+    """Why ``path`` cannot be shipped as a job's virtualenv, or None."""
+    venv = Path(path)
+    if venv.is_dir():
+        return None
+    if not venv.is_file():
+        return "must be an existing virtualenv directory or zip file"
+    try:
+        unsafe = unsafe_entry(venv)
+    except (ValueError, OSError) as exc:
+        return f"must be a virtualenv directory or zip file: it {exc}"
+    return f"cannot be unpacked safely: {unsafe}" if unsafe else None
 
 
 def _pause(seconds: float, deadline: float | None, stop: Callable[[], bool] | None) -> bool:

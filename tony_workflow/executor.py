@@ -21,6 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from .archive import unsafe_entry
 from .frameworks import TaskContext, build_env
 from .history import log_tail
 from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
@@ -157,6 +158,9 @@ class TaskExecutor:
             target = self.workdir / "venv"
             src = Path(venv)
             if src.is_file() and zipfile.is_zipfile(src) and not target.exists():
+                unsafe = unsafe_entry(src)
+                if unsafe:
+                    raise ValueError(f"python_venv {src} is not unpacked: {unsafe}")
                 with zipfile.ZipFile(src) as z:
                     z.extractall(target)
                 for p in (target / "bin").glob("*"):

@@ -20,6 +20,12 @@ BAD_JOBS = {
                   "instances.job: tony.worker.instances (line 3): must be an integer >= 0 (got '-2')"),
     "noexec": ("type=TonyJob\ntony.worker.instances=2\n",
                "noexec.job: executes: is required: the script every task runs"),
+    "unterminated": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ninput=${data.root/in\n",
+                     "unterminated.job:4: input: has a '${' that no '}' closes"),
+    "outside": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\nsrc_dir=../../elsewhere\n",
+                "outside.job: src_dir (line 4): must stay inside the project directory"),
+    "venvelsewhere": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\npython_venv=/usr/lib\n",
+                      "venvelsewhere.job: python_venv (line 4): must stay inside the project directory"),
 }
 
 
@@ -78,7 +84,7 @@ def test_every_problem_of_a_project_is_reported_at_once(tmp_path):
     assert r.returncode == 2
     for _, expected in BAD_JOBS.values():
         assert f"error: {expected}" in r.stderr
-    assert r.stdout.count("cannot be submitted") == 4
+    assert r.stdout.count("cannot be submitted") == len(BAD_JOBS)
 
 
 def test_flow_parameters_can_supply_variables(tmp_path):
@@ -156,3 +162,27 @@ def test_unreadable_inputs(tmp_path):
     r = run_cli("validate", str(tmp_path))
     assert r.returncode == 2 and "error: p.project: azkaban-flow-version: must be the number 2.0" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("entry, why", [("../../escape.py", "climbs out of the archive with '..'"),
+                                        ("/etc/cron.d/job", "has an absolute path"),
+                                        ("bin/python", "is a symbolic link")])
+def test_a_venv_archive_that_would_unpack_outside_is_refused_naming_the_entry(tmp_path, entry, why):
+    import stat
+    import zipfile
+
+    root = project_with(tmp_path, {"train": "type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\n"
+                                             "python_venv=venv.zip\n"})
+    with zipfile.ZipFile(root / "venv.zip", "w") as archive:
+        archive.writestr("bin/activate", "# fine\n")
+        info = zipfile.ZipInfo(entry)
+        if why.startswith("is a symbolic link"):
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, "/usr/bin/python3")
+        else:
+            archive.writestr(info, "print('out')\n")
+    r = run_cli("validate", str(root))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"python_venv (line 4): cannot be unpacked safely: entry {entry!r} {why}" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "escape.py").exists()

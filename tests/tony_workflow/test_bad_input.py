@@ -112,3 +112,18 @@ def test_the_limits_leave_real_specs_alone(tmp_path):
     path.write_text(json.dumps(data))
     assert load_spec(path).tags == ["a"] * 1000
     assert Path(path).stat().st_size < 1024 * 1024
+
+
+def test_a_venv_archive_with_an_entry_outside_is_refused_at_submit(tony_home, tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "venv.zip", "w") as archive:
+        archive.writestr("bin/python", "#!/bin/sh\n")
+        archive.writestr("../../../tmp/planted.sh", "echo owned\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**JOB, "python_venv": "venv.zip"}))
+    r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec)], cwd=REPO,
+                       capture_output=True, text=True, timeout=50, env=dict(os.environ))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "python_venv" in r.stderr and "entry '../../../tmp/planted.sh' climbs out of the archive" in r.stderr
+    assert not list((tony_home / "local" / "apps").glob("application_*"))

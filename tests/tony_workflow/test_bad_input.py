@@ -127,3 +127,22 @@ def test_a_venv_archive_with_an_entry_outside_is_refused_at_submit(tony_home, tm
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "python_venv" in r.stderr and "entry '../../../tmp/planted.sh' climbs out of the archive" in r.stderr
     assert not list((tony_home / "local" / "apps").glob("application_*"))
+
+
+@pytest.mark.parametrize("conf, key", [
+    ({"tony.containers.envs": "LEVEL=1,DB_PASSWORD=hunter2,not an entry"}, "tony.containers.envs"),
+    ({"tony.execution.envs": "API_KEY=hunter2,=x"}, "tony.execution.envs"),
+    ({"tony.am.retry-count": "hunter2", "tony.https.keystore.password": "hunter2"}, "tony.am.retry-count"),
+])
+def test_secrets_are_not_repeated_in_messages(conf, key):
+    from tony_workflow.spec import JobSpec, SpecError
+
+    with pytest.raises(SpecError) as info:
+        JobSpec(conf={**conf, "tony.worker.instances": "1", "tony.containers.command": "true"}).validate()
+    message = str(info.value)
+    assert key in message
+    if key != "tony.am.retry-count":
+        assert "hunter2" not in message and "<hidden>" in message
+    # A secret-looking key's value is hidden even where it is the bad value itself.
+    from tony_workflow.spec import SpecIssue
+    assert "hunter2" not in str(SpecIssue("tony.secret.key", "hunter2", "bad"))

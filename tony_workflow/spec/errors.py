@@ -8,6 +8,7 @@ spelled it, the bad value and what is allowed. This module imports nothing of th
 from __future__ import annotations
 
 import difflib
+import re
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class SpecIssue:
     def __str__(self) -> str:
         text = f"{self.key}: {self.message}"
         if self.value is not None:
-            text += f" (got {_shown(self.value)})"
+            text += f" (got {_shown(self.value, self.key)})"
         return f"{self.source}: {text}" if self.source else text
 
 
@@ -51,8 +52,20 @@ class SpecError(ValueError):
 SHOWN_CHARS = 120
 
 
-def _shown(value: object) -> str:
+# Names whose values are not repeated in messages: a bad password is still a password.
+_SECRET_NAME = re.compile(r"pass(word|wd|phrase)?|secret|token|credential|private[-_.]?key|api[-_.]?key|auth",
+                          re.IGNORECASE)
+_ENV_ENTRY = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)=(?P<value>[^,]*)")
+HIDDEN = "<hidden>"
+
+
+def _shown(value: object, key: str = "") -> str:
+    if _SECRET_NAME.search(key):
+        return f"a value, {HIDDEN}: the key looks secret"
     if isinstance(value, str):
+        # KEY=value lists (env settings) may carry a secret among plain values.
+        value = _ENV_ENTRY.sub(lambda m: f"{m['name']}={HIDDEN}" if _SECRET_NAME.search(m["name"]) else m[0],
+                               value)
         text = repr(value[:SHOWN_CHARS])
         return text if len(value) <= SHOWN_CHARS else f"{text[:-1]}...{text[-1]} ({len(value)} characters)"
     # reprlib stops at a few levels and items: a value built from YAML aliases may stand for billions.

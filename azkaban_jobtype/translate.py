@@ -81,7 +81,8 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
     def problem(key: str, value: object, message: str) -> None:
         issues.append(SpecIssue(_spelled(key, origins, source), value, message, source))
 
-    conf = {**TONY_DEFAULTS, **{k: v for k, v in props.items() if k.startswith("tony.")}}
+    # tony.backend chooses where the runner submits; it is the runner's setting, not the job's.
+    conf = {**TONY_DEFAULTS, **{k: v for k, v in props.items() if k.startswith("tony.") and k != "tony.backend"}}
     key_origin = {k: _spelled(k, origins, source) for k in props if k.startswith("tony.") and k in origins}
 
     execution_env: list[str] = []

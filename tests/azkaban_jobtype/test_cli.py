@@ -20,6 +20,8 @@ BAD_JOBS = {
                   "instances.job: tony.worker.instances (line 3): must be an integer >= 0 (got '-2')"),
     "noexec": ("type=TonyJob\ntony.worker.instances=2\n",
                "noexec.job: executes: is required: the script every task runs"),
+    "misspelled": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.worker.memroy=8g\n",
+                   "misspelled.job: tony.worker.memroy (line 4): unknown key (did you mean tony.worker.memory?)"),
     "unterminated": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ninput=${data.root/in\n",
                      "unterminated.job:4: input: has a '${' that no '}' closes"),
     "outside": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\nsrc_dir=../../elsewhere\n",

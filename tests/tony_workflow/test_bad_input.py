@@ -60,6 +60,25 @@ CASES = {
                    "at most one chief"),
     "a memory size of 100000 characters": ("mem.yaml", _yaml(tasks={"worker": {"memory": "9" * 100_000 + "q"}}),
                                            [], "tasks.worker.memory"),
+    # A misspelled key would run the job with a default nobody meant.
+    "a typo in the conf section": ("typo.yaml", _yaml(conf={"tony.worker.memroy": "8g"}), [],
+                                   "tony.worker.memroy: unknown key (did you mean tony.worker.memory?)"),
+    "a typo at the top level": ("top.yaml", _yaml(**{"tony.am.retry-cont": 3}), [],
+                                "did you mean tony.am.retry-count?"),
+    "a typo in a TonY XML file": ("typo.xml", "<configuration><property><name>tony.worker.instances</name><value>1"
+                                  "</value></property><property><name>tony.containers.command</name><value>true"
+                                  "</value></property><property><name>tony.worker.gpu</name><value>1</value>"
+                                  "</property></configuration>", [], "did you mean tony.worker.gpus?"),
+    "another system's key in a TonY XML file": ("hadoop.xml", "<configuration><property><name>tony.worker.instances"
+                                                "</name><value>1</value></property><property><name>"
+                                                "tony.containers.command</name><value>true</value></property>"
+                                                "<property><name>mapreduce.map.memory.mb</name><value>4096</value>"
+                                                "</property></configuration>", [],
+                                                "mapreduce.map.memory.mb: unknown key: it is not a TonY key"),
+    "a typo by --conf": ("conf2.yaml", _yaml(), ["--conf", "tony.application.timout=1000"],
+                         "did you mean tony.application.timeout?"),
+    "a type that is never declared": ("type.yaml", _yaml(), ["--conf", "tony.wroker.memory=8g"],
+                                      "no tony.wroker.instances declares"),
 }
 
 

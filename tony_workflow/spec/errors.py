@@ -55,8 +55,17 @@ SHOWN_CHARS = 120
 # Names whose values are not repeated in messages: a bad password is still a password.
 _SECRET_NAME = re.compile(r"pass(word|wd|phrase)?|secret|token|credential|private[-_.]?key|api[-_.]?key|auth",
                           re.IGNORECASE)
-_ENV_ENTRY = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)=(?P<value>[^,]*)")
 HIDDEN = "<hidden>"
+
+
+def _masked(text: str) -> str:
+    """``text`` with the value of each secret-looking ``NAME=value`` entry (comma-separated) hidden."""
+    entries = text.split(",")
+    for i, entry in enumerate(entries):
+        name, sep, _ = entry.partition("=")
+        if sep and _SECRET_NAME.search(name):
+            entries[i] = f"{name}={HIDDEN}"
+    return ",".join(entries)
 
 
 def _shown(value: object, key: str = "") -> str:
@@ -64,9 +73,7 @@ def _shown(value: object, key: str = "") -> str:
         return f"a value, {HIDDEN}: the key looks secret"
     if isinstance(value, str):
         # KEY=value lists (env settings) may carry a secret among plain values.
-        value = _ENV_ENTRY.sub(lambda m: f"{m['name']}={HIDDEN}" if _SECRET_NAME.search(m["name"]) else m[0],
-                               value)
-        text = repr(value[:SHOWN_CHARS])
+        text = repr(_masked(value)[:SHOWN_CHARS])
         return text if len(value) <= SHOWN_CHARS else f"{text[:-1]}...{text[-1]} ({len(value)} characters)"
     # reprlib stops at a few levels and items: a value built from YAML aliases may stand for billions.
     shorter = reprlib.Repr()

@@ -10,7 +10,7 @@ import re
 
 __all__ = ["TONY_XML_DEFAULTS", "PROJECT_DEFAULTS", "TONY_DEFAULTS", "TASK_DEFAULTS", "FRAMEWORKS",
            "MULTI_VALUE_KEYS", "RESTART_POLICIES", "RESERVED_TYPES", "BOOL_KEYS", "INT_KEYS", "INT_MINIMUMS",
-           "task_key"]
+           "task_key", "TASK_FIELDS", "OTHER_TONY_KEYS", "unknown_key", "known_keys"]
 
 # Every key and default of TonY's tony-default.xml, as Hadoop's Configuration reads it (a property
 # without a value reads as ""). A test compares this with the file itself.
@@ -167,6 +167,57 @@ INT_MINIMUMS = {
 }
 INT_KEYS = tuple(k for k, v in TONY_XML_DEFAULTS.items()
                   if re.fullmatch(r"-?\d+", v) and k.rsplit(".", 1)[1] not in ("vcores", "gpus"))
+
+
+#: TonY's keys that tony-default.xml does not list (its client and code read them), known so that
+#: they are not taken for typos.
+OTHER_TONY_KEYS = frozenset({
+    "tony.containers.envs", "tony.execution.envs", "tony.containers.resources", "tony.containers.command",
+    "tony.docker.containers.image", "tony.gpu-exec-path", "tony.python-exec-path", "tony.history.host",
+    "tony.history.cache.max-entries", "tony.history.maxAppends", "tony.init.module",
+    "tony.application.single-node", "tony.chief.name", "tony.chief.index", "tony.evaluator.run-alone.timeout",
+    "tony.application.stop.on.failure.jobtypes", "tony.application.reserve.port.python.process.wait.seconds",
+    "tony.application.docker.enabled", "tony.application.docker.image",
+})
+
+#: The settings every task type has: ``tony.<type>.<field>``.
+TASK_FIELDS = ("instances", "max-instances", "memory", "vcores", "gpus", "command", "node-label",
+               "restart-policy", "timeout", "resources")
+
+_TASK_KEY = re.compile(r"^tony\.([a-z][a-z0-9_-]*)\.([a-z][a-z0-9_.-]*)$")
+_DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")
+_KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.compile(r"^tony\.version-info\.[^.]+$"))
+
+
+def unknown_key(key: str, declared_types: set[str]) -> str | None:
+    """Why ``key`` is not a key of TonY or of this project (None when it is one). ``declared_types``
+    are the task types the configuration declares (a ``tony.<type>.instances`` key)."""
+    if key in TONY_DEFAULTS or key in OTHER_TONY_KEYS or any(f.match(key) for f in _KEY_FAMILIES):
+        return None
+    if not key.startswith("tony."):
+        return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
+    docker = _DOCKER_IMAGE_KEY.match(key)
+    if docker and docker.group(1) in declared_types:
+        return None
+    match = _TASK_KEY.match(key)
+    if match and match.group(1) not in RESERVED_TYPES:
+        task_type, field = match.groups()
+        if field not in TASK_FIELDS:
+            return f"is not a setting of a task type; a type's settings are {', '.join(TASK_FIELDS)}"
+        if task_type not in declared_types:
+            return (f"sets task type '{task_type}', which no tony.{task_type}.instances declares; "
+                    "declare it, or fix the type's name")
+        return None
+    return "is not a key of TonY or of tony-workflow"
+
+
+def known_keys(declared_types: set[str]) -> list[str]:
+    """Every key a configuration with these task types may set, for 'did you mean'."""
+    keys = set(TONY_DEFAULTS) | OTHER_TONY_KEYS
+    for task_type in declared_types:
+        keys.update(f"tony.{task_type}.{field}" for field in TASK_FIELDS)
+        keys.add(f"tony.docker.{task_type}.image")
+    return sorted(keys)
 
 
 def task_key(task_type: str, name: str) -> str:

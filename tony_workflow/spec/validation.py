@@ -6,10 +6,12 @@ rules a job must keep (typed keys, task type names, TonY's constraints between k
 """
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING
 
 from .errors import SpecIssue
-from .keys import BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, RESERVED_TYPES, TASK_DEFAULTS, TYPE_NAME, task_key
+from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, RESERVED_TYPES, TASK_DEFAULTS, TYPE_NAME, known_keys,
+                   task_key, unknown_key)
 from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none,
                      parse_local_gpus, parse_memory, parse_oversubscription, parse_restart_policy)
 
@@ -37,6 +39,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
             issues.append(spec.issue(key, raw, str(exc)))
             return None
 
+    issues.extend(_unknown_keys(spec))
     framework = check("tony.application.framework", parse_framework)
     for key in BOOL_KEYS:
         check(key, parse_bool)
@@ -163,3 +166,17 @@ def type_name_problem(task_type: str, framework: str | None, sidecars: list[str]
                 "such as /job:<type>/task:0); use '_' instead of '-'")
     return None
 
+
+def _unknown_keys(spec: JobSpec) -> list[SpecIssue]:
+    """A key nobody reads is a typo until shown otherwise: it would run the job with a default the
+    user did not mean. Each is named with the closest key that exists."""
+    declared = set(spec.declared_types())
+    issues = []
+    for key in spec.conf:
+        why = unknown_key(key, declared)
+        if why is None:
+            continue
+        close = difflib.get_close_matches(key, known_keys(declared), n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        issues.append(spec.issue(key, None, f"unknown key{hint}: it {why}"))
+    return issues

@@ -1,0 +1,27 @@
+"""TonyOperator.build_spec alone: a bad spec fails the task at once with the key named, nothing submitted."""
+from __future__ import annotations
+
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider.operators import TonyOperator
+
+JOB = {"name": "af", "command": "true", "tasks": {"worker": {"instances": 1}}}
+
+
+@pytest.mark.parametrize("job, conf, expected", [
+    (JOB, {"tony.worker.memroy": "4g"}, "tony.worker.memroy: unknown key (did you mean tony.worker.memory?)"),
+    ({**JOB, "conf": {"tony.application.timout": 5}}, {}, "did you mean tony.application.timeout?"),
+    (JOB, {"tony.workr.gpus": "1"}, "no tony.workr.instances declares"),
+    (JOB, {"mapreduce.job.queuename": "etl"}, "is not a TonY key"),
+])
+def test_unknown_keys_fail_the_task_naming_the_nearest_known_key(airflow_db, tony_home, monkeypatch, job, conf,
+                                                                  expected):
+    monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)
+    with DAG("spec_only", schedule=None):
+        op = TonyOperator(task_id="train", job_spec=job, conf=conf)
+    with pytest.raises(AirflowFailException) as info:
+        op.build_spec()
+    assert expected in str(info.value) and "nothing was submitted" in str(info.value)
+    assert not list((tony_home / "local" / "apps").glob("application_*"))

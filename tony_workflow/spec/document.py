@@ -342,22 +342,64 @@ def parse_json(text: str, source: str | None) -> object:
     return data
 
 
-def xml_conf(text: str, source: str | None) -> dict[str, str]:
+def xml_conf(text: str, source: str | None, *, strict: bool = False) -> dict[str, str]:
+    """The properties of a Hadoop ``<configuration>`` text, in order.
+
+    Read as Hadoop reads site files: a property without a name is skipped, one without a value
+    reads as "", the last of a key given twice wins. ``strict`` (a job's own file) refuses a
+    nameless property and a key given twice, each at its line: in a job, each is a mistake that
+    would otherwise pass unseen. A property without a value stays "" (TonY's own tony-default.xml
+    writes empty settings that way).
+    """
+    text = text.lstrip("\ufeff")
     try:
-        root = ET.fromstring(text.lstrip("\ufeff"))
+        root = ET.fromstring(text)
     except ET.ParseError as exc:
         line = exc.position[0] if exc.position else None
         raise error(f"line {line}" if line else "document", None, f"malformed XML: {exc}", source) from None
     if root.tag != "configuration":
         raise error("document", root.tag, "the root element must be <configuration>", source)
     conf: dict[str, str] = {}
-    for prop in root.iter("property"):
+    issues: list[SpecIssue] = []
+    first_line: dict[str, int] = {}
+    lines = _property_lines(text) if strict else []
+    for number, prop in enumerate(root.iter("property")):
+        line = lines[number] if number < len(lines) else None
+        where = f"line {line}" if line else f"property {number + 1}"
         name = (prop.findtext("name") or prop.get("name") or "").strip()
-        if not name:
-            continue
         value = prop.findtext("value")
         if value is None:
-            value = prop.get("value", "")
-        conf[name] = value.strip()
+            value = prop.get("value")
+        if not name:
+            if strict:
+                issues.append(SpecIssue(where, None, "a <property> without a <name>: give it one or remove it",
+                                        source))
+            continue
+        if strict and name in conf:
+            issues.append(SpecIssue(name, None, f"is set twice (lines {first_line.get(name)} and {line}); keep one",
+                                    source))
+        first_line.setdefault(name, line)
+        conf[name] = (value or "").strip()
+    if issues:
+        raise SpecError(issues)
     return conf
+
+
+def _property_lines(text: str) -> list[int]:
+    """The line of each ``<property>`` start tag, in document order (ElementTree keeps no lines)."""
+    from xml.parsers import expat
+
+    lines: list[int] = []
+    parser = expat.ParserCreate()
+
+    def start(tag, attrs):
+        if tag == "property":
+            lines.append(parser.CurrentLineNumber)
+
+    parser.StartElementHandler = start
+    try:
+        parser.Parse(text, True)
+    except expat.ExpatError:
+        pass  # ElementTree read it; the lines are only for messages
+    return lines
 

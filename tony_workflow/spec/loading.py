@@ -107,7 +107,7 @@ def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Map
     text = render_template(text, variables, source=source)
     kind = format_of(fmt, path, text, source)
     if kind == "xml":
-        spec = JobSpec(conf={**TONY_DEFAULTS, **xml_conf(text, source)}, source=source)
+        spec = JobSpec(conf={**TONY_DEFAULTS, **xml_conf(text, source, strict=True)}, source=source)
     else:
         data = parse_json(text, source) if kind == "json" else parse_yaml(text, source)
         if data is None:

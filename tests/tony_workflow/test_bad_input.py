@@ -60,6 +60,16 @@ CASES = {
                    "at most one chief"),
     "a memory size of 100000 characters": ("mem.yaml", _yaml(tasks={"worker": {"memory": "9" * 100_000 + "q"}}),
                                            [], "tasks.worker.memory"),
+    # Templates are rendered in a sandbox: a line of Jinja2 must not make gigabytes either.
+    "a template that repeats a string a billion times": ("rep.yaml.j2", "name: \"{{ 'x' * 10**9 }}\"\n"
+                                                         "command: 'true'\ntasks: {worker: {instances: 1}}\n", [],
+                                                         "a repetition of 1000000000 items"),
+    "a template loop that writes 10 MB": ("loop.yaml.j2", "name: big\ncommand: 'true'\n"
+                                          "tasks: {worker: {instances: 1}}\n"
+                                          "{% for i in range(100000) %}# {{ 'y' * 100 }}\n{% endfor %}", [],
+                                          "the rendered spec is longer than"),
+    "a template power of a million bits": ("pow.yaml.j2", "name: '{{ 7 ** 1000000 }}'\ncommand: 'true'\n"
+                                           "tasks: {worker: {instances: 1}}\n", [], "more than 4096 bits"),
     # A misspelled key would run the job with a default nobody meant.
     "a typo in the conf section": ("typo.yaml", _yaml(conf={"tony.worker.memroy": "8g"}), [],
                                    "tony.worker.memroy: unknown key (did you mean tony.worker.memory?)"),

@@ -40,6 +40,9 @@ class _EnvVars(Mapping):
 
 _ENVIRONMENT = None
 
+#: The longest text a template may render to, as long as a spec file may be.
+MAX_OUTPUT_CHARS = 1024 * 1024
+
 
 def _environment():
     """The sandboxed Jinja2 environment, built on first use: Jinja2 costs an executor ~50 ms to import,
@@ -47,9 +50,25 @@ def _environment():
     global _ENVIRONMENT
     if _ENVIRONMENT is None:
         from jinja2 import StrictUndefined
+        from jinja2.exceptions import SecurityError
         from jinja2.sandbox import SandboxedEnvironment
 
         class Environment(SandboxedEnvironment):
+            # The sandbox bounds range(); a product or a power can still make gigabytes from one line.
+            intercepted_binops = frozenset({"*", "**"})
+
+            def call_binop(self, context, operator, left, right):
+                if operator == "*":
+                    for seq, times in ((left, right), (right, left)):
+                        if (isinstance(seq, (str, list, tuple)) and isinstance(times, int)
+                                and len(seq) * times > MAX_OUTPUT_CHARS):
+                            raise SecurityError(f"a repetition of {len(seq) * times} items is more than a spec "
+                                                f"may hold ({MAX_OUTPUT_CHARS})")
+                if (operator == "**" and isinstance(left, int) and isinstance(right, int)
+                        and abs(left) > 1 and right * max(1, abs(left).bit_length()) > 4096):
+                    raise SecurityError(f"{left} ** {right} is a number of more than 4096 bits")
+                return super().call_binop(context, operator, left, right)
+
             def getattr(self, obj, attribute):
                 # ``env.NAME`` for an unset variable would otherwise read "'..._EnvVars object' has no
                 # attribute 'NAME'"; say what is actually missing.
@@ -92,7 +111,14 @@ def render_template(text: str, variables: Mapping[str, object] | None = None, *,
     context: dict[str, object] = {"env": _EnvVars(os.environ)}
     context.update(variables or {})
     try:
-        return _environment().from_string(text).render(context)
+        chunks, size = [], 0
+        # Streamed, so that a loop that writes gigabytes is stopped at the first megabyte.
+        for chunk in _environment().from_string(text).generate(context):
+            size += len(chunk)
+            if size > MAX_OUTPUT_CHARS:
+                raise SecurityError(f"the rendered spec is longer than {MAX_OUTPUT_CHARS} characters")
+            chunks.append(chunk)
+        return "".join(chunks)
     except TemplateSyntaxError as exc:
         issue = SpecIssue(f"line {exc.lineno}", None, f"template syntax error: {exc.message}", source)
     except UndefinedError as exc:

@@ -70,6 +70,24 @@ CASES = {
                                           "the rendered spec is longer than"),
     "a template power of a million bits": ("pow.yaml.j2", "name: '{{ 7 ** 1000000 }}'\ncommand: 'true'\n"
                                            "tasks: {worker: {instances: 1}}\n", [], "more than 4096 bits"),
+    # XML that tries to reach files or multiply itself.
+    "an XML external entity": ("xxe.xml", '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+                               "<configuration><property><name>tony.application.name</name><value>&e;</value>"
+                               "</property></configuration>", [], "malformed XML"),
+    "an XML entity bomb": ("laughs.xml", '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY a "lol">'
+                           + "".join(f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(9))
+                           + "]><configuration><property><name>tony.application.name</name><value>&j;</value>"
+                           "</property></configuration>", [], "malformed XML"),
+    # Shapes and spellings.
+    "a document that is a list": ("list.yaml", "- name: x\n- tasks: {}\n", [], "the top level must be a mapping"),
+    "a misspelled field": ("field.yaml", "name: x\ncommand: 'true'\ntask: {worker: {instances: 1}}\n", [],
+                           "did you mean 'tasks'?"),
+    "a misspelled framework": ("fw.yaml", _yaml(framework="tensorflw"), [], "unknown framework"),
+    "a second chief by --conf": ("chief2.yaml", _yaml(tasks={"chief": {"instances": 1}, "worker": {"instances": 1}}),
+                                 ["--conf", "tony.chief.instances=3"], "at most one chief"),
+    "a file that is not UTF-8": ("latin.yaml", None, [], "is not UTF-8 text"),
+    "more memory than any machine": ("mem2.yaml", _yaml(tasks={"worker": {"instances": 1, "memory": "900000000g"}}),
+                                     [], "tony.worker.memory"),
     # A misspelled key would run the job with a default nobody meant.
     "a typo in the conf section": ("typo.yaml", _yaml(conf={"tony.worker.memroy": "8g"}), [],
                                    "tony.worker.memroy: unknown key (did you mean tony.worker.memory?)"),
@@ -101,7 +119,10 @@ def _capped() -> None:
 def test_refused_at_once(case, tony_home, tmp_path):
     name, content, argv, expected = CASES[case]
     spec = tmp_path / name
-    spec.write_text(content.replace("command: null\n", ""))
+    if content is None:  # bytes that are not UTF-8
+        spec.write_bytes(b"name: caf\xe9\ncommand: 'true'\ntasks: {worker: {instances: 1}}\n")
+    else:
+        spec.write_text(content.replace("command: null\n", ""))
     r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
                        capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
     assert r.returncode == 2, r.stderr[-2000:]

@@ -124,17 +124,21 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
             raise AirflowFailException(f"The TonY job can never run on this cluster, nothing was submitted:\n{e}") from None
         self.application_id = handle.app_id
         self.log.info("Submitted application %s", handle.app_id)
-        status = handle.status()
-        # Wait briefly for TensorBoard so its link shows while the job runs.
+        # Returned at once: the id is recorded for a retry to reattach to only after this returns,
+        # so nothing else may stand between the submission and the record. The links follow.
+        return handle.app_id
+
+    def _show_links(self, context: Context, app_id: str) -> None:
+        """Pushes the job's links, waiting briefly for TensorBoard so its link shows while the job runs."""
+        status = self.hook.get_status(app_id)
         deadline = time.time() + self.tensorboard_wait
         while not status.tensorboard_url and not status.is_final and time.time() < deadline:
             time.sleep(min(1.0, self.poll_interval))
-            status = handle.status()
+            status = self.hook.get_status(app_id)
         self._push_urls(context, status)
         self.log.info("Tracking URL: %s", status.tracking_url)
         if status.tensorboard_url:
             self.log.info("TensorBoard: %s", status.tensorboard_url)
-        return handle.app_id
 
     def _push_urls(self, context: Context, status: JobStatus) -> None:
         ti = context["ti"]
@@ -167,9 +171,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
 
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
         self.application_id = app_id = str(external_id)
-        status = self.hook.get_status(app_id)
-        if not getattr(self, "_pushed", None):  # reattached: the links still point at this job
-            self._push_urls(context, status)
+        # After a submission, or when reattached after a crash: the links point at this job.
+        self._show_links(context, app_id)
         if self.deferrable:
             self.defer(trigger=TonyJobTrigger(app_id, self.tony_conn_id, self.poll_interval),
                        method_name="execute_complete")

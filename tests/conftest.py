@@ -90,3 +90,18 @@ def user_process(pid: int, script: str = "train.py") -> psutil.Process:
         if any(script in part for part in p.cmdline()):
             return p
     raise AssertionError(f"no {script} process under pid {pid}")
+
+
+def app_processes(app_id: str) -> list[psutil.Process]:
+    """Live processes whose command line or environment names the application: what a finished job
+    must not leave behind, found by scanning the machine rather than asking the runtime."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if app_id in " ".join(p.cmdline()) or any(app_id in v for v in p.environ().values()):
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found

@@ -136,7 +136,7 @@ class JobHandle:
         grace = time.monotonic() + FINISH_GRACE_S
         if deadline is not None:
             grace = min(grace, max(deadline, time.monotonic() + 5.0))
-        while self.backend.endpoint(self.app_id) is not None and time.monotonic() < grace:
+        while not self.backend.am_gone(self.app_id) and time.monotonic() < grace:
             time.sleep(min(poll_interval, 0.5))
         try:
             stored = self.backend.stored_status(self.app_id)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import psutil
 import pytest
 import yaml
 
 from airflow_provider.triggers import TonyJobTrigger
-from tests.conftest import wait_for
+from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient, load_job
 
 
@@ -17,20 +16,6 @@ def job(command: str) -> str:
     return yaml.safe_dump({"name": "t", "am": {"memory": "128m"}, "command": command,
                            "tasks": {"worker": {"instances": 1, "memory": "256m"}},
                            "conf": {"tony.task.tensorboard.enabled": "false"}})
-
-
-def app_processes(app_id: str) -> list[psutil.Process]:
-    """Live processes whose command line or environment names the application."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if app_id in " ".join(p.cmdline()) or any(app_id in v for v in p.environ().values()):
-                found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 async def events(trigger: TonyJobTrigger) -> list:

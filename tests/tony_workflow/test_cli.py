@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import run_tony
+from tests.conftest import app_processes, run_tony
 
 BAD_SPECS = Path(__file__).parent / "bad_specs"
 
@@ -57,6 +57,7 @@ def test_submit_without_wait_prints_the_id_and_kill_works(tony_home, tmp_path):
     k = run_tony("kill", app)
     assert k.returncode == 0 and "KILLED" in k.stdout
     assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"
+    assert app_processes(app) == []
 
 
 def test_bad_specs_give_clear_errors_and_submit_nothing(tony_home, tmp_path):
@@ -112,6 +113,7 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
         for a in json.loads(run_tony("list", "--json").stdout):
             run_tony("kill", a["application_id"])
     assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"
+    assert app_processes(app) == []
 
 
 def test_every_verb_refuses_what_is_not_an_application_id(tony_home):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.follow import Follower, diff
 from tony_workflow.status import JobStatus, TaskStatus
@@ -80,6 +80,7 @@ def test_follow_a_real_job_to_its_end(tony_home):
     # Every update says something changed, and the last one has the AM gone: the job is settled.
     assert all(u.state_changed or u.tasks or u.tracking_url or u.tensorboard_url or u.final for u in updates)
     assert handle.backend.endpoint(handle.app_id) is None
+    assert app_processes(handle.app_id) == []
     seen = {(t.task_id, t.after) for u in updates for t in u.tasks}
     assert {("worker:0", "SUCCEEDED"), ("worker:1", "SUCCEEDED")} <= seen
 
@@ -100,3 +101,4 @@ def test_follow_stops_when_asked_and_the_job_goes_on(tony_home):
         assert handle.status().state == "RUNNING"
     finally:
         assert handle.kill().state == "KILLED"
+    assert app_processes(handle.app_id) == []

@@ -222,6 +222,11 @@ class Backend(ABC):
     def endpoint(self, app_id: str) -> AMEndpoint | None:
         """Where the application's AM listens, or None before it is up / after it is gone."""
 
+    def am_gone(self, app_id: str) -> bool:
+        """Whether the application's AM has finished: unregistered, and (where the backend can tell)
+        its process ended. A final job whose AM is gone has nothing of it left running."""
+        return self.endpoint(app_id) is None
+
     @abstractmethod
     def stored_status(self, app_id: str) -> "JobStatus":
         """The last status the AM persisted (or what the cluster knows once the AM is gone).

@@ -369,6 +369,11 @@ class LocalBackend(Backend):
             return None
         return AMEndpoint(am["address"], secret["token"], secret.get("view_token"))
 
+    def am_gone(self, app_id: str) -> bool:
+        # The AM unregisters (am.json "stopped") a moment before its process exits.
+        am = self._am_info(app_id)
+        return am is None or not process.alive(am["pid"], am.get("started"))
+
     def stored_status(self, app_id: str) -> JobStatus:
         d = self.app_dir(app_id)
         try:

@@ -33,9 +33,12 @@ if str(REPO) not in sys.path:  # the scripts run from anywhere, without an insta
 
 SUMMARY_KEYS = ("metric", "value", "floor", "ratio", "goal", "goal_met")
 
-# Small enough that 64 tasks and their AM fit any machine; the trivial commands never come close.
-LOCAL_CONF = {
-    "tony.task.tensorboard.enabled": "false",
+# What every benchmark job sets.
+LOCAL_CONF = {"tony.task.tensorboard.enabled": "false"}
+
+# The benchmarks' local cluster (its tony-site.xml): small enough that 64 tasks and their AM fit
+# any machine; the trivial commands never come close.
+CLUSTER_CONF = {
     "tony.local.gpus": "0",
     "tony.local.memory": "16g",
     # 2 cores x 64 = 128 vcores: room for the AM and 64 one-vcore tasks on a 2-core machine.
@@ -155,12 +158,17 @@ def _env_mentions(proc: psutil.Process, home: Path) -> bool:
 
 
 @contextlib.contextmanager
-def tony_home(prefix: str = "tony-bench-") -> Iterator[Path]:
-    """A fresh ``TONY_HOME`` (its own ledger, so nothing else on the machine queues with us)."""
+def tony_home(prefix: str = "tony-bench-", cluster: dict[str, str] | None = None) -> Iterator[Path]:
+    """A fresh ``TONY_HOME`` (its own ledger, so nothing else on the machine queues with us), whose
+    local cluster is configured with :data:`CLUSTER_CONF` and ``cluster``."""
+    from tony_workflow.hadoop import site_xml
+
     saved = {k: os.environ.get(k) for k in ("TONY_HOME", "TONY_CONF_DIR")}
     home = Path(tempfile.mkdtemp(prefix=prefix))
     os.environ["TONY_HOME"] = str(home)
-    os.environ.pop("TONY_CONF_DIR", None)
+    (home / "conf").mkdir()
+    (home / "conf" / "tony-site.xml").write_text(site_xml({**CLUSTER_CONF, **(cluster or {})}))
+    os.environ["TONY_CONF_DIR"] = str(home / "conf")
     try:
         yield home
     finally:

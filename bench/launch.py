@@ -213,7 +213,7 @@ def main() -> int:
         "metric": f"submit -> {at['n']} user processes started (local backend)",
         "unit": "s", "value": at["value"], "floor": at["floor"], "ratio": at["ratio"],
         "goal": f"<= {GOAL_RATIO} x floor at N = {GOAL_N}", "goal_met": bool(at["ratio"] <= GOAL_RATIO),
-        "params": {"sizes": sizes, "reps": reps, "command": CMD, "conf": common.LOCAL_CONF},
+        "params": {"sizes": sizes, "reps": reps, "command": CMD, "conf": common.LOCAL_CONF, "cluster": common.CLUSTER_CONF},
         "rows": rows,
     }
     log("a Python process started and listening (what any AM costs first)")

@@ -41,6 +41,22 @@ def tony_home(tmp_path, monkeypatch):
             pass
 
 
+@pytest.fixture
+def local_site(tmp_path, monkeypatch):
+    """Writes the local cluster's site configuration: ``local_site({"tony.local.memory": "1g"})``
+    puts those keys in a ``tony-site.xml`` of a fresh ``TONY_CONF_DIR``, where the machine's size
+    and its other settings come from (a job may not set them). Returns the conf directory."""
+    from tony_workflow.hadoop import site_xml
+
+    def write(props: dict) -> Path:
+        conf_dir = tmp_path / "tony-conf"
+        conf_dir.mkdir(exist_ok=True)
+        (conf_dir / "tony-site.xml").write_text(site_xml(props))
+        monkeypatch.setenv("TONY_CONF_DIR", str(conf_dir))
+        return conf_dir
+    return write
+
+
 def run_tony(*args: str, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
     """Runs the real ``tony`` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "tony_workflow.cli", *args], capture_output=True, text=True,

@@ -15,6 +15,7 @@ JOB = {"name": "af", "command": "true", "tasks": {"worker": {"instances": 1}}}
     ({**JOB, "conf": {"tony.application.timout": 5}}, {}, "did you mean tony.application.timeout?"),
     (JOB, {"tony.workr.gpus": "1"}, "no tony.workr.instances declares"),
     (JOB, {"mapreduce.job.queuename": "etl"}, "is not a TonY key"),
+    (JOB, {"tony.local.memory": "512g"}, "tony.local.memory: a job may not set this key"),
 ])
 def test_unknown_keys_fail_the_task_naming_the_nearest_known_key(airflow_db, tony_home, monkeypatch, job, conf,
                                                                   expected):

@@ -28,6 +28,8 @@ BAD_JOBS = {
                 "outside.job: src_dir (line 4): must stay inside the project directory"),
     "venvelsewhere": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\npython_venv=/usr/lib\n",
                       "venvelsewhere.job: python_venv (line 4): must stay inside the project directory"),
+    "machine": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.local.gpus=8\n",
+                "machine.job: tony.local.gpus (line 4): a job may not set this key"),
 }
 
 

@@ -107,7 +107,48 @@ CASES = {
                          "did you mean tony.application.timeout?"),
     "a type that is never declared": ("type.yaml", _yaml(), ["--conf", "tony.wroker.memory=8g"],
                                       "no tony.wroker.instances declares"),
+    # The machine's size and how it starts jobs are the local cluster's to say, never a job's.
+    "a job that gives the machine more memory": ("mach.yaml", _yaml(conf={"tony.local.memory": "1t"}), [],
+                                                 "tony.local.memory: a job may not set this key"),
+    "a job that gives the machine GPUs": ("gpus.yaml", _yaml(**{"tony.local.gpus": 8}), [],
+                                          "tony.local.gpus: a job may not set this key"),
+    "a job that sizes the machine in TonY XML": ("mach.xml", "<configuration><property><name>tony.worker.instances"
+                                                 "</name><value>1</value></property><property><name>"
+                                                 "tony.local.vcores</name><value>64</value></property>"
+                                                 "</configuration>", [], "tony.local.vcores: a job may not"),
+    "a job that widens what it inherits": ("env.yaml", _yaml(), ["--conf", "tony.local.env-whitelist=AIRFLOW_CONN_*"],
+                                           "set it in $TONY_CONF_DIR/tony-site.xml"),
+    "a job that turns off the fork server": ("fork.yaml", _yaml(), ["--conf", "tony.local.fork-server=false"],
+                                             "tony.local.fork-server: a job may not set this key"),
+    "a job that sets a local key nobody has": ("other.yaml", _yaml(conf={"tony.local.anything": "x"}), [],
+                                               "tony.local.anything: a job may not set this key"),
 }
+
+#: A site configuration (``$TONY_CONF_DIR/tony-site.xml``) with a bad local-cluster setting: every job
+#: is refused, with the key, the value and the file named.
+SITE_CASES = {
+    "memory that is not a size": ({"tony.local.memory": "lots"}, "tony.local.memory"),
+    "a GPU list with a letter": ({"tony.local.gpus": "0,a"}, "a list of GPU indices"),
+    "less than one vcore per core": ({"tony.local.vcore-oversubscription": "0.5"}, "a number >= 1"),
+    "no cores at all": ({"tony.local.vcores": "0"}, "tony.local.vcores"),
+    "a misspelled local key": ({"tony.local.memroy": "8g"}, "did you mean tony.local.memory?"),
+    "a whitelist entry with a space": ({"tony.local.env-whitelist": "PATH,MY VAR"}, "tony.local.env-whitelist"),
+    "a fork server that is maybe on": ({"tony.local.fork-server": "maybe"}, "tony.local.fork-server"),
+}
+
+
+def _submit(spec: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
+
+
+def _refused(r: subprocess.CompletedProcess, expected: str, tony_home: Path) -> None:
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert expected in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "Error:" not in r.stderr.split(":", 1)[0]
+    # One clear message: short, whatever the size of the input.
+    assert len(r.stderr) < 2000, len(r.stderr)
+    assert not list((tony_home / "local" / "apps").glob("application_*"))
 
 
 def _capped() -> None:
@@ -123,14 +164,19 @@ def test_refused_at_once(case, tony_home, tmp_path):
         spec.write_bytes(b"name: caf\xe9\ncommand: 'true'\ntasks: {worker: {instances: 1}}\n")
     else:
         spec.write_text(content.replace("command: null\n", ""))
-    r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
-                       capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert expected in r.stderr, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr and "Error:" not in r.stderr.split(":", 1)[0]
-    # One clear message: short, whatever the size of the input.
-    assert len(r.stderr) < 2000, len(r.stderr)
-    assert not list((tony_home / "local" / "apps").glob("application_*"))
+    _refused(_submit(spec, *argv), expected, tony_home)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", sorted(SITE_CASES))
+def test_a_bad_local_cluster_setting_refuses_every_job(case, tony_home, tmp_path, local_site):
+    props, expected = SITE_CASES[case]
+    conf_dir = local_site(props)
+    spec = tmp_path / "good.yaml"
+    spec.write_text(_yaml())
+    r = _submit(spec)
+    _refused(r, expected, tony_home)
+    assert str(conf_dir / "tony-site.xml") in r.stderr and next(iter(props)) in r.stderr
 
 
 def test_a_flow_file_alias_bomb_is_refused_by_the_azkaban_validator(tmp_path):

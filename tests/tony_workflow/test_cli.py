@@ -81,10 +81,17 @@ def test_unknown_application_and_bad_conf_pair(tony_home, tmp_path):
     assert r.returncode == 2 and "missing.yaml" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_cannot_fit_via_cli(tony_home, tmp_path):
+def test_cannot_fit_via_cli(tony_home, tmp_path, local_site):
     job = write_job(tmp_path, tasks={"worker": {"instances": 1, "gpus": 4}})
-    r = run_tony("submit", str(job), "--conf", "tony.local.gpus=2", "--wait")
+    # A job cannot give the machine GPUs it does not have...
+    r = run_tony("submit", str(job), "--conf", "tony.local.gpus=4", "--wait")
+    assert r.returncode == 2 and "tony.local.gpus" in r.stderr and "tony-site.xml" in r.stderr
+    assert "Traceback" not in r.stderr
+    # ... the site configuration says what it has.
+    local_site({"tony.local.gpus": "2"})
+    r = run_tony("submit", str(job), "--wait")
     assert r.returncode == 2 and "tony.worker.gpus" in r.stderr and "Traceback" not in r.stderr
+    assert not list((tony_home / "local" / "apps").glob("application_*"))
 
 
 def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(tony_home, tmp_path):

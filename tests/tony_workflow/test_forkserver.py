@@ -120,11 +120,12 @@ def test_the_cluster_manager_falls_back_to_plain_processes_without_the_server(to
     cm.release()
 
 
-def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home, tmp_path):
+def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home, tmp_path, local_site):
     def run(fork: str):
+        local_site({"tony.local.fork-server": fork})
         doc = {"name": "fork", "command": "sleep 2; echo task ran", "am": {"memory": "128m"},
                "tasks": {"worker": {"instances": 2, "memory": "128m"}},
-               "conf": {"tony.task.tensorboard.enabled": "false", "tony.local.fork-server": fork}}
+               "conf": {"tony.task.tensorboard.enabled": "false"}}
         path = tmp_path / f"job-{fork}.yaml"
         path.write_text(yaml.safe_dump(doc))
         h = TonyClient("local").submit(load_job(str(path)))
@@ -146,13 +147,23 @@ def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home
     assert all(pid == am_pid for pid, _ in parents), (am_pid, parents)
 
 
-def test_a_bad_fork_server_value_is_refused(tmp_path):
+def test_a_bad_fork_server_value_is_refused(tony_home, tmp_path, local_site):
+    # In the site configuration, where it belongs: named with the file, and nothing submitted.
+    conf_dir = local_site({"tony.local.fork-server": "sometimes"})
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({"name": "x", "command": "true", "tasks": {"worker": {"instances": 1}},
-                                    "conf": {"tony.local.fork-server": "sometimes",
+                                    "conf": {"tony.task.heartbeat-timeout-ms": "5"}}))
+    with pytest.raises(SpecError) as e:
+        TonyClient("local").submit(load_job(str(path)))
+    text = str(e.value)
+    assert "tony.local.fork-server" in text and "sometimes" in text and str(conf_dir / "tony-site.xml") in text
+    assert not list((tony_home / "local" / "apps").glob("application_*"))
+    # In a job, any value is refused: the job does not choose how the machine starts containers.
+    path.write_text(yaml.safe_dump({"name": "x", "command": "true", "tasks": {"worker": {"instances": 1}},
+                                    "conf": {"tony.local.fork-server": "false",
                                              "tony.task.heartbeat-timeout-ms": "-5"}}))
     with pytest.raises(SpecError) as e:
         load_job(str(path)).validate()
     text = str(e.value)
-    assert "tony.local.fork-server" in text and "sometimes" in text
+    assert "tony.local.fork-server" in text and "tony-site.xml" in text
     assert "tony.task.heartbeat-timeout-ms" in text and "-5" in text

@@ -82,9 +82,12 @@ def test_job_succeeds_with_tony_task_env(tony_home, tmp_path):
     assert len(dirs) == 3 and all((d / "stdout").is_file() and (d / "stderr").is_file() for d in dirs)
 
 
-def test_gpus_are_pinned_exactly(tony_home, tmp_path):
+def test_gpus_are_pinned_exactly(tony_home, tmp_path, local_site):
+    # No GPU here: the site says the machine has five, with a gap in their numbering, and the test
+    # checks the CUDA_VISIBLE_DEVICES each container gets (nothing touches a device).
+    local_site({"tony.local.gpus": "0,1,2,3,5"})
     h = submit(tmp_path, ENV_DUMP, {"worker": {"instances": 2, "gpus": 2}, "ps": {"instances": 1}},
-               conf={"tony.local.gpus": "0,1,2,3,5", "tony.application.untracked.jobtypes": ""})
+               conf={"tony.application.untracked.jobtypes": ""})
     assert h.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
     seen = [dumped_env(h, t)["CUDA_VISIBLE_DEVICES"] for t in ("worker:0", "worker:1", "ps:0")]
     assert seen[2] == ""
@@ -98,20 +101,22 @@ def test_gpus_are_pinned_exactly(tony_home, tmp_path):
     ({"memory": "64g"}, {"tony.local.memory": "8g"}, "tony.worker.memory"),
     ({"memory": "3g"}, {"tony.local.memory": "8g"}, "tony.worker.memory"),   # 3 × 3g > 8g only together
 ])
-def test_a_job_that_can_never_fit_fails_at_once(tony_home, tmp_path, task, conf, key):
+def test_a_job_that_can_never_fit_fails_at_once(tony_home, tmp_path, local_site, task, conf, key):
+    local_site(conf)
     t0 = time.time()
     with pytest.raises(SubmitError) as e:
-        submit(tmp_path, "true", {"worker": {"instances": 3, **task}}, conf=conf)
+        submit(tmp_path, "true", {"worker": {"instances": 3, **task}})
     assert key in str(e.value) and "this machine has" in str(e.value)
+    assert next(iter(conf)) in str(e.value) and "tony-site.xml" in str(e.value)  # where the size comes from
     assert time.time() - t0 < 10
     assert not list((tony_home / "local" / "apps").glob("application_*"))  # nothing submitted
 
 
-def test_two_whole_machine_jobs_run_one_after_the_other(tony_home, tmp_path):
-    conf = {"tony.local.memory": "1g"}
+def test_two_whole_machine_jobs_run_one_after_the_other(tony_home, tmp_path, local_site):
+    local_site({"tony.local.memory": "1g"})
     tasks = {"worker": {"instances": 2, "memory": "448m"}}  # 128m AM + 2 × 448m = the whole 1g
-    a = submit(tmp_path, "sleep 1.5", tasks, conf)
-    b = submit(tmp_path, "sleep 0.2", tasks, conf)
+    a = submit(tmp_path, "sleep 1.5", tasks)
+    b = submit(tmp_path, "sleep 0.2", tasks)
     assert a.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
     assert b.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
     span = {h: ([e["ts"] for e in events(h) if e["event"] == "allocated"][0],
@@ -271,7 +276,7 @@ def test_execution_timeout_fails_the_task(tony_home, tmp_path):
     assert "execution-timeout-ms" in st.diagnostics
 
 
-def test_registration_timeout(tony_home, tmp_path):
+def test_registration_timeout(tony_home, tmp_path, local_site):
     # An executor that hangs before it can register (as on a stuck filesystem): a sitecustomize
     # on its PYTHONPATH sleeps at interpreter start-up. Forked executors start no interpreter, so
     # this one is started the other way.
@@ -279,9 +284,9 @@ def test_registration_timeout(tony_home, tmp_path):
     hang.mkdir()
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
     path = os.pathsep.join([str(hang), *filter(None, [os.environ.get("PYTHONPATH")])])
+    local_site({"tony.local.fork-server": "false"})
     h = submit(tmp_path, "true", {"worker": {"instances": 1}},
-               conf={"tony.containers.envs": f"PYTHONPATH={path}", "tony.container.registration.timeout": 1500,
-                     "tony.local.fork-server": "false"})
+               conf={"tony.containers.envs": f"PYTHONPATH={path}", "tony.container.registration.timeout": 1500})
     st = h.wait(poll_interval=0.2, timeout=60)
     assert st.state == "FAILED" and "tony.container.registration.timeout" in st.diagnostics
 

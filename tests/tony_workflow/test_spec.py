@@ -148,7 +148,7 @@ def test_defaults_match_tony_default_xml():
 
 def test_project_defaults():
     spec = JobSpec(conf={})
-    assert spec.get("tony.local.vcore-oversubscription") == "4"
+    assert spec.get("tony.local.vcore-oversubscription") is None  # the local cluster's, not a job's
     assert spec.get("tony.task.tensorboard.enabled") == "true"
     assert spec.get("tony.checkpoint.location") == ""
     assert spec.get("no.such.key", "fallback") == "fallback"
@@ -421,3 +421,21 @@ def test_a_spec_is_immutable_and_reads_each_field_once():
     assert spec.tasks is spec.tasks  # parsed once, then kept
     changed = dataclasses.replace(spec, conf={**spec.conf, "tony.worker.instances": "3"})
     assert changed.tasks["worker"].instances == 3 and spec.tasks["worker"].instances == 2
+
+
+def test_the_sites_local_cluster_keys_stay_out_of_jobs(tmp_path, local_site):
+    from tony_workflow.spec import LocalSettings, load_job, local_settings
+
+    conf_dir = local_site({"tony.local.memory": "3g", "tony.local.gpus": "2", "tony.am.retry-count": "4",
+                           "tony.local.env-whitelist": "PATH,TEAM_*"})
+    spec = load_job({"name": "s", "command": "true", "tasks": {"worker": {}}})
+    spec.validate()  # the site's local keys do not make its jobs invalid...
+    assert "tony.local.memory" not in spec.conf and spec.retry_count == 4  # ... nor become theirs
+    settings = local_settings()
+    assert (settings.capacity.memory_mb, settings.capacity.gpus) == (3072, (0, 1))
+    assert settings.capacity.vcores is None and settings.capacity.oversubscription == 4.0  # defaults
+    assert settings.inherited_env({"PATH": "/bin", "TEAM_X": "1", "AIRFLOW_CONN_DB": "s"}) == {"PATH": "/bin",
+                                                                                             "TEAM_X": "1"}
+    assert LocalSettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
+    assert local_settings(tmp_path / "nowhere") == LocalSettings.from_conf({})
+    assert local_settings(conf_dir) == settings

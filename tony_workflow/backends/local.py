@@ -8,7 +8,8 @@ served strictly first-come-first-served, so two jobs can never deadlock holding 
 need, and a big job is not starved by a stream of small ones. Entries of dead AMs are reclaimed.
 
 How vcores are counted: memory and GPUs are never oversubscribed, but a vcore here is a share of a
-core, not a core: the capacity is ``cores × tony.local.vcore-oversubscription`` (default 4), because
+core, not a core: the capacity is ``cores × tony.local.vcore-oversubscription`` (default 4; like
+every ``tony.local.*`` setting it comes from ``$TONY_CONF_DIR/tony-site.xml``, never from a job), because
 training tasks on one machine spend much of their time waiting on each other, and an AM plus a
 3–4 task job must fit on a 2-core machine.
 
@@ -35,7 +36,7 @@ import psutil
 
 from .. import process
 from ..forkserver import ForkServer, ForkServerGone
-from ..spec import JobSpec, LocalCapacity
+from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
 from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest,
                    check_fits, gang_requests)
@@ -125,8 +126,12 @@ class Inventory:
 
 
 # Where each amount of the embedded cluster comes from, so that an error says what to change.
-_HINTS = {"memory_mb": "tony.local.memory", "gpus": "tony.local.gpus",
-          "vcores": "cores × tony.local.vcore-oversubscription"}
+_HINTS = {"memory_mb": "tony.local.memory in $TONY_CONF_DIR/tony-site.xml",
+          "gpus": "tony.local.gpus in $TONY_CONF_DIR/tony-site.xml",
+          "vcores": "cores × tony.local.vcore-oversubscription in $TONY_CONF_DIR/tony-site.xml"}
+
+#: The local cluster's settings as the client read them at submission, beside the job's spec.
+SETTINGS_FILE = "local-cluster.json"
 
 
 def _app_seq(app_id: str) -> tuple[int, int]:
@@ -169,7 +174,8 @@ class LocalClusterManager(ClusterManager):
         """The AM's cluster manager for the application in ``app_dir``, and the tokens the client
         wrote for it when it submitted."""
         app_id = app_dir.name
-        cluster = cls(app_id, app_dir, Inventory.of(spec.local_capacity), fork_server=spec.local_fork_server)
+        settings = LocalSettings.from_dict(json.loads((app_dir / SETTINGS_FILE).read_text()))
+        cluster = cls(app_id, app_dir, Inventory.of(settings.capacity), fork_server=settings.fork_server)
         secret = json.loads((app_dir / "am.secret").read_text())
         return cluster, AMIdentity(app_id, secret["token"], secret["view_token"], "127.0.0.1")
 
@@ -323,7 +329,9 @@ class LocalBackend(Backend):
         return cluster_dir() / "apps" / check_application_id(app_id)
 
     def submit(self, spec: JobSpec) -> str:
-        Inventory.of(spec.local_capacity).check_fits(gang_requests(spec))
+        # The machine's settings come from the site configuration, never from the job.
+        settings = local_settings()
+        Inventory.of(settings.capacity).check_fits(gang_requests(spec))
         app_id = next_application_id()
         d = self.app_dir(app_id)
         # The job's directory holds its spec (with the job's environment), its tokens and its logs:
@@ -335,6 +343,7 @@ class LocalBackend(Backend):
             shutil.copytree(spec.src_dir, d / "src", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
         _write_private(d / "spec.json", json.dumps(spec.to_dict(), indent=1))
+        _write_private(d / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=1))
         status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,
                            started_at=time.time(), backend=self.name)
         _write_private(d / "status.json", json.dumps(status.to_dict()))
@@ -346,7 +355,7 @@ class LocalBackend(Backend):
             am = subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
                                   cwd=d, stdout=out_fd, stderr=err_fd, stdin=subprocess.DEVNULL,
                                   start_new_session=True, close_fds=True, umask=0o077,
-                                  env={**spec.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
+                                  env={**settings.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
         finally:
             os.close(out_fd)
             os.close(err_fd)

@@ -50,20 +50,22 @@ bad value, and what is allowed.
 The package, one concern a module, each importing only those before it:
 :mod:`.errors` (SpecIssue, SpecError), :mod:`.keys` (the key catalogue and defaults), :mod:`.values`
 (value parsers), :mod:`.overrides` (``key=value`` pairs), :mod:`.validation` and :mod:`.model` (the
-JobSpec), :mod:`.document` (YAML/JSON/XML readers), :mod:`.render` (Jinja2) and :mod:`.loading`.
+JobSpec), :mod:`.document` (YAML/JSON/XML readers), :mod:`.render` (Jinja2), :mod:`.loading`, and :mod:`.site` (the local cluster's own settings,
+which come from the site configuration and never from a job).
 """
 from __future__ import annotations
 
 from .document import spec_from_mapping
 from .errors import SpecError, SpecIssue
-from .keys import FRAMEWORKS, MULTI_VALUE_KEYS, PROJECT_DEFAULTS, TONY_DEFAULTS
+from .keys import FRAMEWORKS, LOCAL_CLUSTER_DEFAULTS, MULTI_VALUE_KEYS, PROJECT_DEFAULTS, TONY_DEFAULTS
 from .loading import load_job, load_spec, load_tony_xml, site_conf
-from .model import JobSpec, LocalCapacity, Resources, TaskSpec
+from .model import JobSpec, Resources, TaskSpec
 from .overrides import apply_overrides, parse_pairs
 from .render import render_template
+from .site import LocalCapacity, LocalSettings, local_settings
 from .values import parse_memory
 
-__all__ = ["SpecIssue", "SpecError", "Resources", "TaskSpec", "JobSpec", "LocalCapacity", "parse_memory",
-           "load_spec", "load_job", "load_tony_xml", "site_conf", "spec_from_mapping", "apply_overrides",
-           "parse_pairs", "render_template", "TONY_DEFAULTS", "PROJECT_DEFAULTS", "FRAMEWORKS",
-           "MULTI_VALUE_KEYS"]
+__all__ = ["SpecIssue", "SpecError", "Resources", "TaskSpec", "JobSpec", "LocalCapacity", "LocalSettings",
+           "local_settings", "parse_memory", "load_spec", "load_job", "load_tony_xml", "site_conf",
+           "spec_from_mapping", "apply_overrides", "parse_pairs", "render_template", "TONY_DEFAULTS",
+           "PROJECT_DEFAULTS", "LOCAL_CLUSTER_DEFAULTS", "FRAMEWORKS", "MULTI_VALUE_KEYS"]

@@ -1,7 +1,8 @@
 """The TonY configuration keys this project knows, with their defaults.
 
 TonY's own keys carry TonY's names and defaults (``tony-default.xml``); this project's additions
-are listed in :data:`PROJECT_DEFAULTS` with what each one means. Everything here is data: the
+are listed in :data:`PROJECT_DEFAULTS` with what each one means, and the local cluster's own
+settings (which no job may set) in :data:`LOCAL_CLUSTER_DEFAULTS`. Everything here is data: the
 value parsers are in :mod:`.values`, the checks in :mod:`.validation`.
 """
 from __future__ import annotations
@@ -10,7 +11,8 @@ import re
 
 __all__ = ["TONY_XML_DEFAULTS", "PROJECT_DEFAULTS", "TONY_DEFAULTS", "TASK_DEFAULTS", "FRAMEWORKS",
            "MULTI_VALUE_KEYS", "RESTART_POLICIES", "RESERVED_TYPES", "BOOL_KEYS", "INT_KEYS", "INT_MINIMUMS",
-           "task_key", "TASK_FIELDS", "OTHER_TONY_KEYS", "unknown_key", "known_keys"]
+           "task_key", "TASK_FIELDS", "OTHER_TONY_KEYS", "unknown_key", "known_keys", "LOCAL_CLUSTER_DEFAULTS",
+           "LOCAL_KEY_REASON"]
 
 # Every key and default of TonY's tony-default.xml, as Hadoop's Configuration reads it (a property
 # without a value reads as ""). A test compares this with the file itself.
@@ -84,14 +86,6 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 
 #: Keys of this project that TonY does not have, with their defaults.
 #:
-#: ``tony.local.vcore-oversubscription``
-#:     How many task vcores the local backend packs onto one real core (a float >= 1).
-#: ``tony.local.memory``
-#:     Memory the local backend may hand out, in MB or as a memory string; empty: detect.
-#: ``tony.local.vcores``
-#:     Cores the local backend may hand out; empty: detect.
-#: ``tony.local.gpus``
-#:     GPUs the local backend may hand out: a count ("4") or an index list ("0,1,3"); empty: ask nvidia-smi.
 #: ``tony.task.tensorboard.enabled``
 #:     Whether the chief gets a ``TB_PORT`` and the AM registers a TensorBoard URL.
 #: ``tony.checkpoint.location``
@@ -100,27 +94,41 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #:     The AM declares a task lost after this long without a heartbeat, or after
 #:     ``heartbeat-interval-ms × max-missed-heartbeats`` if that comes first; 0: only the latter, as
 #:     in TonY. The executor's own patience with an unreachable AM stays at max-missed-heartbeats.
+#: ``tony.yarn.python``
+#:     The interpreter YARN containers start the AM and executors with; empty: the client's own
+#:     (right when every node has the same installation at the same path).
+PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.task.tensorboard.enabled": "true",
+    "tony.checkpoint.location": "",
+    "tony.task.heartbeat-timeout-ms": "8000",
+    "tony.yarn.python": "",
+}
+
+#: The embedded local cluster's own settings, with their defaults. They are read from the site
+#: configuration (``$TONY_CONF_DIR/tony-site.xml``) only; a job that sets one is refused.
+#:
+#: ``tony.local.memory``
+#:     Memory the local cluster may hand out, in MB or as a memory string; empty: the machine's.
+#: ``tony.local.vcores``
+#:     Cores the local cluster may hand out; empty: the machine's.
+#: ``tony.local.gpus``
+#:     GPUs it may hand out: a count ("4") or an index list ("0,1,3"); empty: ask nvidia-smi.
+#: ``tony.local.vcore-oversubscription``
+#:     How many task vcores share one real core (a number >= 1).
 #: ``tony.local.fork-server``
-#:     Whether the local backend forks task containers from a pre-started server (fast) instead of
-#:     starting an interpreter for each.
+#:     Whether containers are forked from a pre-started server (fast) instead of each starting an
+#:     interpreter.
 #: ``tony.local.env-whitelist``
 #:     The variables of the submitter's environment a local job's ApplicationMaster and tasks
 #:     inherit (comma-separated names; ``NAME_*`` matches a prefix). Nothing else of the
 #:     submitter's environment (an Airflow worker's connections, say) reaches a job: as on YARN,
 #:     tasks start from the machine's basics plus what the job declares.
-#: ``tony.yarn.python``
-#:     The interpreter YARN containers start the AM and executors with; empty: the client's own
-#:     (right when every node has the same installation at the same path).
-PROJECT_DEFAULTS: dict[str, str] = {
-    "tony.local.vcore-oversubscription": "4",
+LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     "tony.local.memory": "",
     "tony.local.vcores": "",
     "tony.local.gpus": "",
-    "tony.task.tensorboard.enabled": "true",
-    "tony.checkpoint.location": "",
-    "tony.task.heartbeat-timeout-ms": "8000",
+    "tony.local.vcore-oversubscription": "4",
     "tony.local.fork-server": "true",
-    "tony.yarn.python": "",
     "tony.local.env-whitelist": ("PATH,HOME,USER,LOGNAME,SHELL,LANG,LC_*,TZ,TMPDIR,TERM,TONY_*,JAVA_HOME,HADOOP_*,"
                                  "LD_LIBRARY_PATH,CUDA_*,NVIDIA_*,OPENBLAS_*,OMP_*,MKL_*"),
 }
@@ -189,11 +197,18 @@ _DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")
 _KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.compile(r"^tony\.version-info\.[^.]+$"))
 
 
+#: Why a job may not set ``tony.local.*``.
+LOCAL_KEY_REASON = ("is a setting of the local cluster, not of a job (a job cannot size the machine it runs on): "
+                    "set it in $TONY_CONF_DIR/tony-site.xml")
+
+
 def unknown_key(key: str, declared_types: set[str]) -> str | None:
     """Why ``key`` is not a key of TonY or of this project (None when it is one). ``declared_types``
     are the task types the configuration declares (a ``tony.<type>.instances`` key)."""
     if key in TONY_DEFAULTS or key in OTHER_TONY_KEYS or any(f.match(key) for f in _KEY_FAMILIES):
         return None
+    if key.startswith("tony.local."):
+        return LOCAL_KEY_REASON
     if not key.startswith("tony."):
         return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
     docker = _DOCKER_IMAGE_KEY.match(key)

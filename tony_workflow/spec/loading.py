@@ -15,11 +15,11 @@ from pathlib import Path
 
 from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
 from .errors import error
-from .keys import TONY_DEFAULTS
+from .keys import LOCAL_CLUSTER_DEFAULTS, TONY_DEFAULTS
 from .model import JobSpec
 from .render import render_template
 
-__all__ = ["load_spec", "load_job", "load_tony_xml", "site_conf", "read_text", "is_text"]
+__all__ = ["load_spec", "load_job", "load_tony_xml", "site_conf", "site_path", "read_text", "is_text"]
 
 
 #: The largest spec read: a job's description is a few kilobytes; a file of megabytes is a mistake
@@ -118,12 +118,17 @@ def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Map
     return spec
 
 
-def site_conf() -> dict[str, str]:
+def site_path(conf_dir: str | os.PathLike | None = None) -> Path | None:
+    """``tony-site.xml`` in ``conf_dir`` (default ``$TONY_CONF_DIR``), or None when there is none."""
+    conf_dir = conf_dir or os.environ.get("TONY_CONF_DIR")
+    path = Path(conf_dir) / "tony-site.xml" if conf_dir else None
+    return path if path is not None and path.is_file() else None
+
+
+def site_conf(conf_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """``$TONY_CONF_DIR/tony-site.xml``'s properties, or nothing when there is none."""
-    conf_dir = os.environ.get("TONY_CONF_DIR")
-    if conf_dir and (Path(conf_dir) / "tony-site.xml").is_file():
-        return load_tony_xml(str(Path(conf_dir) / "tony-site.xml"))
-    return {}
+    path = site_path(conf_dir)
+    return load_tony_xml(str(path)) if path else {}
 
 
 def load_job(spec: str | os.PathLike | Mapping[str, object], *,
@@ -146,7 +151,9 @@ def load_job(spec: str | os.PathLike | Mapping[str, object], *,
             loaded = loaded.with_overrides(conf)
     else:
         loaded = load_spec(spec, overrides=conf, variables=variables)
-    site = site_conf()
+    # The site's job settings apply to every job; its tony.local.* keys are the local cluster's
+    # own (spec.site reads them), not the job's.
+    site = {k: v for k, v in site_conf().items() if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith("tony.local.")}
     if site:
         loaded = dataclasses.replace(loaded, conf={**loaded.conf, **site})
     updates = {k: v for k, v in fields.items() if v is not None}

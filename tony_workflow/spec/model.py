@@ -19,22 +19,10 @@ from . import validation
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .overrides import apply_pairs, parse_overrides
 from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
-from .values import (conf_value, optional, parse_bool, parse_env, parse_int, parse_list, parse_local_gpus,
-                     parse_memory, parse_oversubscription, parse_restart_policy)
+from .values import (conf_value, parse_bool, parse_env, parse_int, parse_list,
+                     parse_memory, parse_restart_policy)
 
-__all__ = ["JobSpec", "TaskSpec", "Resources", "LocalCapacity"]
-
-
-@dataclass(frozen=True)
-class LocalCapacity:
-    """What the embedded cluster may hand out, from ``tony.local.*``: ``memory_mb``, ``vcores`` and
-    ``gpus`` (GPU indices) are None where the machine is to be asked; ``oversubscription`` is how
-    many task vcores share one core."""
-
-    memory_mb: int | None
-    vcores: int | None
-    gpus: tuple[int, ...] | None
-    oversubscription: float
+__all__ = ["JobSpec", "TaskSpec", "Resources"]
 
 
 @dataclass
@@ -265,11 +253,6 @@ class JobSpec:
         return self._typed("tony.task.max-missed-heartbeats", lambda v: parse_int(v, 1))
 
     @cached_property
-    def local_fork_server(self) -> bool:
-        """tony.local.fork-server."""
-        return self._typed("tony.local.fork-server", parse_bool)
-
-    @cached_property
     def tensorboard_enabled(self) -> bool:
         """tony.task.tensorboard.enabled: whether the chief (or the tensorboard sidecar) serves TensorBoard."""
         return self._typed("tony.task.tensorboard.enabled", parse_bool)
@@ -285,36 +268,9 @@ class JobSpec:
         return self._text("tony.checkpoint.location")
 
     @cached_property
-    def local_env_whitelist(self) -> tuple[str, ...]:
-        """tony.local.env-whitelist: names (or ``NAME_*`` prefixes) a local job inherits from its submitter."""
-        return tuple(parse_list(self.get("tony.local.env-whitelist") or ""))
-
-    def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """The part of ``environ`` that ``tony.local.env-whitelist`` lets a local job inherit."""
-        names = {p for p in self.local_env_whitelist if not p.endswith("*")}
-        prefixes = tuple(p[:-1] for p in self.local_env_whitelist if p.endswith("*"))
-        return {k: v for k, v in environ.items() if k in names or (prefixes and k.startswith(prefixes))}
-
-    @cached_property
     def yarn_python(self) -> str | None:
         """tony.yarn.python, None when empty."""
         return self._text("tony.yarn.python")
-
-    @cached_property
-    def local_capacity(self) -> LocalCapacity:
-        """The embedded cluster's capacity settings (tony.local.memory, vcores, gpus, vcore-oversubscription)."""
-        gpus = self._typed("tony.local.gpus", parse_local_gpus)
-        if not gpus:
-            gpu_list = None
-        elif "," in gpus:
-            gpu_list = tuple(int(g) for g in gpus.split(",") if g.strip())
-        else:
-            gpu_list = tuple(range(int(gpus)))
-        return LocalCapacity(memory_mb=self._typed("tony.local.memory", optional(parse_memory)),
-                             vcores=self._typed("tony.local.vcores", optional(lambda v: parse_int(v, 1))),
-                             gpus=gpu_list,
-                             oversubscription=self._typed("tony.local.vcore-oversubscription",
-                                                          parse_oversubscription))
 
     @cached_property
     def heartbeat_timeout_ms(self) -> int:

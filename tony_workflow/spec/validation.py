@@ -10,10 +10,10 @@ import difflib
 from typing import TYPE_CHECKING
 
 from .errors import SpecIssue
-from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, RESERVED_TYPES, TASK_DEFAULTS, TYPE_NAME, known_keys,
-                   task_key, unknown_key)
-from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none,
-                     parse_local_gpus, parse_memory, parse_oversubscription, parse_restart_policy)
+from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, LOCAL_KEY_REASON, RESERVED_TYPES, TASK_DEFAULTS,
+                   TYPE_NAME, known_keys, task_key, unknown_key)
+from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none, parse_memory,
+                     parse_restart_policy)
 
 if TYPE_CHECKING:
     from .model import JobSpec
@@ -47,10 +47,6 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
         minimum = INT_MINIMUMS.get(key)
         check(key, lambda v, m=minimum: parse_int(v, m))
     check("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
-    check("tony.local.vcore-oversubscription", parse_oversubscription)
-    check("tony.local.memory", optional(parse_memory))
-    check("tony.local.vcores", optional(lambda v: parse_int(v, 1)))
-    check("tony.local.gpus", parse_local_gpus)
     check("tony.am.memory", parse_memory)
     check("tony.am.vcores", lambda v: parse_int(v, 1))
     check("tony.am.gpus", lambda v: parse_int(v, 0))
@@ -175,6 +171,9 @@ def _unknown_keys(spec: JobSpec) -> list[SpecIssue]:
     for key in spec.conf:
         why = unknown_key(key, declared)
         if why is None:
+            continue
+        if why == LOCAL_KEY_REASON:
+            issues.append(spec.issue(key, spec.conf[key], f"a job may not set this key: it {why}"))
             continue
         close = difflib.get_close_matches(key, known_keys(declared), n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else ""

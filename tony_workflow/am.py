@@ -420,6 +420,9 @@ class ApplicationMaster:
                 continue
             code = self.cluster.poll(task.container)
             if code is not None:
+                # Its executor is gone: what that one started (the user process, a server holding the
+                # task's port) goes with it, before the task is reported and relaunched.
+                self.cluster.kill(task.container, grace=0.5)
                 code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
                 diag = "" if task.registered_at else "task failed before registering with the AM. "
                 self._on_exit(task, code, diag + log_tail(task.container.stderr))

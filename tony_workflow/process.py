@@ -15,7 +15,7 @@ import getpass
 import os
 import signal
 
-__all__ = ["start_time", "alive", "kill_tree", "user_name", "login_name"]
+__all__ = ["start_time", "alive", "kill_tree", "group_members", "user_name", "login_name"]
 
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 # Start times are whole clock ticks: equal for one process, a tick or more apart for two.
@@ -69,25 +69,50 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, group: bool = True) -> None:
-    """Stops ``pid`` and every descendant: SIGTERM (with SIGCONT, so a stopped process can act on
-    it), then SIGKILL to whatever is left after ``grace`` seconds.
+def group_members(pgid: int) -> list:
+    """Every live process of process group ``pgid`` (psutil.Process objects), its leader included
+    if it still runs. A group outlives its leader: a container whose first process died keeps the
+    processes that one started, and only their group still names them."""
+    import psutil
 
-    With ``group`` (the default) the process group ``pid`` leads is signalled as well, even when
-    its leader has already exited: members that were re-parented away from the leader are only
-    reachable that way. With ``started``, nothing is signalled unless ``pid`` is still the process
-    that started then (the group is still signalled when the leader is gone, since a group id
-    cannot be reused while any member lives).
+    try:
+        os.killpg(pgid, 0)  # one call answers the common case: the group is empty
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+    return members
+
+
+def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, group: bool = True) -> None:
+    """Stops ``pid``, every descendant and (with ``group``, the default) every member of the process
+    group ``pid`` leads and their descendants, also when the leader has already exited: SIGTERM
+    (with SIGCONT, so a stopped process can act on it), then SIGKILL to whatever is left after
+    ``grace`` seconds.
+
+    With ``started``, nothing is signalled while ``pid`` names a different process than the one that
+    started then (its number was handed out again). The group is still signalled when the leader is
+    gone: a group id cannot be given to a new group while any member of the old one lives.
     """
     import psutil
 
     root = _process(pid, started)
     if root is None and started is not None and alive(pid):
         return  # the pid now belongs to an unrelated process
-    procs = []
-    if root is not None:
+    found: dict[int, psutil.Process] = {}
+    heads = [root] if root is not None else []
+    if group:
+        heads += group_members(pid)
+    for head in heads:
         with contextlib.suppress(psutil.Error):
-            procs = [root, *root.children(recursive=True)]
+            for p in (head, *head.children(recursive=True)):
+                found.setdefault(p.pid, p)
+    procs = list(found.values())
     for sig in (signal.SIGTERM, signal.SIGCONT):
         if group:
             _signal_group(pid, sig)

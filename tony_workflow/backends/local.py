@@ -158,6 +158,7 @@ class LocalClusterManager(ClusterManager):
         self.ledger = cluster_dir() / "ledger.json"
         self._procs: dict[str, subprocess.Popen] = {}
         self._forked: dict[str, int] = {}  # container id -> pid, for containers the fork server started
+        self._started_at: dict[str, float | None] = {}  # container id -> its first process's start time
         self._seq = 0
         self._lock = threading.Lock()
         self._forks: ForkServer | None = None
@@ -252,10 +253,13 @@ class LocalClusterManager(ClusterManager):
 
     def _started(self, container: Container, pid: int) -> None:
         container.pid = pid
+        started = process.start_time(pid)
+        with self._lock:
+            self._started_at[container.id] = started
         (container.workdir / "task_id").write_text(container.task_id)
         (container.workdir / "pid").write_text(str(pid))
         # The pid alone could name another process once this one is gone; its start time cannot.
-        (container.workdir / "started").write_text(repr(process.start_time(pid)))
+        (container.workdir / "started").write_text(repr(started))
 
     def _popen(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
         with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
@@ -292,24 +296,26 @@ class LocalClusterManager(ClusterManager):
         return None if pid is None else self._forks.poll(pid)
 
     def kill(self, container: Container, grace: float = 5.0) -> None:
-        if self.poll(container) is not None:
+        """Stops the container: its first process, its process group and every descendant, also
+        when the first process has already exited (what it started may live on in its group, as a
+        user process does when its executor is killed)."""
+        pid = container.pid
+        if pid is None:
             return
+        process.kill_tree(pid, grace, started=self._started_at.get(container.id))
         p = self._procs.get(container.id)
         if p is not None:
-            process.kill_tree(p.pid, grace)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=grace + 5)
-        elif container.id in self._forked:
-            pid = self._forked[container.id]
-            process.kill_tree(pid, grace)
+        elif container.id in self._forked and self._forks is not None:
             self._forks.wait(pid, grace + 5)
 
     def release(self) -> None:
-        running = [p.pid for p in list(self._procs.values()) if p.poll() is None]
-        if self._forks is not None:
-            running += [pid for pid in list(self._forked.values()) if self._forks.poll(pid) is None]
-        for pid in running:
-            process.kill_tree(pid, 2.0)
+        with self._lock:
+            launched = [(cid, p.pid) for cid, p in self._procs.items()] + list(self._forked.items())
+        for cid, pid in launched:
+            # Every container, whether or not its first process still runs: see kill().
+            process.kill_tree(pid, 2.0, started=self._started_at.get(cid))
         if self._forks is not None:
             self._forks.close()
         with _locked_json(self.ledger, {}) as L:

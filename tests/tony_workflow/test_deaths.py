@@ -1,0 +1,99 @@
+"""Killing parts of a running job on the embedded cluster: each death is survived, and nothing it
+started is left running. Real processes throughout; leftovers are found by scanning the machine
+(``app_processes``), not by asking the runtime.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import app_processes, wait_for
+from tony_workflow.client import TonyClient, load_job
+
+# A user process that stands for a TensorFlow server: it listens on its task's port (with
+# SO_REUSEPORT, as gRPC does), records its pid, and waits. A relaunched one first checks that the
+# process it replaces is gone: an orphan would still hold the port and serve the old session.
+HOLDER = textwrap.dedent("""
+    import json, os, socket, sys, time
+    from pathlib import Path
+    marks = Path(os.environ["MARKS"])
+    task = os.environ["TONY_TASK_ID"].replace(":", "-")
+    cfg = json.loads(os.environ["TF_CONFIG"])
+    host, port = cfg["cluster"][cfg["task"]["type"]][cfg["task"]["index"]].rsplit(":", 1)
+    earlier = sorted(marks.glob(task + ".*.pid"))
+    for mark in earlier:
+        pid = int(mark.read_text())
+        try:
+            os.kill(pid, 0)
+            sys.exit(f"orphan {pid} of an earlier launch of {task} still runs")
+        except ProcessLookupError:
+            pass
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind((host, int(port)))
+    s.listen()
+    (marks / f"{task}.{len(earlier)}.pid").write_text(str(os.getpid()))
+    if earlier:
+        time.sleep(0.5)
+    elif task in ("worker-1", "ps-0"):
+        time.sleep(120)  # worker 1's first launch is killed through its executor; ps runs until the end
+    else:
+        time.sleep(8)
+""")
+
+
+def _job(tmp_path: Path, tasks: dict, conf: dict | None = None) -> Path:
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    doc = {"name": "deaths", "framework": "tensorflow", "command": f"{sys.executable} {script}",
+           "am": {"memory": "128m"}, "env": {"MARKS": str(tmp_path / "marks")},
+           "tasks": {t: {"memory": "128m", **v} for t, v in tasks.items()},
+           "conf": {"tony.task.tensorboard.enabled": "false", **(conf or {})}}
+    (tmp_path / "marks").mkdir()
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _container_pid(handle, task_id: str) -> int:
+    task = next(t for t in handle.status().tasks if t.task_id == task_id)
+    return int((Path(task.log_url).parent / "pid").read_text())
+
+
+@pytest.mark.parametrize("layout, conf", [
+    # ParameterServerStrategy: a worker is relaunched alone, at the same address.
+    ({"chief": {"instances": 1}, "ps": {"instances": 1}, "worker": {"instances": 2, "restart_policy": "task"}},
+     {"tony.am.retry-count": 1}),
+    # MultiWorkerMirroredStrategy: the whole session is relaunched.
+    ({"worker": {"instances": 2}}, {"tony.am.retry-count": 1}),
+])
+def test_a_killed_executor_takes_its_user_process_with_it(tony_home, tmp_path, layout, conf):
+    handle = TonyClient("local").submit(load_job(str(_job(tmp_path, layout, conf))))
+    marks = tmp_path / "marks"
+    wait_for(lambda: (marks / "worker-1.0.pid").exists(), timeout=120)
+    orphan = int((marks / "worker-1.0.pid").read_text())
+    os.kill(_container_pid(handle, "worker:1"), signal.SIGKILL)
+    status = handle.wait(poll_interval=0.2, timeout=120)
+    assert status.state == "SUCCEEDED", status.diagnostics
+    relaunched = next(t for t in status.tasks if t.task_id == "worker:1")
+    if "ps" in layout:
+        assert relaunched.restarts == 1 and status.session_id == 0  # the task alone, same session
+    else:
+        assert status.session_id == 1
+    assert (marks / "worker-1.1.pid").exists()  # the relaunch bound the same port and found no orphan
+    assert not _alive(orphan)
+    assert app_processes(handle.app_id) == []
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -26,7 +26,7 @@ def tony_home(tmp_path, monkeypatch):
     monkeypatch.delenv("TONY_CONF_DIR", raising=False)
     yield home
     # Nothing a test started may outlive it: kill AMs and containers still around.
-    for am_json in home.glob("local/apps/*/am.json"):
+    for am_json in [*home.glob("local/apps/*/supervisor.json"), *home.glob("local/apps/*/am.json")]:
         try:
             pid = json.loads(am_json.read_text())["pid"]
             psutil.Process(pid).kill()

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from . import process, protocol
 from .am_http import AMHttpServer, Handler
+from .attempts import Resume, resume_point
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .history import EventLog, log_tail
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
@@ -75,7 +76,7 @@ class SessionEnd(Exception):
 class ApplicationMaster:
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager, *,
                  token: str, view_token: str, host: str = "127.0.0.1",
-                 executor_argv: list[str] | None = None):
+                 executor_argv: list[str] | None = None, resume: Resume | None = None):
         self.spec = spec
         self.app_id = app_id
         self.app_dir = Path(app_dir)
@@ -95,8 +96,13 @@ class ApplicationMaster:
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on
         self.task_restarts: dict[str, int] = {}
         self.server: AMHttpServer | None = None
+        # A later attempt carries on the job: its start time, the relaunches spent, the next session.
+        self.resume = resume or Resume()
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
-                                started_at=time.time(), backend=type(cluster).__module__.rsplit(".", 1)[-1])
+                                started_at=self.resume.started_at or time.time(),
+                                backend=type(cluster).__module__.rsplit(".", 1)[-1],
+                                retries=self.resume.retries, am_attempt=self.resume.attempt,
+                                diagnostics=self.resume.diagnostics)
         self._sent_status = ""
         self._dirty = False
         self._last_write = 0.0
@@ -160,7 +166,7 @@ class ApplicationMaster:
     def start_server(self) -> str:
         self.server = AMHttpServer(self.host, token=self.token, view_token=self.view_token,
                                    handlers=self.handlers(), status=self.status_dict, task_logs=self.task_logs)
-        address = self.server.start()
+        address = self.server.start(self.resume.port)
         self.status.tracking_url = f"http://{address}/ui/{self.view_token}"
         self.status.tracking_url = self.cluster.publish_endpoint(address, self.token, self.view_token,
                                                                  self.status.tracking_url)
@@ -342,7 +348,8 @@ class ApplicationMaster:
             self.events.emit("session_started", session=session_id)
             tasks = []
             for task_id, reserved in self.containers.items():
-                container = reserved if session_id == 0 else self.cluster.new_container(reserved)
+                first = session_id == self.resume.first_session
+                container = reserved if first else self.cluster.new_container(reserved)
                 task = self._new_task(task_id, container, session_id)
                 self._mark_launched(task)
                 tasks.append(task)
@@ -372,7 +379,7 @@ class ApplicationMaster:
 
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
         """Applies the policy's decision on a failed task. Called with the lock held."""
-        decision = self.policy.decide(Failure.of(task.status, diagnostics), self.session_id,
+        decision = self.policy.decide(Failure.of(task.status, diagnostics), self.status.retries,
                                       self.task_restarts.get(task.id, 0))
         action = decision.action
         if action is Action.IGNORE:
@@ -488,7 +495,8 @@ class ApplicationMaster:
         (self.app_dir / "am.json").write_text(json.dumps({"address": self.address, "pid": os.getpid(),
                                                           "started": process.start_time(os.getpid()),
                                                           "tracking_url": self.status.tracking_url}))
-        self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name)
+        self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name,
+                         attempt=self.resume.attempt)
         with self.lock:
             self._publish(force=True)
         try:
@@ -513,15 +521,16 @@ class ApplicationMaster:
             return SessionEnd(JobState.FAILED, str(e))
         self.containers = {c.task_id: c for c in allocated if c.task_id != "am"}
         self.events.emit("allocated", containers={c.task_id: {"id": c.id, "gpus": c.gpu_indices} for c in allocated})
-        session = 0
+        session = self.resume.first_session
         while True:
             self._start_session(session)
             end = self._run_session()
             self.events.emit("session_finished", session=session, state=end.state, diagnostics=end.diagnostics)
             self._teardown()
-            if end.state == JobState.FAILED and end.retryable and session < self.retry_count:
+            if end.state == JobState.FAILED and end.retryable and self.status.retries < self.retry_count:
                 session += 1
                 with self.lock:
+                    self.status.retries += 1
                     self.status.diagnostics = f"session {session - 1} failed: {end.diagnostics}"
                 continue
             return end
@@ -557,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     app_dir: Path = args.app_dir.resolve()
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
     cluster, me = get_cluster_manager(args.backend, app_dir, spec)
-    am = ApplicationMaster(spec, me.app_id, app_dir, cluster, token=me.token, view_token=me.view_token, host=me.host)
+    am = ApplicationMaster(spec, me.app_id, app_dir, cluster, token=me.token, view_token=me.view_token, host=me.host,
+                           resume=resume_point(app_dir))
 
     def on_term(signum: int, frame: Any) -> None:
         am.kill({"reason": f"ApplicationMaster received {signal.Signals(signum).name}"})

@@ -89,9 +89,15 @@ class AMHttpServer:
         self.task_logs = task_logs
         self._server: _Server | None = None
 
-    def start(self) -> str:
-        """Starts serving on a thread of its own; returns ``host:port``."""
-        self._server = _Server((self.host, 0), _RequestHandler)
+    def start(self, port: int = 0) -> str:
+        """Starts serving on a thread of its own, on ``port`` if it is free (an earlier attempt's,
+        so that links to it keep working), else on an ephemeral one; returns ``host:port``."""
+        try:
+            self._server = _Server((self.host, port), _RequestHandler)
+        except OSError:
+            if not port:
+                raise
+            self._server = _Server((self.host, 0), _RequestHandler)
         self._server.app = self
         threading.Thread(target=self._server.serve_forever, name="am-http", daemon=True).start()
         return f"{self.host}:{self._server.server_address[1]}"

@@ -110,6 +110,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    from .backends.local import cluster_dir
+    from .retention import clean, human_size, parse_duration
+    from .spec import local_settings
+
+    if args.backend != "local":
+        raise ValueError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
+                         "(yarn.log-aggregation.retain-seconds)")
+    older = parse_duration(args.older_than) if args.older_than is not None else local_settings().retention_s
+    if not args.app_ids and args.older_than is None and older <= 0:
+        print("tony: tony.local.retention-sec is 0 (keep every job); name jobs or give --older-than",
+              file=sys.stderr)
+        return 2
+    removed, refused = clean(cluster_dir() / "apps", older_than_s=older, app_ids=args.app_ids,
+                             dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for r in removed:
+        print(f"{verb} {r.application_id} ({human_size(r.bytes)})")
+    for app_id, why in refused:
+        print(f"tony: {app_id} was not removed: {why}", file=sys.stderr)
+    print(f"{verb} {len(removed)} job(s), {human_size(sum(r.bytes for r in removed))}")
+    return 2 if refused else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tony", description="Run distributed training jobs (TonY-compatible).")
     ap.add_argument("--backend", choices=["local", "yarn"], default="local", help="cluster backend (default local)")
@@ -151,6 +175,17 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     ls.set_defaults(fn=cmd_list)
+
+    cl = sub.add_parser("clean", help="remove the directories of finished local jobs",
+                        description="Removes the directories of final jobs of the local cluster: the ones "
+                                    "named, or every one final for longer than --older-than (default "
+                                    "tony.local.retention-sec of tony-site.xml, 7 days). Running jobs are "
+                                    "never removed.")
+    cl.add_argument("app_ids", nargs="*", metavar="APPLICATION_ID")
+    cl.add_argument("--older-than", metavar="DURATION", help="e.g. 3d, 12h, 30m, 90s (default: the retention)")
+    cl.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    cl.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    cl.set_defaults(fn=cmd_clean)
 
     # Everything after `minicluster` goes unparsed to the mini cluster's own command line, imported
     # only when that runs, so that no other command loads it. With "\0" as the only option prefix

@@ -116,20 +116,26 @@ class TaskExecutor:
 
     def _heartbeat_loop(self) -> None:
         failures = 0
+        last_ok = time.monotonic()
+        # An AM that cannot be reached for tony.am.liveness-timeout-ms is dead or replaced: a task
+        # of it must not train on outside its job (a new attempt starts its own tasks).
+        patience = self.spec.am_liveness_timeout_ms / 1000.0
+        am = AMClient(self.env["TONY_AM_ADDRESS"], self.env["TONY_AM_TOKEN"], timeout=min(10.0, max(1.0, patience / 3)))
         while not self.stop_event.wait(self.interval):
             try:
                 metrics = self._metrics()
-                reply = self.am.heartbeat(self.task_id, self.session_id, **metrics)
-                failures = 0
+                reply = am.heartbeat(self.task_id, self.session_id, **metrics)
+                failures, last_ok = 0, time.monotonic()
                 if reply.get("action") == "stop":
                     self._stop("the ApplicationMaster asked this task to stop")
             except AMError as e:
                 if e.status in (404, 409):
                     self._stop(f"the ApplicationMaster no longer runs this task ({e})")
-            except AMUnreachable:
+            except (AMUnreachable, OSError):
                 failures += 1
-                if failures > self.spec.max_missed_heartbeats:
-                    self._stop("lost the ApplicationMaster (heartbeats failing)")
+                if failures > self.spec.max_missed_heartbeats or time.monotonic() - last_ok > patience:
+                    self._stop("lost the ApplicationMaster (no heartbeat answered for "
+                               f"{time.monotonic() - last_ok:.0f} s)")
 
     def _metrics(self) -> dict:
         if self.user is None or self.user.poll() is not None:

@@ -123,9 +123,10 @@ class Policy:
                    task_restart_types=frozenset(t for t, ts in spec.tasks.items() if ts.restart_policy == "task"),
                    retry_count=spec.retry_count, fail_on_worker_failure=spec.fail_on_worker_failure)
 
-    def decide(self, failure: Failure, session_id: int, task_restarts_used: int) -> Decision:
-        """What ``failure`` means in session ``session_id``, when its task was already relaunched
-        alone ``task_restarts_used`` times."""
+    def decide(self, failure: Failure, retries_used: int, task_restarts_used: int) -> Decision:
+        """What ``failure`` means when the job has relaunched its session ``retries_used`` times
+        (the session id, unless an ApplicationMaster attempt started a session too) and the task
+        was already relaunched alone ``task_restarts_used`` times."""
         ttype = failure.type
         if ttype in self.sidecars:
             return Decision(Action.IGNORE)
@@ -134,7 +135,7 @@ class Policy:
                 and task_restarts_used < self.retry_count):
             return Decision(Action.RESTART_TASK)
         message = failure.message
-        if session_id < self.retry_count:
+        if retries_used < self.retry_count:
             return Decision(Action.RESTART_SESSION, message)
         tracked = ttype in self.tracked
         if is_chief or ttype in self.stop_on_failure or (tracked and self.fail_on_worker_failure):

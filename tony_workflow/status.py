@@ -82,7 +82,9 @@ class JobStatus:
     """Status of one application, as JSON-safe data.
 
     ``state`` is one of :class:`JobState`; ``session_id`` is the current session (0 first);
-    ``attempts`` counts sessions started; ``tasks`` lists the current session's tasks.
+    ``attempts`` counts sessions started; ``retries`` the session relaunches spent against
+    ``tony.am.retry-count``; ``am_attempt`` is the ApplicationMaster's attempt (1 first, see
+    ``tony.am.max-attempts``); ``tasks`` lists the current session's tasks.
     """
 
     application_id: str
@@ -97,6 +99,8 @@ class JobStatus:
     finished_at: float | None = None
     name: str | None = None
     backend: str = "local"
+    retries: int = 0
+    am_attempt: int = 1
 
     @property
     def is_final(self) -> bool:
@@ -127,6 +131,8 @@ class JobStatus:
     def summary(self) -> str:
         """One progress line: state, session, task states and URLs."""
         parts = [f"{self.application_id} {self.state}", f"session={self.session_id}"]
+        if self.am_attempt > 1:
+            parts.append(f"am_attempt={self.am_attempt}")
         if self.tasks:
             parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
         if self.tensorboard_url:

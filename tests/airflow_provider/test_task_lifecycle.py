@@ -95,9 +95,10 @@ def test_killed_task_process_retries_and_reattaches_without_a_second_application
     runner = start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)
     try:
         app_id = wait_for(lambda: running_app(tony_home))
-        am_pid = json.loads((tony_home / "local" / "apps" / app_id / "am.json").read_text())["pid"]
-        # The AM was started by the task's own process: that is the process a crash takes away.
-        task_process = psutil.Process(psutil.Process(am_pid).ppid())
+        sup_pid = json.loads((tony_home / "local" / "apps" / app_id / "supervisor.json").read_text())["pid"]
+        # The job's supervisor (the AM's parent) was started by the task's own process: that is the
+        # process a crash takes away.
+        task_process = psutil.Process(psutil.Process(sup_pid).ppid())
         assert "python" in task_process.name().lower() or "airflow" in " ".join(task_process.cmdline())
         task_process.kill()
         runner.wait(timeout=240)

@@ -134,6 +134,7 @@ SITE_CASES = {
     "a misspelled local key": ({"tony.local.memroy": "8g"}, "did you mean tony.local.memory?"),
     "a whitelist entry with a space": ({"tony.local.env-whitelist": "PATH,MY VAR"}, "tony.local.env-whitelist"),
     "a fork server that is maybe on": ({"tony.local.fork-server": "maybe"}, "tony.local.fork-server"),
+    "a negative retention": ({"tony.local.retention-sec": "-1"}, "tony.local.retention-sec"),
 }
 
 

@@ -4,6 +4,7 @@ started is left running. Real processes throughout; leftovers are found by scann
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -97,3 +98,71 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# A trainer that checkpoints a step counter into TONY_CHECKPOINT_DIR (mirrored by the runtime) and
+# records where each session started from.
+TRAINER = textwrap.dedent("""
+    import os, time
+    from pathlib import Path
+    ck, marks = Path(os.environ["TONY_CHECKPOINT_DIR"]), Path(os.environ["MARKS"])
+    saved = ck / "step"
+    start = int(saved.read_text()) if saved.exists() else 0
+    (marks / f"session{os.environ['SESSION_ID']}.start").write_text(str(start))
+    for step in range(start, 40):
+        time.sleep(0.2)
+        tmp = ck / "step.tmp"
+        tmp.write_text(str(step + 1))
+        os.replace(tmp, saved)
+        (marks / "progress").write_text(str(step + 1))
+""")
+
+
+def _trainer(tmp_path: Path, conf: dict | None = None):
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    (tmp_path / "marks").mkdir()
+    doc = {"name": "am-deaths", "command": f"{sys.executable} {script}", "am": {"memory": "128m"},
+           "env": {"MARKS": str(tmp_path / "marks")}, "tasks": {"worker": {"instances": 1, "memory": "128m"}},
+           "conf": {"tony.task.tensorboard.enabled": "false", "tony.am.liveness-timeout-ms": 3000, **(conf or {})}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    handle = TonyClient("local").submit(load_job(str(path)))
+    marks = tmp_path / "marks"
+    wait_for(lambda: (marks / "progress").exists() and int((marks / "progress").read_text()) >= 15, timeout=120)
+    am = json.loads((handle.backend.app_dir(handle.app_id) / "am.json").read_text())
+    return handle, marks, am["pid"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_dead_or_hung_am_is_replaced_and_training_resumes(tony_home, tmp_path, sig):
+    handle, marks, am_pid = _trainer(tmp_path)
+    tracking = handle.status().tracking_url
+    os.kill(am_pid, sig)
+    status = handle.wait(poll_interval=0.2, timeout=180)
+    assert status.state == "SUCCEEDED", status.diagnostics
+    assert status.am_attempt == 2 and status.session_id == 1
+    assert status.tracking_url == tracking  # the new attempt listens where the old one did
+    assert int((marks / "session1.start").read_text()) > 0  # from the checkpoint, not from step 0
+    assert not _alive(am_pid)
+    failed = [e for e in events(handle) if e["event"] == "am_attempt_failed"]
+    assert len(failed) == 1 and failed[0]["attempt"] == 1
+    assert ("did not answer" if sig == signal.SIGSTOP else "killed by signal 9") in failed[0]["reason"]
+    assert [e["attempt"] for e in events(handle) if e["event"] == "am_started"] == [1, 2]
+    assert app_processes(handle.app_id) == []
+
+
+def test_without_attempts_left_a_dead_am_fails_the_job_and_leaves_nothing(tony_home, tmp_path):
+    handle, marks, am_pid = _trainer(tmp_path, {"tony.am.max-attempts": 1})
+    os.kill(am_pid, signal.SIGKILL)
+    status = handle.wait(poll_interval=0.2, timeout=120)
+    assert status.state == "FAILED"
+    assert "killed by signal 9" in status.diagnostics and "tony.am.max-attempts=1" in status.diagnostics
+    assert not (marks / "session1.start").exists()
+    assert app_processes(handle.app_id) == []
+    assert handle.backend.am_gone(handle.app_id)
+
+
+def events(handle) -> list[dict]:
+    from tony_workflow.history import read_events
+    return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))

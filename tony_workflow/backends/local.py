@@ -35,7 +35,9 @@ from typing import Iterator
 import psutil
 
 from .. import process
+from ..attempts import ATTEMPT_ENV, OWNER_ENV
 from ..forkserver import ForkServer, ForkServerGone
+from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
 from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest,
@@ -53,6 +55,23 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link to ``src`` (the staged, read-only source), or a copy where links cannot be made."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _read_only(root: Path) -> None:
+    """Takes the write bits off every file below ``root`` (directories stay writable)."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode & ~0o222)
 
 
 def cluster_dir() -> Path:
@@ -150,11 +169,14 @@ class LocalClusterManager(ClusterManager):
     """AM-side: the ledger, and containers as local process groups."""
 
     def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None,
-                 fork_server: bool = False):
+                 fork_server: bool = False, attempt: int = 1, owner_started: float | None = None):
         self.app_id = app_id
         self.app_dir = app_dir
         self.inventory = inventory
+        # The job's resources are held by its supervisor, which outlives any one AM attempt.
         self.owner_pid = owner_pid or os.getpid()
+        self.owner_started = owner_started if owner_pid else process.start_time(self.owner_pid)
+        self.attempt = attempt
         self.ledger = cluster_dir() / "ledger.json"
         self._procs: dict[str, subprocess.Popen] = {}
         self._forked: dict[str, int] = {}  # container id -> pid, for containers the fork server started
@@ -176,7 +198,11 @@ class LocalClusterManager(ClusterManager):
         wrote for it when it submitted."""
         app_id = app_dir.name
         settings = LocalSettings.from_dict(json.loads((app_dir / SETTINGS_FILE).read_text()))
-        cluster = cls(app_id, app_dir, Inventory.of(settings.capacity), fork_server=settings.fork_server)
+        owner, _, started = (os.environ.get(OWNER_ENV) or "").partition(":")
+        cluster = cls(app_id, app_dir, Inventory.of(settings.capacity), fork_server=settings.fork_server,
+                      owner_pid=int(owner) if owner else None,
+                      owner_started=float(started) if started not in ("", "None") else None,
+                      attempt=int(os.environ.get(ATTEMPT_ENV) or 1))
         secret = json.loads((app_dir / "am.secret").read_text())
         return cluster, AMIdentity(app_id, secret["token"], secret["view_token"], "127.0.0.1")
 
@@ -195,6 +221,12 @@ class LocalClusterManager(ClusterManager):
             while True:
                 with _locked_json(self.ledger, {}) as L:
                     self._purge(L)
+                    held = L["allocations"].get(self.app_id)
+                    if held is not None:
+                        # An earlier attempt's gang, kept by the job's supervisor while it cleared
+                        # what that attempt left: this attempt takes it over as it is.
+                        L["queue"] = [q for q in L["queue"] if q["app"] != self.app_id]
+                        return self._containers(requests, list(held["gpus"]))
                     if not any(q["app"] == self.app_id for q in L["queue"]):
                         enqueue(L, self.app_id, self.owner_pid)
                     used_mem = sum(a["memory_mb"] for a in L["allocations"].values())
@@ -206,12 +238,9 @@ class LocalClusterManager(ClusterManager):
                     if (head and used_mem + sum(r.memory_mb for r in requests) <= inv.memory_mb
                             and used_vc + sum(r.vcores for r in requests) <= inv.vcores
                             and need_gpu <= len(free_gpu)):
-                        containers = []
-                        for r in requests:
-                            gpus, free_gpu = free_gpu[:r.gpus], free_gpu[r.gpus:]
-                            containers.append(self._make(r.task_id, r.memory_mb, r.vcores, gpus))
+                        containers = self._containers(requests, free_gpu)
                         L["allocations"][self.app_id] = {
-                            "pid": self.owner_pid, "started": process.start_time(self.owner_pid),
+                            "pid": self.owner_pid, "started": self.owner_started,
                             "since": time.time(),
                             "memory_mb": sum(r.memory_mb for r in requests),
                             "vcores": sum(r.vcores for r in requests),
@@ -226,12 +255,21 @@ class LocalClusterManager(ClusterManager):
                 L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
             raise
 
+    def _containers(self, requests: list[ContainerRequest], gpus: list[int]) -> list[Container]:
+        """One container per request, handing out ``gpus`` in request order."""
+        containers = []
+        for r in requests:
+            mine, gpus = gpus[:r.gpus], gpus[r.gpus:]
+            containers.append(self._make(r.task_id, r.memory_mb, r.vcores, mine))
+        return containers
+
     def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: list[int]) -> Container:
         with self._lock:
             self._seq += 1
             seq = self._seq
         _, ts, app_seq = self.app_id.split("_")
-        cid = f"container_{ts}_{app_seq}_01_{seq:06d}"
+        # YARN's shape: the application, the AM attempt, then the container's number.
+        cid = f"container_{ts}_{app_seq}_{self.attempt:02d}_{seq:06d}"
         return Container(id=cid, task_id=task_id, memory_mb=memory_mb, vcores=vcores, gpu_indices=gpus)
 
     def new_container(self, like: Container) -> Container:
@@ -241,8 +279,11 @@ class LocalClusterManager(ClusterManager):
         wd = self.app_dir / "containers" / container.id
         wd.mkdir(parents=True, exist_ok=True)
         staged = self.app_dir / "src"
-        if staged.is_dir():  # localisation: each container gets its own copy of src_dir
-            shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True)
+        if staged.is_dir():
+            # Localisation: the job's source, staged once at submission with its files read-only,
+            # is hard-linked into every container (one copy on disk, whatever the number of tasks
+            # and relaunches); a task that replaces a file gets its own, and none can change another's.
+            shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True, copy_function=_link_or_copy)
         container.workdir = wd
         container.stdout, container.stderr = wd / "stdout", wd / "stderr"
         env = {**os.environ, **env}
@@ -318,9 +359,14 @@ class LocalClusterManager(ClusterManager):
             process.kill_tree(pid, 2.0, started=self._started_at.get(cid))
         if self._forks is not None:
             self._forks.close()
-        with _locked_json(self.ledger, {}) as L:
-            L.get("allocations", {}).pop(self.app_id, None)
-            L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
+        forget_allocation(self.app_id)
+
+
+def forget_allocation(app_id: str) -> None:
+    """Gives the application's resources back to the local cluster and takes it out of the queue."""
+    with _locked_json(cluster_dir() / "ledger.json", {}) as L:
+        L.get("allocations", {}).pop(app_id, None)
+        L["queue"] = [q for q in L.get("queue", []) if q["app"] != app_id]
 
 
 class LocalBackend(Backend):
@@ -338,6 +384,7 @@ class LocalBackend(Backend):
         # The machine's settings come from the site configuration, never from the job.
         settings = local_settings()
         Inventory.of(settings.capacity).check_fits(gang_requests(spec))
+        clean_now_and_then(cluster_dir(), settings.retention_s)
         app_id = next_application_id()
         d = self.app_dir(app_id)
         # The job's directory holds its spec (with the job's environment), its tokens and its logs:
@@ -348,6 +395,7 @@ class LocalBackend(Backend):
         if spec.src_dir:
             shutil.copytree(spec.src_dir, d / "src", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
+            _read_only(d / "src")
         _write_private(d / "spec.json", json.dumps(spec.to_dict(), indent=1))
         _write_private(d / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=1))
         status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,
@@ -355,19 +403,20 @@ class LocalBackend(Backend):
         _write_private(d / "status.json", json.dumps(status.to_dict()))
         token, view = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
         _write_private(d / "am.secret", json.dumps({"token": token, "view_token": view}))
-        out_fd = os.open(d / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # The job's supervisor runs its AM attempts (see tony_workflow.supervisor) and writes to the
+        # AM's log files as well.
         err_fd = os.open(d / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            am = subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", "local", "--app-dir", str(d)],
-                                  cwd=d, stdout=out_fd, stderr=err_fd, stdin=subprocess.DEVNULL,
-                                  start_new_session=True, close_fds=True, umask=0o077,
-                                  env={**settings.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
+            sup = subprocess.Popen([self.python, "-m", "tony_workflow.supervisor", "--backend", "local",
+                                    "--app-dir", str(d)],
+                                   cwd=d, stdout=subprocess.DEVNULL, stderr=err_fd, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, close_fds=True, umask=0o077,
+                                   env={**settings.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
         finally:
-            os.close(out_fd)
             os.close(err_fd)
         # Take the job's place in the queue now, so jobs are served in the order they were submitted.
         with _locked_json(cluster_dir() / "ledger.json", {}) as L:
-            enqueue(L, app_id, am.pid)
+            enqueue(L, app_id, sup.pid)
         return app_id
 
     def _secret(self, app_id: str) -> dict:
@@ -385,9 +434,19 @@ class LocalBackend(Backend):
         return AMEndpoint(am["address"], secret["token"], secret.get("view_token"))
 
     def am_gone(self, app_id: str) -> bool:
-        # The AM unregisters (am.json "stopped") a moment before its process exits.
+        # The AM unregisters (am.json "stopped") a moment before its process exits, and the job's
+        # supervisor clears what is left after that.
+        sup = self._supervisor(app_id)
+        if sup is not None:
+            return not process.alive(sup["pid"], sup.get("started"))
         am = self._am_info(app_id)
         return am is None or not process.alive(am["pid"], am.get("started"))
+
+    def _supervisor(self, app_id: str) -> dict | None:
+        try:
+            return json.loads((self.app_dir(app_id) / "supervisor.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
 
     def stored_status(self, app_id: str) -> JobStatus:
         d = self.app_dir(app_id)
@@ -396,7 +455,9 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise KeyError(app_id) from None
         if not status.is_final:
-            am = self._am_info(app_id)
+            # The job runs while its supervisor does (between AM attempts there is no AM).
+            sup = self._supervisor(app_id)
+            am = sup or self._am_info(app_id)
             gone = am is not None and not process.alive(am["pid"], am.get("started"))
             never = am is None and status.started_at and time.time() - status.started_at > 60
             if gone or never:
@@ -413,9 +474,9 @@ class LocalBackend(Backend):
             return None
 
     def force_kill(self, app_id: str) -> None:
-        am = self._am_info(app_id)
-        if am and process.alive(am["pid"], am.get("started")):
-            process.kill_tree(am["pid"], 5.0, started=am.get("started"))
+        for info in (self._supervisor(app_id), self._am_info(app_id)):
+            if info and process.alive(info["pid"], info.get("started")):
+                process.kill_tree(info["pid"], 5.0, started=info.get("started"))
         d = self.app_dir(app_id)
         for c in (d / "containers").glob("*/pid"):
             with contextlib.suppress(ValueError, OSError):

@@ -97,7 +97,15 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.yarn.python``
 #:     The interpreter YARN containers start the AM and executors with; empty: the client's own
 #:     (right when every node has the same installation at the same path).
+#: ``tony.am.max-attempts``
+#:     How many times the ApplicationMaster is started when it dies or hangs (YARN's AM attempts);
+#:     a later attempt starts a new session from the last checkpoint.
+#: ``tony.am.liveness-timeout-ms``
+#:     An ApplicationMaster that does not answer for this long is killed and replaced; executors
+#:     that cannot reach their AM for this long stop their user processes.
 PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.am.max-attempts": "2",
+    "tony.am.liveness-timeout-ms": "30000",
     "tony.task.tensorboard.enabled": "true",
     "tony.checkpoint.location": "",
     "tony.task.heartbeat-timeout-ms": "8000",
@@ -123,6 +131,9 @@ PROJECT_DEFAULTS: dict[str, str] = {
 #:     inherit (comma-separated names; ``NAME_*`` matches a prefix). Nothing else of the
 #:     submitter's environment (an Airflow worker's connections, say) reaches a job: as on YARN,
 #:     tasks start from the machine's basics plus what the job declares.
+#: ``tony.local.retention-sec``
+#:     How long the directory of a finished job (logs, events, source copies, the default
+#:     checkpoint store) is kept; 0 keeps them all. ``tony clean`` removes them on demand.
 LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     "tony.local.memory": "",
     "tony.local.vcores": "",
@@ -131,6 +142,7 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     "tony.local.fork-server": "true",
     "tony.local.env-whitelist": ("PATH,HOME,USER,LOGNAME,SHELL,LANG,LC_*,TZ,TMPDIR,TERM,TONY_*,JAVA_HOME,HADOOP_*,"
                                  "LD_LIBRARY_PATH,CUDA_*,NVIDIA_*,OPENBLAS_*,OMP_*,MKL_*"),
+    "tony.local.retention-sec": str(7 * 86400),
 }
 
 #: The effective configuration before any file: TonY's defaults, then this project's.
@@ -167,13 +179,16 @@ RESERVED_TYPES = frozenset({
 BOOL_KEYS = tuple(k for k, v in TONY_DEFAULTS.items() if v in ("true", "false"))
 INT_MINIMUMS = {
     "tony.am.retry-count": 0,
+    "tony.am.max-attempts": 1,
+    "tony.am.liveness-timeout-ms": 1000,
+    "tony.task.heartbeat-timeout-ms": 0,
     "tony.application.timeout": 0,
     "tony.task.heartbeat-interval-ms": 1,
     "tony.task.max-missed-heartbeats": 1,
     "tony.task.max-total-instances": -1,
     "tony.task.max-total-gpus": -1,
 }
-INT_KEYS = tuple(k for k, v in TONY_XML_DEFAULTS.items()
+INT_KEYS = tuple(k for k, v in TONY_DEFAULTS.items()
                   if re.fullmatch(r"-?\d+", v) and k.rsplit(".", 1)[1] not in ("vcores", "gpus"))
 
 

@@ -273,6 +273,16 @@ class JobSpec:
         return self._text("tony.yarn.python")
 
     @cached_property
+    def am_max_attempts(self) -> int:
+        """tony.am.max-attempts: how many times the ApplicationMaster is started."""
+        return self._typed("tony.am.max-attempts", lambda v: parse_int(v, 1))
+
+    @cached_property
+    def am_liveness_timeout_ms(self) -> int:
+        """tony.am.liveness-timeout-ms: how long an ApplicationMaster may go without answering."""
+        return self._typed("tony.am.liveness-timeout-ms", lambda v: parse_int(v, 1000))
+
+    @cached_property
     def heartbeat_timeout_ms(self) -> int:
         """tony.task.heartbeat-timeout-ms: the AM's limit on silence from a task; 0: none."""
         return self._typed("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))

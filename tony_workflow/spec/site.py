@@ -40,6 +40,8 @@ class LocalSettings:
     capacity: LocalCapacity
     fork_server: bool
     env_whitelist: tuple[str, ...]
+    #: seconds a finished job's directory is kept; 0: forever
+    retention_s: int = 7 * 86400
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str], source: str | None = None) -> "LocalSettings":
@@ -68,6 +70,7 @@ class LocalSettings:
             gpus=_gpu_indices(gpus) if gpus is not None else None,
             oversubscription=typed("tony.local.vcore-oversubscription", parse_oversubscription))
         fork_server = typed("tony.local.fork-server", parse_bool)
+        retention = typed("tony.local.retention-sec", lambda v: parse_int(v, 0))
         whitelist = tuple(parse_list(values["tony.local.env-whitelist"]))
         bad = [p for p in whitelist if not _whitelist_entry_ok(p)]
         if bad:
@@ -75,7 +78,7 @@ class LocalSettings:
                                     "entries are variable names, or a name prefix followed by '*'", source))
         if issues:
             raise SpecError(issues)
-        return cls(capacity, bool(fork_server), whitelist)
+        return cls(capacity, bool(fork_server), whitelist, retention)
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The part of ``environ`` that the whitelist lets a local job inherit from its submitter."""
@@ -91,7 +94,8 @@ class LocalSettings:
         cap = dict(data["capacity"])
         if cap.get("gpus") is not None:
             cap["gpus"] = tuple(cap["gpus"])
-        return cls(LocalCapacity(**cap), bool(data["fork_server"]), tuple(data["env_whitelist"]))
+        return cls(LocalCapacity(**cap), bool(data["fork_server"]), tuple(data["env_whitelist"]),
+                   int(data.get("retention_s", 7 * 86400)))
 
 
 def _gpu_indices(text: str) -> tuple[int, ...] | None:

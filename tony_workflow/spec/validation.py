@@ -46,7 +46,6 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
     for key in INT_KEYS:
         minimum = INT_MINIMUMS.get(key)
         check(key, lambda v, m=minimum: parse_int(v, m))
-    check("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
     check("tony.am.memory", parse_memory)
     check("tony.am.vcores", lambda v: parse_int(v, 1))
     check("tony.am.gpus", lambda v: parse_int(v, 0))

@@ -1,0 +1,58 @@
+"""ApplicationMaster attempts: what a later attempt takes over from the ones before it.
+
+A job's AM may die (killed, out of memory, its machine lost) or hang. The supervisor
+(:mod:`tony_workflow.supervisor`) then starts another attempt, up to ``tony.am.max-attempts``. The
+new attempt knows nothing but what the job persisted: its status (which session ran, how many
+session relaunches were spent, when the job started), its events, and its checkpoint store. It
+starts the next session, whose tasks restore the newest checkpoint, keeps the job's start time (so
+``tony.application.timeout`` counts from the submission) and listens where the earlier attempt
+did when it can (so the tracking URL stays the same).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .status import JobStatus
+
+__all__ = ["Resume", "resume_point", "ATTEMPT_ENV", "OWNER_ENV"]
+
+#: The attempt number the supervisor gives each AM it starts (1 first).
+ATTEMPT_ENV = "TONY_AM_ATTEMPT"
+#: ``pid:start time`` of the process that holds the job's resources across attempts.
+OWNER_ENV = "TONY_AM_OWNER"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where attempt ``attempt`` of the AM starts."""
+
+    attempt: int = 1
+    first_session: int = 0
+    retries: int = 0
+    started_at: float | None = None
+    port: int = 0
+    #: why the earlier attempt ended, for the status
+    diagnostics: str = ""
+
+
+def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
+    """How attempt ``attempt`` (default: from the environment) of the AM in ``app_dir`` starts."""
+    attempt = attempt if attempt is not None else int(os.environ.get(ATTEMPT_ENV) or 1)
+    if attempt <= 1:
+        return Resume()
+    try:
+        st = JobStatus.from_dict(json.loads((app_dir / "status.json").read_text()))
+    except (OSError, ValueError):
+        return Resume(attempt=attempt)
+    port = 0
+    try:
+        port = int(json.loads((app_dir / "am.json").read_text())["address"].rsplit(":", 1)[1])
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    # A session that started is over with its attempt: the next one takes its place.
+    first = st.session_id + 1 if st.attempts else 0
+    return Resume(attempt=attempt, first_session=first, retries=st.retries, started_at=st.started_at, port=port,
+                  diagnostics=st.diagnostics)

@@ -1,0 +1,264 @@
+"""The supervisor of a job's ApplicationMaster: attempts, liveness and the last word on cleanup.
+
+One small process per job runs the AM as its child, as YARN's ResourceManager runs AM attempts:
+
+* **Attempts.** When the AM dies before it has written a final status, what it left running is
+  killed and another attempt starts (:mod:`tony_workflow.attempts` says where it resumes), up to
+  ``tony.am.max-attempts``. Each attempt is recorded in the job's events.
+* **Liveness.** The AM must answer its status route; one that has not answered for
+  ``tony.am.liveness-timeout-ms`` (stopped, deadlocked, swapped out) is killed and replaced.
+* **Nothing left behind.** The supervisor is a child subreaper: whatever a container starts and
+  abandons is re-parented to it rather than to init, so when an attempt ends, and when the job
+  ends, it kills every process still below it.
+
+It holds the job's place on the local cluster (the ledger names it as the owner of the job's
+resources), so that the resources of a dead AM are not handed to the next job while its containers
+are being cleared. Only the standard library and :mod:`tony_workflow.process` are imported: it runs
+for the whole job and should cost nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import process
+from .attempts import ATTEMPT_ENV, OWNER_ENV
+from .history import EventLog
+from .status import JobState, JobStatus
+
+__all__ = ["Supervisor", "main", "INFO_FILE"]
+
+#: ``{pid, started}`` of the job's supervisor, beside its status.
+INFO_FILE = "supervisor.json"
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Makes orphaned descendants this process's children (Linux); False where that is not possible."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class Supervisor:
+    def __init__(self, backend: str, app_dir: Path, *, max_attempts: int, liveness_s: float,
+                 python: str = sys.executable):
+        self.backend = backend
+        self.app_dir = app_dir
+        self.max_attempts = max(1, max_attempts)
+        self.liveness_s = liveness_s
+        self.python = python
+        self.events = EventLog(app_dir / "events.jsonl")
+        self.stop_reason: str | None = None
+        self._wake = threading.Event()
+        self.am: subprocess.Popen | None = None
+
+    # -------------------------------------------------------------- one attempt
+    def _start(self, attempt: int) -> subprocess.Popen:
+        me = os.getpid()
+        env = {**os.environ, ATTEMPT_ENV: str(attempt), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
+        out = os.open(self.app_dir / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err = os.open(self.app_dir / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            return subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", self.backend,
+                                     "--app-dir", str(self.app_dir)], cwd=self.app_dir, env=env,
+                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
+        finally:
+            os.close(out)
+            os.close(err)
+
+    def _answers(self, am: subprocess.Popen, timeout: float) -> bool:
+        """Whether this attempt's AM answers its status route within ``timeout`` seconds."""
+        from .rpc import AMClient, AMError, AMUnreachable
+
+        try:
+            info = json.loads((self.app_dir / "am.json").read_text())
+            if info.get("pid") != am.pid:
+                return False  # not registered yet (the file is an earlier attempt's, or absent)
+            token = json.loads((self.app_dir / "am.secret").read_text())["token"]
+        except (OSError, ValueError, KeyError):
+            return False
+        client = AMClient(info["address"], token, timeout=timeout, retries=0)
+        try:
+            client.status()
+            return True
+        except (AMUnreachable, AMError, OSError):
+            return False
+        finally:
+            client.close()
+
+    def _watch(self, am: subprocess.Popen, attempt: int) -> str | None:
+        """Waits for the attempt to end. None: it ended the job (a final status and unregistered);
+        else why the attempt failed."""
+        probe_every = max(0.2, min(2.0, self.liveness_s / 4))
+        last_ok = time.monotonic()  # the start-up counts against the limit as well
+        next_probe = time.monotonic() + probe_every
+        forwarded = False
+        while True:
+            code = am.poll()
+            if code is not None:
+                if self._final():
+                    return None
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                return f"ApplicationMaster attempt {attempt} {how} before the job ended"
+            if self.stop_reason and not forwarded:
+                forwarded = True
+                with contextlib.suppress(OSError):
+                    am.send_signal(signal.SIGTERM)  # the AM stops the tasks and writes KILLED
+            now = time.monotonic()
+            if now >= next_probe:
+                if self._answers(am, timeout=min(5.0, max(0.5, self.liveness_s / 2))):
+                    last_ok = time.monotonic()
+                next_probe = time.monotonic() + probe_every
+                if time.monotonic() - last_ok > self.liveness_s:
+                    return (f"ApplicationMaster attempt {attempt} did not answer for {self.liveness_s:g} s "
+                            f"(tony.am.liveness-timeout-ms)")
+            self._reap()
+            self._wake.wait(0.2)
+
+    def _final(self) -> bool:
+        try:
+            status = JobStatus.from_dict(json.loads((self.app_dir / "status.json").read_text()))
+            am = json.loads((self.app_dir / "am.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return status.is_final and bool(am.get("stopped"))
+
+    def _reap(self) -> None:
+        """Reaps orphans that ended (they were re-parented here); never the AM, whose Popen does."""
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children():
+                if self.am is not None and child.pid == self.am.pid:
+                    continue
+                with contextlib.suppress(psutil.Error, ChildProcessError):
+                    if child.status() == psutil.STATUS_ZOMBIE:
+                        os.waitpid(child.pid, os.WNOHANG)
+
+    def clear(self) -> None:
+        """Kills everything of the job still running: the AM's tree, every container (by the pid and
+        start time each recorded) and every process re-parented here."""
+        import psutil
+
+        if self.am is not None and self.am.poll() is None:
+            process.kill_tree(self.am.pid, 0.5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.am.wait(timeout=5)
+        for pid_file in (self.app_dir / "containers").glob("*/pid"):
+            with contextlib.suppress(ValueError, OSError):
+                started_file = pid_file.with_name("started")
+                started = float(started_file.read_text()) if started_file.is_file() else None
+                process.kill_tree(int(pid_file.read_text()), 1.0, started=started)
+        with contextlib.suppress(psutil.Error):
+            left = psutil.Process().children(recursive=True)
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(left, timeout=5)
+
+    # -------------------------------------------------------------- the job
+    def run(self) -> int:
+        me = os.getpid()
+        (self.app_dir / INFO_FILE).write_text(json.dumps({"pid": me, "started": process.start_time(me)}))
+        attempt = 1
+        try:
+            while True:
+                self.am = self._start(attempt)
+                why = self._watch(self.am, attempt)
+                if why is None:
+                    return 0 if self._state() == JobState.SUCCEEDED else 1
+                self.clear()
+                self.events.emit("am_attempt_failed", attempt=attempt, reason=why)
+                if self.stop_reason:
+                    self._final_status(JobState.KILLED, f"{self.stop_reason}; {why}")
+                    return 1
+                if attempt >= self.max_attempts:
+                    self._final_status(JobState.FAILED, f"{why}; no attempts left "
+                                       f"(tony.am.max-attempts={self.max_attempts})")
+                    return 1
+                attempt += 1
+                self._note(f"{why}; starting attempt {attempt} of {self.max_attempts}", attempt)
+        finally:
+            self.clear()
+            self.events.close()
+
+    def _state(self) -> str | None:
+        try:
+            return json.loads((self.app_dir / "status.json").read_text()).get("state")
+        except (OSError, ValueError):
+            return None
+
+    def _update_status(self, change) -> None:
+        path = self.app_dir / "status.json"
+        try:
+            status = JobStatus.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            status = JobStatus(application_id=self.app_dir.name, started_at=time.time(), backend=self.backend)
+        change(status)
+        tmp = path.with_name("status.json.tmp")
+        tmp.write_text(json.dumps(status.to_dict()))
+        os.replace(tmp, path)
+
+    def _note(self, diagnostics: str, attempt: int) -> None:
+        def change(st: JobStatus) -> None:
+            st.diagnostics, st.am_attempt = diagnostics, attempt
+            if not st.is_final:
+                st.state = JobState.ALLOCATING
+        self._update_status(change)
+
+    def _final_status(self, state: str, diagnostics: str) -> None:
+        def change(st: JobStatus) -> None:
+            st.state, st.diagnostics, st.finished_at = state, diagnostics, time.time()
+            for t in st.tasks:
+                if t.state not in ("SUCCEEDED", "FAILED", "KILLED", "LOST"):
+                    t.state = "KILLED"
+        self._update_status(change)
+        self.events.emit("application_finished", state=state, diagnostics=diagnostics)
+        # What clients wait for: the job is over and nothing of it runs.
+        with contextlib.suppress(OSError, ValueError):
+            am_json = self.app_dir / "am.json"
+            info = json.loads(am_json.read_text())
+            info["stopped"] = True
+            am_json.write_text(json.dumps(info))
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self._wake.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tony-supervisor", description="runs a job's ApplicationMaster attempts")
+    ap.add_argument("--backend", default="local", choices=["local", "yarn"])
+    ap.add_argument("--app-dir", required=True, type=Path)
+    args = ap.parse_args(argv)
+    app_dir: Path = args.app_dir.resolve()
+    from .spec import JobSpec
+
+    spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
+    become_subreaper()
+    sup = Supervisor(args.backend, app_dir, max_attempts=spec.am_max_attempts,
+                     liveness_s=spec.am_liveness_timeout_ms / 1000.0)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, f: sup.stop(f"killed: the job's supervisor received {signal.Signals(s).name}"))
+    try:
+        return sup.run()
+    finally:
+        if args.backend == "local":
+            from .backends.local import forget_allocation
+            forget_allocation(app_dir.name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -195,6 +195,10 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                              status.session_id, status.diagnostics)
         for task in update.relaunched:
             self.log.warning("Task %s relaunched (%d so far)", task.task_id, task.restarts)
+        if update.new_am_attempt:
+            self.log.warning("ApplicationMaster attempt %d: %s", status.am_attempt, status.diagnostics)
+        for warning in update.new_warnings:
+            self.log.warning("%s", warning)
         # The first update names the URL submission already pushed and logged: only a new one is news.
         if update.tensorboard_url and update.tensorboard_url != getattr(self, "_pushed", {}).get("tensorboard_url"):
             self._push_urls(context, status)

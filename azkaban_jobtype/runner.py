@@ -166,7 +166,12 @@ def _show(update: JobUpdate, say) -> None:
         say(f"Tracking URL: {update.tracking_url}")
     if update.tensorboard_url:
         say(f"TensorBoard URL: {update.tensorboard_url}")
-    say(f"[{time.strftime('%H:%M:%S')}] {update.status.summary()}")
+    stamp = time.strftime('%H:%M:%S')
+    say(f"[{stamp}] {update.status.summary()}")
+    if update.new_am_attempt:
+        say(f"[{stamp}] ApplicationMaster attempt {update.status.am_attempt}: {update.status.diagnostics}")
+    for warning in update.new_warnings:
+        say(f"[{stamp}] WARNING {warning}")
 
 
 def _write_output(path: str | None, status: JobStatus) -> None:

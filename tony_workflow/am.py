@@ -36,7 +36,8 @@ from .backends import ClusterManager, Container, NeverFits, gang_requests, get_c
 from .history import EventLog, log_tail
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .spec import JobSpec
-from .status import JobState, JobStatus, TaskState, TaskStatus
+from .status import JobState, JobStatus, StatusFile, TaskState, TaskStatus
+from .store_watch import StoreWatch
 
 __all__ = ["ApplicationMaster", "main"]
 
@@ -89,6 +90,9 @@ class ApplicationMaster:
         self.cond = threading.Condition(self.lock)
         self._gang_ready = threading.Event()  # set when the current session's gang has registered
         self.events = EventLog(self.app_dir / "events.jsonl")
+        self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
+        self.store_failure: str | None = None  # set when the store's trouble must fail the job
+        self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
         self.kill_requested: str | None = None
         self.cancel = threading.Event()
         self.tasks: dict[str, Task] = {}
@@ -103,10 +107,8 @@ class ApplicationMaster:
                                 backend=type(cluster).__module__.rsplit(".", 1)[-1],
                                 retries=self.resume.retries, am_attempt=self.resume.attempt,
                                 diagnostics=self.resume.diagnostics)
-        self._sent_status = ""
         self._dirty = False
-        self._last_write = 0.0
-        self._write_lock = threading.Lock()
+        self.status_file = StatusFile(self.app_dir / "status.json")
         self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
@@ -136,7 +138,7 @@ class ApplicationMaster:
         self.status.tasks = [t.status for t in self.tasks.values()]
         self._dirty = True
         if force:
-            self._write_status(self._status_snapshot())
+            self.status_file.write(self._status_snapshot())
         self.cond.notify_all()
 
     def _status_snapshot(self) -> str | None:
@@ -145,17 +147,6 @@ class ApplicationMaster:
             return None
         self._dirty = False
         return json.dumps(self.status.to_dict())
-
-    def _write_status(self, data: str | None) -> None:
-        if data is None:
-            return
-        with self._write_lock:
-            if data != self._sent_status:
-                tmp = self.app_dir / "status.json.tmp"
-                tmp.write_text(data)
-                os.replace(tmp, self.app_dir / "status.json")
-                self._sent_status = data
-            self._last_write = time.monotonic()
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         task.status.state = state
@@ -257,6 +248,14 @@ class ApplicationMaster:
                 return err
             task.last_heartbeat = time.time()
             task.metrics = body.get("metrics") or {}
+            changed, failure = self.store.report(task.id, task.session_id, task.metrics.get("store_error"),
+                                                 bool(task.metrics.get("store_ok")))
+            if changed:
+                self.status.warnings = self.store.warnings
+                self._publish()
+            if failure and not self.store_failure:
+                self.store_failure = failure
+                self.cond.notify_all()
             return 200, {"action": "continue"}
 
     def task_started(self, body: dict) -> tuple[int, dict]:
@@ -266,7 +265,13 @@ class ApplicationMaster:
                 return err
             task.status.pid = body.get("pid", task.status.pid)
             task.last_heartbeat = time.time()
+            if body.get("restored") and self.store.restored(task.id, task.session_id, body["restored"]):
+                self.status.warnings = self.store.warnings
             self._set_task_state(task, TaskState.RUNNING, pid=task.status.pid)
+            if all(t.status.state == TaskState.RUNNING for t in self.tasks.values()):
+                # Every task has restored its checkpoint: earlier copies are no longer needed.
+                keep = {t.container.id for t in self.tasks.values()}
+                threading.Thread(target=self.cluster.prune_checkpoints, args=(keep,), daemon=True).start()
             return 200, {"ok": True}
 
     def task_result(self, body: dict) -> tuple[int, dict]:
@@ -310,6 +315,8 @@ class ApplicationMaster:
             "TONY_SPEC_FILE": str(self.app_dir / "spec.json"),
             "TONY_CHECKPOINT_LOCATION": self.checkpoint_location, "TONY_CONTAINER_ID": container.id,
         })
+        if self._fallbacks:
+            env["TONY_CHECKPOINT_FALLBACKS"] = self._fallbacks
         if self.log_dir:
             env["TONY_LOG_DIR"] = self.log_dir
         if fixed_port:
@@ -345,6 +352,8 @@ class ApplicationMaster:
             self.tasks = {}
             self._cluster = None
             self._gang_ready = threading.Event()
+            chief = f"{self.chief[0]}:{self.chief[1]}"
+            self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
             self.events.emit("session_started", session=session_id)
             tasks = []
             for task_id, reserved in self.containers.items():
@@ -414,6 +423,8 @@ class ApplicationMaster:
         now = time.time()
         if self.kill_requested:
             raise SessionEnd(JobState.KILLED, self.kill_requested, retryable=False)
+        if self.store_failure:
+            raise SessionEnd(JobState.FAILED, self.store_failure, retryable=False)
         timeout = self.spec.application_timeout_ms
         if timeout > 0 and now - (self.status.started_at or now) > timeout / 1000.0:
             raise SessionEnd(JobState.FAILED, f"Application timed out after {timeout} ms "
@@ -453,9 +464,9 @@ class ApplicationMaster:
                 with self.cond:
                     self.cond.wait(self.tick)
                     self._check()
-                    due = time.monotonic() - self._last_write >= 0.25
+                    due = self.status_file.age() >= 0.25
                     data = self._status_snapshot() if due else None
-                self._write_status(data)
+                self.status_file.write(data)
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:
@@ -511,6 +522,8 @@ class ApplicationMaster:
         return self._finish(end)
 
     def _allocate_and_run(self) -> SessionEnd:
+        if self.resume.attempt > 1:
+            self.cluster.recover()  # what an earlier attempt left where the supervisor cannot reach
         requests = gang_requests(self.spec)
         self.events.emit("allocating", containers=len(requests))
         try:

@@ -26,6 +26,11 @@ def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobSt
                   f"relaunched", file=stream, flush=True)
         for task in update.relaunched:
             print(f"[tony {stamp}] task {task.task_id} relaunched ({task.restarts} so far)", file=stream, flush=True)
+        if update.new_am_attempt:
+            print(f"[tony {stamp}] ApplicationMaster attempt {status.am_attempt}: {status.diagnostics}",
+                  file=stream, flush=True)
+        for warning in update.new_warnings:
+            print(f"[tony {stamp}] warning: {warning}", file=stream, flush=True)
         if update.final and status.diagnostics:
             print(f"[tony {stamp}] diagnostics: {status.diagnostics}", file=stream, flush=True)
     return status if status is not None else handle.status()

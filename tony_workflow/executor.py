@@ -93,6 +93,9 @@ class TaskExecutor:
         self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
         self._wake = threading.Event()  # set when the user process ends or a stop is asked for
         self.mirror = None  # a storage.CheckpointMirror on the chief when checkpoints are mirrored
+        self.store_error: str | None = None  # why the checkpoint store last failed, until it works again
+        self.store_ok = False  # a sync succeeded since the last failure
+        self.restored: dict | None = None  # which checkpoint this task resumed from
 
     # ------------------------------------------------------------------ steps
     def _register(self, port: int) -> None:
@@ -138,17 +141,20 @@ class TaskExecutor:
                                f"{time.monotonic() - last_ok:.0f} s)")
 
     def _metrics(self) -> dict:
+        # Store trouble rides on every heartbeat until it is over: the AM shows it and applies
+        # tony.checkpoint.on-store-failure.
+        trouble = {"store_error": self.store_error} if self.store_error else {"store_ok": True} if self.store_ok else {}
         if self.user is None or self.user.poll() is not None:
-            return {}
+            return trouble
         import psutil
 
         try:
             root = psutil.Process(self.user.pid)
             procs = [root, *root.children(recursive=True)]
             rss = sum(p.memory_info().rss for p in procs if p.is_running())
-            return {"rss_mb": rss // (1024 * 1024), "processes": len(procs)}
+            return {"rss_mb": rss // (1024 * 1024), "processes": len(procs), **trouble}
         except psutil.Error:
-            return {}
+            return trouble
 
     def _stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
@@ -254,19 +260,57 @@ class TaskExecutor:
 
     def _sync_checkpoints(self) -> None:
         if self.mirror and self.is_chief:
-            try:
-                self.mirror.sync()
-            except OSError as e:
-                log.warning("checkpoint mirror: %s", e)
+            self._mirror_once()
+
+    def _mirror_once(self) -> None:
+        """One sync of the checkpoint mirror; a failure is remembered (and reported with every
+        heartbeat) until a sync succeeds, never raised: training goes on unless the job says
+        otherwise (tony.checkpoint.on-store-failure)."""
+        try:
+            self.mirror.sync()
+        except Exception as e:  # any store's error: OSError, WebHDFS's own, ...
+            message = f"cannot write to the checkpoint store {self.mirror.store.uri}: {e}"
+            if message != self.store_error:
+                log.warning("%s", message)
+            self.store_error, self.store_ok = message, False
+            return
+        if self.store_error:
+            log.info("the checkpoint store takes writes again")
+        self.store_error, self.store_ok = None, True
 
     def _mirror_loop(self) -> None:
         while not self.stop_event.wait(2.0):
             if self.user is not None and self.user.poll() is not None:
                 return
-            try:
-                self.mirror.sync()
-            except OSError as e:
-                log.warning("checkpoint mirror: %s", e)
+            self._mirror_once()
+
+    def _restore(self, location: str) -> None:
+        """Restores the checkpoint directory: from the store, or from a newer complete checkpoint an
+        earlier container of the chief left on this machine (``TONY_CHECKPOINT_FALLBACKS``) when the
+        store is behind or cannot be read. Remembers what it resumed from, and the steps lost."""
+        from .checkpoints import choose, inspect, replace_with
+        from .storage import CheckpointMirror, open_storage
+
+        try:
+            self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)
+            self.mirror.restore()
+        except Exception as e:
+            self.store_error = f"cannot read the checkpoint store {location}: {e}"
+            log.warning("%s", self.store_error)
+        stored = inspect(self.checkpoint_dir)
+        fallbacks = [inspect(p) for p in self.env.get("TONY_CHECKPOINT_FALLBACKS", "").split(os.pathsep) if p]
+        best, lost = choose([stored, *fallbacks])
+        if best is None:
+            if lost:
+                self.restored = {"source": None, "step": None, "lost_steps": lost}
+            return
+        source = "the checkpoint store"
+        if best is not stored:
+            replace_with(self.checkpoint_dir, best.path)
+            source = f"the local checkpoint of {best.path.parent.name}"
+        self.restored = {"source": source, "step": best.step, "lost_steps": lost or 0}
+        log.info("resuming from %s of %s%s", best.describe(), source,
+                 f"; {lost} newer step(s) lost" if lost else "")
 
     # ------------------------------------------------------------------ main
     def run(self) -> int:
@@ -291,12 +335,7 @@ class TaskExecutor:
         cluster = reply["cluster"]
         location = self.env.get("TONY_CHECKPOINT_LOCATION")
         if location:
-            from .storage import CheckpointMirror, open_storage
-
-            self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)
-            restored = self.mirror.restore()
-            if restored:
-                log.info("restored %d checkpoint files from %s", restored, location)
+            self._restore(location)
         command = self.command()
         env = self._user_env(cluster, tb_port.port if tb_port else None)
         if tb_port:
@@ -308,10 +347,11 @@ class TaskExecutor:
                                          stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
             with contextlib.suppress(AMError, AMUnreachable):
-                self.am.task_started(self.task_id, self.session_id, self.user.pid)
+                self.am.task_started(self.task_id, self.session_id, self.user.pid, restored=self.restored)
         else:
             with contextlib.suppress(AMError, AMUnreachable):
-                self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0)
+                self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0,
+                                     restored=self.restored)
         if self.mirror and self.is_chief:
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
         code = self._wait()
@@ -324,6 +364,9 @@ class TaskExecutor:
         self._sync_checkpoints()
         if not self.stop_event.is_set():
             with contextlib.suppress(AMError, AMUnreachable):
+                if self.mirror and self.is_chief:  # the last sync's outcome, before the result ends the task
+                    self.am.heartbeat(self.task_id, self.session_id,
+                                      **({"store_error": self.store_error} if self.store_error else {"store_ok": True}))
                 self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "")
         return code
 

@@ -35,7 +35,9 @@ class JobUpdate:
     ``status`` is the new status and ``previous`` the one before it (None on the first update).
     ``state_changed`` says the job's state moved; ``new_session`` that a new session started
     (the previous one failed and was torn down); ``tasks`` lists the tasks that changed;
-    ``tracking_url`` and ``tensorboard_url`` are set when that URL is new (first known, or moved).
+    ``tracking_url`` and ``tensorboard_url`` are set when that URL is new (first known, or moved);
+    ``new_warnings`` lists warnings not in the previous status (the checkpoint store failing, steps
+    lost on a resume); ``new_am_attempt`` says that the ApplicationMaster was replaced.
     """
 
     status: JobStatus
@@ -45,6 +47,8 @@ class JobUpdate:
     tasks: tuple[TaskChange, ...] = field(default_factory=tuple)
     tracking_url: str | None = None
     tensorboard_url: str | None = None
+    new_warnings: tuple[str, ...] = ()
+    new_am_attempt: bool = False
 
     @property
     def first(self) -> bool:
@@ -66,12 +70,14 @@ def _task_key(status: JobStatus) -> tuple:
 
 def diff(previous: JobStatus | None, current: JobStatus) -> JobUpdate | None:
     """The update from ``previous`` to ``current``, or None when nothing shown to users changed
-    (state, session, task states and restarts, the URLs, and the diagnostics of a final status)."""
+    (state, session, AM attempt, task states and restarts, the URLs, the warnings, and the
+    diagnostics of a final status)."""
     if previous is not None and (
-            previous.state, previous.session_id, previous.tracking_url, previous.tensorboard_url,
-            _task_key(previous)) == (
-            current.state, current.session_id, current.tracking_url, current.tensorboard_url,
-            _task_key(current)) and (not current.is_final or previous.diagnostics == current.diagnostics):
+            previous.state, previous.session_id, previous.am_attempt, previous.tracking_url,
+            previous.tensorboard_url, previous.warnings, _task_key(previous)) == (
+            current.state, current.session_id, current.am_attempt, current.tracking_url,
+            current.tensorboard_url, current.warnings, _task_key(current)) and (
+            not current.is_final or previous.diagnostics == current.diagnostics):
         return None
     before = {t.task_id: t for t in previous.tasks} if previous is not None else {}
     new_session = previous is not None and current.session_id != previous.session_id
@@ -86,10 +92,12 @@ def diff(previous: JobStatus | None, current: JobStatus) -> JobUpdate | None:
         previous is None or current.tracking_url != previous.tracking_url) else None
     tensorboard = current.tensorboard_url if current.tensorboard_url and (
         previous is None or current.tensorboard_url != previous.tensorboard_url) else None
+    seen = set(previous.warnings) if previous is not None else set()
     return JobUpdate(status=current, previous=previous,
                      state_changed=previous is None or previous.state != current.state,
                      new_session=new_session, tasks=tuple(changes), tracking_url=tracking,
-                     tensorboard_url=tensorboard)
+                     tensorboard_url=tensorboard, new_warnings=tuple(w for w in current.warnings if w not in seen),
+                     new_am_attempt=previous is not None and current.am_attempt > previous.am_attempt)
 
 
 class Follower:

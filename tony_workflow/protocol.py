@@ -69,7 +69,7 @@ CLUSTER_SPEC = Route("cluster_spec", "GET", "/v1/cluster-spec", (
 HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", (
     Field("task_id"), Field("session_id", int), Field("metrics", dict)))
 STARTED = Route("started", "POST", "/v1/started", (
-    Field("task_id"), Field("session_id", int), Field("pid", int)))
+    Field("task_id"), Field("session_id", int), Field("pid", int), Field("restored", dict)))
 RESULT = Route("result", "POST", "/v1/result", (
     Field("task_id"), Field("session_id", int), Field("exit_code", int), Field("diagnostics")))
 TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", (Field("url"),))

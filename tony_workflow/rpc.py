@@ -135,8 +135,8 @@ class AMClient:
     def heartbeat(self, task_id: str, session_id: int, **metrics: Any) -> dict:
         return self._call(protocol.HEARTBEAT, task_id=task_id, session_id=session_id, metrics=metrics)
 
-    def task_started(self, task_id: str, session_id: int, pid: int) -> dict:
-        return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid)
+    def task_started(self, task_id: str, session_id: int, pid: int, restored: dict | None = None) -> dict:
+        return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid, restored=restored)
 
     def result(self, task_id: str, session_id: int, exit_code: int, diagnostics: str = "") -> dict:
         return self._call(protocol.RESULT, task_id=task_id, session_id=session_id, exit_code=exit_code,

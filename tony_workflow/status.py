@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id"]
+__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id", "StatusFile"]
 
 # YARN's shape, which local ids share: application_<cluster start ms>_<sequence>.
 _APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
@@ -84,7 +87,7 @@ class JobStatus:
     ``state`` is one of :class:`JobState`; ``session_id`` is the current session (0 first);
     ``attempts`` counts sessions started; ``retries`` the session relaunches spent against
     ``tony.am.retry-count``; ``am_attempt`` is the ApplicationMaster's attempt (1 first, see
-    ``tony.am.max-attempts``); ``tasks`` lists the current session's tasks.
+    ``tony.am.max-attempts``); ``warnings`` lists what is wrong but does not stop the job; ``tasks`` lists the current session's tasks.
     """
 
     application_id: str
@@ -101,6 +104,8 @@ class JobStatus:
     backend: str = "local"
     retries: int = 0
     am_attempt: int = 1
+    #: problems that do not stop the job (the checkpoint store failing, steps lost on a resume)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def is_final(self) -> bool:
@@ -118,6 +123,7 @@ class JobStatus:
 
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
+        d["warnings"] = list(self.warnings)
         d["tasks"] = [t.to_dict() for t in self.tasks]
         return d
 
@@ -149,3 +155,29 @@ class JobStatus:
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskStatus))
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobStatus) if f.name != "tasks")
+
+
+class StatusFile:
+    """The AM's persisted status, for clients that outlive it: replaced atomically, and only when
+    its text changed. Safe to call from several threads."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._sent = ""
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def write(self, data: str | None) -> None:
+        if data is None:
+            return
+        with self._lock:
+            if data != self._sent:
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                tmp.write_text(data)
+                os.replace(tmp, self.path)
+                self._sent = data
+            self._last = time.monotonic()
+
+    def age(self) -> float:
+        """Seconds since the last write was asked for."""
+        return time.monotonic() - self._last

@@ -11,6 +11,7 @@ from a location: a path, ``file://``, ``hdfs://`` or ``webhdfs://``.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -52,6 +53,9 @@ def upload_order(name: str) -> int:
     return 0
 
 
+_PERMANENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 0.2,
           retry_on: Callable[[BaseException], bool] | None = None) -> T:
     """Runs ``fn`` with exponential backoff. By default it retries OSError other than
@@ -59,7 +63,9 @@ def retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 0.2,
     def transient(e: BaseException) -> bool:
         if retry_on is not None:
             return retry_on(e)
-        return isinstance(e, OSError) and not isinstance(e, FileNotFoundError)
+        # A missing file, a refused permission, a full disk or a read-only store stay so: no retry.
+        return (isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, PermissionError))
+                and e.errno not in _PERMANENT_ERRNOS)
 
     for i in range(attempts):
         try:
@@ -125,8 +131,13 @@ class LocalStorage(Storage):
         part = dest.with_name(dest.name + ".tony-part")
 
         def copy() -> None:
-            shutil.copyfile(local, part)
-            os.replace(part, dest)  # atomic: readers see the old file or the whole new one
+            try:
+                shutil.copyfile(local, part)
+                os.replace(part, dest)  # atomic: readers see the old file or the whole new one
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    part.unlink()  # a full disk or a refused write leaves no partial file behind
+                raise
 
         retry(copy)
 

@@ -226,6 +226,12 @@ class Supervisor:
                     t.state = "KILLED"
         self._update_status(change)
         self.events.emit("application_finished", state=state, diagnostics=diagnostics)
+        if self.backend == "yarn":  # the ResourceManager and the status in HDFS must hear it too
+            with contextlib.suppress(Exception):
+                from .backends.yarn import YarnClusterManager
+
+                status = json.loads((self.app_dir / "status.json").read_text())
+                YarnClusterManager().finish(state, diagnostics, status)
         # What clients wait for: the job is over and nothing of it runs.
         with contextlib.suppress(OSError, ValueError):
             am_json = self.app_dir / "am.json"

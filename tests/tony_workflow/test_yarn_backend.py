@@ -89,10 +89,49 @@ def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluste
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 1 and st.attempts == 2
     assert {t.container_id for t in st.tasks}.isdisjoint({t.container_id for t in before.tasks})
+    # The relaunched chief's TensorBoard took over the proxy route: the link stays the same.
+    assert before.tensorboard_url is None or st.tensorboard_url == before.tensorboard_url
     # the relaunched chief began past step 0: it restored the checkpoint from HDFS
     text = run_tony("--backend", "yarn", "logs", h.app_id).stdout
     resumed = [int(m) for m in re.findall(r"session=1 task=worker:0 start_step=(\d+)", text)]
     assert resumed and resumed[0] > 0, text[-3000:]
+
+
+def am_process(app_id: str):
+    """The AM's Python process of a YARN application (its container's directory names the application)."""
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "tony_workflow.am" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_a_killed_am_is_replaced_and_training_resumes_from_hdfs(cluster, yarn):
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.liveness-timeout-ms=10000"],
+                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+    h = yarn.submit(spec)
+    ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
+    wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
+    before = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=120)
+    old_users = [user_process(t.pid) for t in before.tasks]
+    am = am_process(h.app_id)
+    assert am is not None
+    am.kill()
+    st = h.wait(poll_interval=1, timeout=400)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.am_attempt == 2 and st.session_id == 1
+    # The earlier attempt's tasks were stopped, not left training beside the new session's.
+    assert all(not p.is_running() or p.status() == "zombie" for p in old_users if p is not None)
+    text = run_tony("--backend", "yarn", "logs", h.app_id).stdout
+    resumed = [int(m) for m in re.findall(r"session=1 task=worker:0 start_step=(\d+)", text)]
+    assert resumed and resumed[0] > 0, text[-3000:]
+    # The links outlive the attempt: the same ResourceManager proxy pages.
+    assert st.tracking_url == before.tracking_url and "/proxy/" in st.tracking_url
+    assert st.tensorboard_url == before.tensorboard_url
 
 
 def used_gpus(cluster) -> int:

@@ -5,6 +5,7 @@ for (YARN needs skein), while the backends import ``base``. Kept apart, no arrow
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -44,7 +45,13 @@ def get_cluster_manager(name: str, app_dir: Path, spec: "JobSpec") -> tuple[Clus
         from .yarn import YarnClusterManager
         cluster = YarnClusterManager()
         # Clients read the tokens from skein's key-value store, which only the application's owner
-        # can, so the AM makes them itself.
-        return cluster, AMIdentity(cluster.app_id, secrets.token_urlsafe(24), secrets.token_urlsafe(12),
+        # can, so the AM makes them itself, once: a later attempt in this container takes them over.
+        secret = app_dir / "am.secret"
+        if not secret.is_file():
+            fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"token": secrets.token_urlsafe(24), "view_token": secrets.token_urlsafe(12)}, fh)
+        tokens = json.loads(secret.read_text())
+        return cluster, AMIdentity(cluster.app_id, tokens["token"], tokens["view_token"],
                                    os.environ.get("NM_HOST") or socket.getfqdn())
     raise ValueError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")

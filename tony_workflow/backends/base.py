@@ -208,6 +208,19 @@ class ClusterManager(ABC):
     def log_url(self, container: Container) -> str | None:
         return str(container.stdout) if container.stdout else None
 
+    def recover(self) -> None:
+        """Called by a later AM attempt before anything else: stops what an earlier attempt left
+        running that this backend can still reach."""
+
+    def checkpoint_fallbacks(self, task_id: str) -> list[str]:
+        """Checkpoint directories earlier containers of ``task_id`` left where this session's tasks
+        can read them (newest first); none where containers do not share a filesystem."""
+        return []
+
+    def prune_checkpoints(self, keep: set[str]) -> None:
+        """Removes the checkpoint directories of containers other than ``keep``, once the tasks
+        running in those have restored theirs."""
+
 
 class Backend(ABC):
     """Client-side access to a cluster."""

@@ -329,6 +329,20 @@ class LocalClusterManager(ClusterManager):
                 self._forked[c.id] = pid
             self._started(c, pid)
 
+    def checkpoint_fallbacks(self, task_id: str) -> list[str]:
+        found = []
+        for d in (self.app_dir / "containers").glob("*/checkpoint"):
+            with contextlib.suppress(OSError):
+                if (d.parent / "task_id").read_text().strip() == task_id and d.is_dir():
+                    found.append((d.stat().st_mtime, str(d)))
+        return [path for _, path in sorted(found, reverse=True)]
+
+    def prune_checkpoints(self, keep: set[str]) -> None:
+        # Every session restores its own copy: without this, each relaunch would add one per task.
+        for d in (self.app_dir / "containers").glob("*/checkpoint"):
+            if d.parent.name not in keep:
+                shutil.rmtree(d, ignore_errors=True)
+
     def poll(self, container: Container) -> int | None:
         p = self._procs.get(container.id)
         if p is not None:

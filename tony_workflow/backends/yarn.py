@@ -202,7 +202,8 @@ class YarnBackend(Backend):
         services = {
             AM_SERVICE: skein.Service(
                 resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
-                script=f"{conf_env}exec {python} -m tony_workflow.am --backend yarn --app-dir .",
+                # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
+                script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
                 files={"spec.json": spec_file, **conf_files}, env=base_env, max_restarts=0),
         }
         for ttype, task in spec.tasks.items():
@@ -382,16 +383,36 @@ class YarnClusterManager(ClusterManager):
         self.app.kv[KV_TOKEN] = token.encode()
         self.app.kv[KV_VIEW] = view_token.encode()
         self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
-        try:
-            return self.app.ui.add_page("tony", tracking_url, link_name="TonY").address
-        except Exception:
-            return tracking_url
+        return self._proxy("tony", tracking_url, "TonY") or tracking_url
 
     def expose_tensorboard(self, url: str) -> str | None:
+        return self._proxy("tensorboard", url, "TensorBoard")
+
+    def _proxy(self, route: str, url: str, link_name: str) -> str | None:
+        """The ResourceManager-proxied address of ``url``, one per route for the whole application:
+        a relaunched session's TensorBoard, or a later AM attempt, takes the route over, so the link
+        users already have keeps working. None when the proxy cannot be set up."""
+        ui = self.app.ui
         try:
-            return self.app.ui.add_page("tensorboard", url, link_name="TensorBoard").address
+            return ui.add_page(route, url, link_name=link_name).address
+        except Exception:
+            pass  # the route is taken: by an earlier session or attempt
+        try:
+            ui.remove_page(route)
+            return ui.add_page(route, url, link_name=link_name).address
         except Exception:
             return None
+
+    def recover(self) -> None:
+        """A later AM attempt's first step: the task containers an earlier attempt started (the
+        services still run them) are killed, so that the new session does not train beside them."""
+        for c in self.app.get_containers(states=["WAITING", "REQUESTED", "RUNNING"]):
+            if c.service_name == AM_SERVICE:
+                continue
+            try:
+                self.app.kill_container(c.id)
+            except Exception:
+                pass  # already gone
 
     def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
         if status is not None:

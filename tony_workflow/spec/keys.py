@@ -97,6 +97,9 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.yarn.python``
 #:     The interpreter YARN containers start the AM and executors with; empty: the client's own
 #:     (right when every node has the same installation at the same path).
+#: ``tony.checkpoint.on-store-failure``
+#:     What a failing checkpoint store does to the job: ``warn`` (training goes on; the failure is
+#:     shown in the status, the events and the workflow logs) or ``fail`` (the job fails at once).
 #: ``tony.am.max-attempts``
 #:     How many times the ApplicationMaster is started when it dies or hangs (YARN's AM attempts);
 #:     a later attempt starts a new session from the last checkpoint.
@@ -104,6 +107,7 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #:     An ApplicationMaster that does not answer for this long is killed and replaced; executors
 #:     that cannot reach their AM for this long stop their user processes.
 PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.checkpoint.on-store-failure": "warn",
     "tony.am.max-attempts": "2",
     "tony.am.liveness-timeout-ms": "30000",
     "tony.task.tensorboard.enabled": "true",

@@ -20,7 +20,7 @@ from .errors import SpecError, SpecIssue, error, unknown_message
 from .overrides import apply_pairs, parse_overrides
 from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
 from .values import (conf_value, parse_bool, parse_env, parse_int, parse_list,
-                     parse_memory, parse_restart_policy)
+                     parse_memory, parse_restart_policy, parse_store_failure)
 
 __all__ = ["JobSpec", "TaskSpec", "Resources"]
 
@@ -271,6 +271,11 @@ class JobSpec:
     def yarn_python(self) -> str | None:
         """tony.yarn.python, None when empty."""
         return self._text("tony.yarn.python")
+
+    @cached_property
+    def checkpoint_on_store_failure(self) -> str:
+        """tony.checkpoint.on-store-failure: ``warn`` or ``fail``."""
+        return self._typed("tony.checkpoint.on-store-failure", parse_store_failure)
 
     @cached_property
     def am_max_attempts(self) -> int:

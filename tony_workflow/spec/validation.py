@@ -13,7 +13,7 @@ from .errors import SpecIssue
 from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, LOCAL_KEY_REASON, RESERVED_TYPES, TASK_DEFAULTS,
                    TYPE_NAME, known_keys, task_key, unknown_key)
 from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none, parse_memory,
-                     parse_restart_policy)
+                     parse_restart_policy, parse_store_failure)
 
 if TYPE_CHECKING:
     from .model import JobSpec
@@ -46,6 +46,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
     for key in INT_KEYS:
         minimum = INT_MINIMUMS.get(key)
         check(key, lambda v, m=minimum: parse_int(v, m))
+    check("tony.checkpoint.on-store-failure", parse_store_failure)
     check("tony.am.memory", parse_memory)
     check("tony.am.vcores", lambda v: parse_int(v, 1))
     check("tony.am.gpus", lambda v: parse_int(v, 0))

@@ -98,6 +98,13 @@ def parse_restart_policy(value: str) -> str:
     return policy
 
 
+def parse_store_failure(value: str) -> str:
+    text = str(value).strip().lower()
+    if text not in ("warn", "fail"):
+        raise ValueError("must be 'warn' (training goes on, the failure is shown) or 'fail' (the job fails)")
+    return text
+
+
 def parse_oversubscription(value: str) -> float:
     try:
         number = float(value)

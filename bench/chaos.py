@@ -1,30 +1,42 @@
-"""chaos: kill -9 a random task at a random moment of training, in the PS and MWMS examples.
+"""chaos: kill (or stop) one part of a running job at a random moment of training, in the PS and MWMS examples.
 
-Each trial submits one example on the local backend with its own spec (MWMS: session relaunch,
-``tony.am.retry-count: 1``; PS: ``restart_policy: task`` for workers, a session relaunch for the
-chief or ps), waits until the chief has logged a randomly chosen step (plus up to 1 s), and
-kill -9s the user process of a random task: any of worker:0 (chief) and worker:1 for MWMS; chief:0,
-ps:0, worker:0, worker:1 for PS. Then it waits for the job's final state.
+Each trial submits one example on the local backend (MWMS: session relaunch; PS: ``restart_policy:
+task`` for workers, a session relaunch for the chief or ps), waits until the chief has logged a
+randomly chosen step (plus up to 1 s), and strikes one target:
 
-Steps lost beyond the last checkpoint: when the kill relaunched the session, the new chief's
-``start_step`` is compared with the last checkpoint the trainer had written at the kill (for MWMS
-the last logged step, which BackupAndRestore saved just before logging it; for PS the newest
-``ckpt-N`` in the chief's checkpoint directory). Anything below is lost work. A worker relaunched
-alone under PS loses nothing by construction (the coordinator re-runs its steps).
+* ``user``: kill -9 the user process of a random task;
+* ``executor``: kill -9 the TaskExecutor of a random task (its user process must go with it);
+* ``am``: kill -9 the ApplicationMaster (a second attempt must take over);
+* ``forkserver``: kill -9 the fork server the AM starts containers from;
+* ``stop-am``: SIGSTOP the ApplicationMaster (the supervisor must notice it no longer answers,
+  ``tony.am.liveness-timeout-ms``, here 10 s, and replace it).
 
-Runs with ``--step-sleep`` so that a kill lands in training rather than in TensorFlow's start-up,
+Then it waits for the job's final state and reports, per target: SUCCEEDED; steps lost beyond the
+last durable checkpoint (the new chief's ``start_step`` against the last checkpoint the trainer had
+written at the strike: for MWMS the last logged step, which BackupAndRestore saved just before
+logging it; for PS the newest ``ckpt-N`` in the chief's directory; a worker relaunched alone under
+PS loses nothing by construction); processes left after the end (found by scanning the machine for
+processes whose environment names the trial's TONY_HOME, once the job is final and its supervisor
+gone); and the time to resume training (from the strike to the chief's first step logged after it
+in a later session, or past the step it had reached).
+
+Runs with ``--step-sleep`` so that a strike lands in training rather than in TensorFlow's start-up,
 and without TensorBoard (it takes CPU and is not what is tested).
 
-Goal: all trials SUCCEEDED, nothing lost beyond the last checkpoint.
+Goal: every trial SUCCEEDED, 0 steps lost beyond the last checkpoint, 0 processes left.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 import signal
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 import common
 from common import log
@@ -41,7 +53,8 @@ EXAMPLES = {
            "step": re.compile(r"\[ps\] session=(\d+) step=(\d+) "),
            "start": re.compile(r"\[ps\] session=(\d+) start_step=(\d+)")},
 }
-CONF = {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}
+TARGETS = ("user", "executor", "am", "forkserver", "stop-am")
+CONF = {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.liveness-timeout-ms": "10000"}
 
 
 def chief_dir(h, chief: str) -> Path | None:
@@ -52,8 +65,12 @@ def chief_dir(h, chief: str) -> Path | None:
     return h.backend.app_dir(h.app_id) / "containers" / t.container_id
 
 
+def steps_in(text: str, rx) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for m in rx.finditer(text)]
+
+
 def last_step(text: str, rx, session: int = 0) -> int | None:
-    steps = [int(m.group(2)) for m in rx.finditer(text) if int(m.group(1)) == session]
+    steps = [n for s, n in steps_in(text, rx) if s == session]
     return steps[-1] if steps else None
 
 
@@ -63,11 +80,64 @@ def local_ps_checkpoint(cdir: Path) -> int | None:
     return max(steps) if steps else None
 
 
-def trial(i: int, example: str, victim: str, target: int, jitter: float) -> dict:
+def am_pid(h) -> int:
+    return int(json.loads((h.backend.app_dir(h.app_id) / "am.json").read_text())["pid"])
+
+
+def fork_server_pid(h) -> int:
+    """The fork server: the parent of the containers, a child of the AM."""
+    am = am_pid(h)
+    for c in psutil.Process(am).children():
+        if c.children():
+            return c.pid
+    raise LookupError("no fork server under the AM")
+
+
+def strike(h, target: str, victim: str | None) -> str:
+    """Hits ``target``; returns what was hit, for the record."""
+    if target == "user":
+        proc = common.user_process(h.status().task(victim).pid, "train.py")
+        proc.send_signal(signal.SIGKILL)
+        return f"user process of {victim} (pid {proc.pid})"
+    if target == "executor":
+        task = h.status().task(victim)
+        pid = int((Path(task.log_url).parent / "pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        return f"executor of {victim} (pid {pid})"
+    if target == "am":
+        pid = am_pid(h)
+        os.kill(pid, signal.SIGKILL)
+        return f"ApplicationMaster (pid {pid})"
+    if target == "forkserver":
+        pid = fork_server_pid(h)
+        os.kill(pid, signal.SIGKILL)
+        return f"fork server (pid {pid})"
+    if target == "stop-am":
+        pid = am_pid(h)
+        os.kill(pid, signal.SIGSTOP)
+        return f"ApplicationMaster stopped (pid {pid})"
+    raise ValueError(target)
+
+
+def resumed_after(h, ex: dict, session: int, logged: int, since: float, timeout: float = 600) -> float | None:
+    """Seconds from ``since`` until the chief logs a step of a later session, or past ``logged``."""
+    def progressed():
+        text = common.task_stdout(h, ex["chief"])
+        if any(s > session or n > logged for s, n in steps_in(text, ex["step"])):
+            return True
+        return "final" if h.status().is_final else None
+    try:
+        got = common.wait_for(progressed, timeout, 0.1, "training resumed")
+    except TimeoutError:
+        return None
+    return round(time.time() - since, 2) if got is True else None
+
+
+def trial(i: int, example: str, target: str, victim: str | None, step_target: int, jitter: float) -> dict:
     from tony_workflow.client import TonyClient, load_job
     ex = EXAMPLES[example]
-    out = {"trial": i, "example": example, "victim": victim, "target_step": target}
-    with common.tony_home("tony-bench-chaos-"):
+    out = {"trial": i, "example": example, "target": target, "victim": victim, "target_step": step_target}
+    with common.tony_home("tony-bench-chaos-") as home:
         h = TonyClient("local").submit(load_job(str(ex["spec"]), conf=CONF, task_params=ex["params"]))
         out["app_id"] = h.app_id
 
@@ -79,27 +149,35 @@ def trial(i: int, example: str, victim: str, target: int, jitter: float) -> dict
             if cdir is None or not (cdir / "stdout").exists():
                 return None
             step = last_step((cdir / "stdout").read_text(errors="replace"), ex["step"])
-            return step is not None and step >= target and cdir
-        cdir = common.wait_for(reached, 600, 0.05, f"chief at step {target}")
+            return step is not None and step >= step_target and cdir
+        cdir = common.wait_for(reached, 600, 0.05, f"chief at step {step_target}")
         if cdir == "final":
-            out.update(state=h.status().state, note="ended before the kill")
+            out.update(state=h.status().state, note="ended before the strike")
             return out
         time.sleep(jitter)
-        st = h.status()
         try:
-            proc = common.user_process(st.task(victim).pid, "train.py")
             logged = last_step((cdir / "stdout").read_text(errors="replace"), ex["step"])
             ckpt = local_ps_checkpoint(cdir) if example == "ps" else (logged // ex["interval"]) * ex["interval"]
-            proc.send_signal(signal.SIGKILL)
-            out.update(killed_at=round(time.time(), 3), logged_step=logged, checkpoint_step=ckpt)
-        except (LookupError, OSError, AttributeError) as e:
-            out["note"] = f"victim gone before the kill: {e!r}"[:200]
+            out["hit"] = strike(h, target, victim)
+            out.update(struck_at=round(time.time(), 3), logged_step=logged, checkpoint_step=ckpt)
+        except (LookupError, OSError, AttributeError, ValueError, psutil.Error) as e:
+            out["note"] = f"target gone before the strike: {e!r}"[:200]
+        if "struck_at" in out:
+            out["resume_s"] = resumed_after(h, ex, 0, out["logged_step"], out["struck_at"])
         final = h.wait(poll_interval=0.5, timeout=900)
         out["state"] = final.state
+        out["am_attempts"] = final.am_attempt
         out["sessions"] = final.session_id + 1
         out["task_restarts"] = sum(t.restarts for t in final.tasks)
         if final.state != "SUCCEEDED":
             out["diagnostics"] = final.diagnostics[-1500:]
+        # Left behind: anything of the job still running once it is final and its supervisor gone.
+        common.wait_for(lambda: h.backend.am_gone(h.app_id), 60, 0.2, "supervisor gone")
+        time.sleep(0.5)
+        left = common.processes_of(home)
+        out["processes_left"] = len(left)
+        if left:
+            out["left"] = [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
         text = common.task_stdout(h, ex["chief"])
         restarts = [(int(s), int(n)) for s, n in ex["start"].findall(text)]
         resumed = [n for s, n in restarts if s >= 1]
@@ -114,37 +192,66 @@ def trial(i: int, example: str, victim: str, target: int, jitter: float) -> dict
     return out
 
 
+def per_target(rows: list[dict]) -> dict:
+    out = {}
+    for target in TARGETS:
+        mine = [r for r in rows if r["target"] == target]
+        if not mine:
+            continue
+        resumes = [r["resume_s"] for r in mine if r.get("resume_s") is not None]
+        out[target] = {
+            "trials": len(mine),
+            "succeeded": sum(1 for r in mine if r.get("state") == "SUCCEEDED"),
+            "struck": sum(1 for r in mine if "struck_at" in r),
+            "max_steps_lost": max((r.get("lost_beyond_checkpoint") or 0 for r in mine), default=0),
+            "processes_left": sum(r.get("processes_left") or 0 for r in mine),
+            "resume_s_median": round(sorted(resumes)[len(resumes) // 2], 2) if resumes else None,
+            "resume_s_max": max(resumes) if resumes else None,
+        }
+    return out
+
+
 def main() -> int:
     ap = common.parser("chaos", __doc__)
-    ap.add_argument("--trials", type=int, default=None, help="trials (default 20; --quick 2)")
+    ap.add_argument("--trials", type=int, default=None, help="trials (default 40; --quick 5)")
     ap.add_argument("--seed", type=int, default=20251121)
+    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of " + ", ".join(TARGETS))
     args = ap.parse_args()
-    trials = args.trials or (2 if args.quick else 20)
+    trials = args.trials or (5 if args.quick else 40)
+    targets = [t for t in args.targets.split(",") if t]
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        ap.error(f"unknown target(s) {', '.join(unknown)}; allowed: {', '.join(TARGETS)}")
     rng = random.Random(args.seed)
     host = common.host_info()
     rows = []
     for i in range(trials):
-        example = "mwms" if i % 2 == 0 else "ps"
+        # Every target on both examples, in turn.
+        target = targets[i % len(targets)]
+        example = "mwms" if (i // len(targets)) % 2 == 0 else "ps"
         ex = EXAMPLES[example]
-        victim = rng.choice(ex["victims"])
-        target = rng.randrange(ex["interval"], ex["total"] - ex["interval"], 10)
-        row = trial(i, example, victim, target, round(rng.uniform(0.0, 1.0), 2))
+        victim = rng.choice(ex["victims"]) if target in ("user", "executor") else None
+        step_target = rng.randrange(ex["interval"], ex["total"] - ex["interval"], 10)
+        row = trial(i, example, target, victim, step_target, round(rng.uniform(0.0, 1.0), 2))
         rows.append(row)
-        log(f"trial {i + 1}/{trials}: {example} kill {victim} at step~{row.get('logged_step')} "
-            f"(checkpoint {row.get('checkpoint_step')}) -> {row.get('state')}, restart start_step="
-            f"{row.get('restart_start_step')}, lost {row.get('lost_beyond_checkpoint')}")
+        log(f"trial {i + 1}/{trials}: {example} {row.get('hit') or target} at step~{row.get('logged_step')} "
+            f"(checkpoint {row.get('checkpoint_step')}) -> {row.get('state')} (attempts {row.get('am_attempts')}, "
+            f"sessions {row.get('sessions')}), resumed in {row.get('resume_s')} s from step "
+            f"{row.get('restart_start_step')}, lost {row.get('lost_beyond_checkpoint')}, "
+            f"left {row.get('processes_left')}")
     succeeded = sum(1 for r in rows if r.get("state") == "SUCCEEDED")
     lost = [r.get("lost_beyond_checkpoint") or 0 for r in rows]
-    killed = [r for r in rows if "killed_at" in r]
+    left = sum(r.get("processes_left") or 0 for r in rows)
     result = {
-        "metric": "trials SUCCEEDED after kill -9 of a random task (PS and MWMS examples)",
+        "metric": "trials SUCCEEDED after killing or stopping one part of a running job (PS and MWMS examples)",
         "unit": "trials", "value": succeeded, "floor": trials, "ratio": round(succeeded / trials, 3),
-        "goal": f"{trials}/{trials} SUCCEEDED, 0 steps lost beyond the last checkpoint",
-        "goal_met": bool(succeeded == trials and not any(lost)),
-        "trials": trials, "kills_landed": len(killed),
+        "goal": f"{trials}/{trials} SUCCEEDED, 0 steps lost beyond the last checkpoint, 0 processes left",
+        "goal_met": bool(succeeded == trials and not any(lost) and left == 0),
+        "trials": trials, "struck": sum(1 for r in rows if "struck_at" in r),
         "trials_with_loss": sum(1 for x in lost if x), "max_steps_lost": max(lost) if lost else 0,
-        "params": {"seed": args.seed, "conf": CONF, **{k: {"params": v["params"], "checkpoint_every": v["interval"]}
-                                                       for k, v in EXAMPLES.items()}},
+        "processes_left": left, "by_target": per_target(rows),
+        "params": {"seed": args.seed, "conf": CONF, "targets": targets,
+                   **{k: {"params": v["params"], "checkpoint_every": v["interval"]} for k, v in EXAMPLES.items()}},
         "rows": rows,
     }
     common.write_result(args, "chaos", result, host)

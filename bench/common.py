@@ -121,10 +121,10 @@ def write_result(args: argparse.Namespace, name: str, result: dict[str, Any], ho
 # ------------------------------------------------------------------ local cluster
 
 def kill_leftovers(home: Path, grace: float = 5.0) -> None:
-    """Kills AMs and containers still running under ``home``: only what this benchmark started.
+    """Kills supervisors, AMs and containers still running under ``home``: only what this benchmark started.
     An AM that is finishing on its own gets ``grace`` seconds first (it writes its final files)."""
     pids: list[int] = []
-    for am_json in home.glob("local/apps/*/am.json"):
+    for am_json in [*home.glob("local/apps/*/supervisor.json"), *home.glob("local/apps/*/am.json")]:
         with contextlib.suppress(ValueError, KeyError, OSError):
             pids.append(int(json.loads(am_json.read_text())["pid"]))
     for pid_file in home.glob("local/apps/*/containers/*/pid"):
@@ -149,6 +149,17 @@ def kill_leftovers(home: Path, grace: float = 5.0) -> None:
             p.send_signal(signal.SIGCONT)
             p.kill()
     psutil.wait_procs(procs, timeout=5)
+
+
+def processes_of(home: Path) -> list[psutil.Process]:
+    """Live processes started for jobs under ``home`` (their environment names it), found by
+    scanning the machine: what a finished job must not leave behind."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE and _env_mentions(p, home):
+                found.append(p)
+    return found
 
 
 def _env_mentions(proc: psutil.Process, home: Path) -> bool:

@@ -239,7 +239,7 @@ def goal_parts(name: str, r: dict) -> str:
         return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
     if name == "chaos" and "rows" in r:
         return (f"{r['value']}/{r['trials']} SUCCEEDED; {r['trials_with_loss']} lost steps, at most "
-                f"{r['max_steps_lost']}")
+                f"{r['max_steps_lost']}; {r.get('processes_left', 'n/a')} processes left")
     return ""
 
 
@@ -305,12 +305,23 @@ def details(name: str, r: dict) -> list[str]:
         if r.get("pair_ratios"):
             out[-1] += f" Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))}."
     elif name == "chaos":
-        out += ["| # | example | victim | logged step | checkpoint | restart start_step | lost | state |",
-                "|---|---|---|---|---|---|---|---|"]
+        if r.get("by_target"):
+            out += ["| target | trials | SUCCEEDED | struck | max steps lost | processes left | resume (median / max s) |",
+                    "|---|---|---|---|---|---|---|"]
+            for target, t in r["by_target"].items():
+                out.append(f"| {target} | {t['trials']} | {t['succeeded']} | {t['struck']} | {t['max_steps_lost']} | "
+                           f"{t['processes_left']} | {fmt(t['resume_s_median'])} / {fmt(t['resume_s_max'])} |")
+            out.append("")
+        out += ["| # | example | target | logged step | checkpoint | restart start_step | lost | left | resume (s) | state |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for x in r["rows"]:
-            out.append(f"| {x['trial'] + 1} | {x['example']} | {x['victim']} | {fmt(x.get('logged_step'))} | "
+            target = x.get("target", "user")
+            if x.get("victim"):
+                target += f" {x['victim']}"
+            out.append(f"| {x['trial'] + 1} | {x['example']} | {target} | {fmt(x.get('logged_step'))} | "
                        f"{fmt(x.get('checkpoint_step'))} | {fmt(x.get('restart_start_step'))} | "
-                       f"{fmt(x.get('lost_beyond_checkpoint'))} | {x.get('state')} |")
+                       f"{fmt(x.get('lost_beyond_checkpoint'))} | {fmt(x.get('processes_left'))} | "
+                       f"{fmt(x.get('resume_s'))} | {x.get('state')} |")
     return out
 
 

@@ -17,8 +17,8 @@ written at the strike: for MWMS the last logged step, which BackupAndRestore sav
 logging it; for PS the newest ``ckpt-N`` in the chief's directory; a worker relaunched alone under
 PS loses nothing by construction); processes left after the end (found by scanning the machine for
 processes whose environment names the trial's TONY_HOME, once the job is final and its supervisor
-gone); and the time to resume training (from the strike to the chief's first step logged after it
-in a later session, or past the step it had reached).
+gone); and the time to resume training (from the strike to the chief's first step logged in a later
+session when the strike relaunched one, else to its first step past the one it had reached).
 
 Runs with ``--step-sleep`` so that a strike lands in training rather than in TensorFlow's start-up,
 and without TensorBoard (it takes CPU and is not what is tested).
@@ -119,18 +119,23 @@ def strike(h, target: str, victim: str | None) -> str:
     raise ValueError(target)
 
 
-def resumed_after(h, ex: dict, session: int, logged: int, since: float, timeout: float = 600) -> float | None:
-    """Seconds from ``since`` until the chief logs a step of a later session, or past ``logged``."""
-    def progressed():
-        text = common.task_stdout(h, ex["chief"])
-        if any(s > session or n > logged for s, n in steps_in(text, ex["step"])):
-            return True
-        return "final" if h.status().is_final else None
-    try:
-        got = common.wait_for(progressed, timeout, 0.1, "training resumed")
-    except TimeoutError:
-        return None
-    return round(time.time() - since, 2) if got is True else None
+def follow_progress(h, ex: dict, logged: int, since: float, timeout: float = 900) -> dict[str, float | None]:
+    """Watches the chief's log until the job is final: seconds from ``since`` to its first step in a
+    later session (``later_session``) and to its first step past ``logged`` in session 0
+    (``in_place``)."""
+    out: dict[str, float | None] = {"later_session": None, "in_place": None}
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        steps = steps_in(common.task_stdout(h, ex["chief"]), ex["step"])
+        now = round(time.time() - since, 2)
+        if out["later_session"] is None and any(s > 0 for s, _ in steps):
+            out["later_session"] = now
+        if out["in_place"] is None and any(s == 0 and n > logged for s, n in steps):
+            out["in_place"] = now
+        if h.status().is_final:
+            break
+        time.sleep(0.1)
+    return out
 
 
 def trial(i: int, example: str, target: str, victim: str | None, step_target: int, jitter: float) -> dict:
@@ -162,9 +167,11 @@ def trial(i: int, example: str, target: str, victim: str | None, step_target: in
             out.update(struck_at=round(time.time(), 3), logged_step=logged, checkpoint_step=ckpt)
         except (LookupError, OSError, AttributeError, ValueError, psutil.Error) as e:
             out["note"] = f"target gone before the strike: {e!r}"[:200]
-        if "struck_at" in out:
-            out["resume_s"] = resumed_after(h, ex, 0, out["logged_step"], out["struck_at"])
+        progress = follow_progress(h, ex, out["logged_step"], out["struck_at"]) if "struck_at" in out else None
         final = h.wait(poll_interval=0.5, timeout=900)
+        if progress is not None:
+            # Training resumed: in a later session when the strike relaunched one, else where it was.
+            out["resume_s"] = progress["later_session"] if final.session_id > 0 else progress["in_place"]
         out["state"] = final.state
         out["am_attempts"] = final.am_attempt
         out["sessions"] = final.session_id + 1

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from . import process, protocol
 from .am_http import AMHttpServer, Handler
-from .attempts import Resume, resume_point
+from .attempts import Resume, finished_verdict, resume_point
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .history import EventLog, log_tail
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
@@ -524,6 +524,9 @@ class ApplicationMaster:
     def _allocate_and_run(self) -> SessionEnd:
         if self.resume.attempt > 1:
             self.cluster.recover()  # what an earlier attempt left where the supervisor cannot reach
+            done = finished_verdict(self.policy, self.spec, self.cluster.finished_tasks(self.resume.first_session - 1))
+            if done:
+                return SessionEnd(*done, retryable=False)
         requests = gang_requests(self.spec)
         self.events.emit("allocating", containers=len(requests))
         try:

@@ -15,9 +15,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .status import JobStatus
+from .status import JobState, JobStatus, TaskState, TaskStatus
 
-__all__ = ["Resume", "resume_point", "ATTEMPT_ENV", "OWNER_ENV"]
+__all__ = ["Resume", "resume_point", "finished_verdict", "ATTEMPT_ENV", "OWNER_ENV", "RESULT_FILE"]
+
+#: What an executor writes in its container when its user process ended by itself, before it tells
+#: the AM: an attempt that dies before hearing it finds the outcome there.
+RESULT_FILE = "result.json"
 
 #: The attempt number the supervisor gives each AM it starts (1 first).
 ATTEMPT_ENV = "TONY_AM_ATTEMPT"
@@ -56,3 +60,27 @@ def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
     first = st.session_id + 1 if st.attempts else 0
     return Resume(attempt=attempt, first_session=first, retries=st.retries, started_at=st.started_at, port=port,
                   diagnostics=st.diagnostics)
+
+
+def finished_verdict(policy, spec, results: dict[str, int]) -> tuple[str, str] | None:
+    """The job's end when every tracked task of the last session had finished, as ``results``
+    (task id -> exit code, from the executors' result files) says, and the failure rules call
+    that a success; else None (a new session runs). Training that completed while the AM was gone
+    is not run again."""
+    tasks = []
+    for ttype, task in spec.tasks.items():
+        if ttype not in policy.tracked:
+            continue
+        for index in range(task.instances):
+            code = results.get(f"{ttype}:{index}")
+            if code is None:
+                return None
+            tasks.append(TaskStatus(type=ttype, index=index, exit_code=code,
+                                    state=TaskState.SUCCEEDED if code == 0 else TaskState.FAILED))
+    if not tasks:
+        return None
+    state, diagnostics = policy.verdict(tasks)
+    if state != JobState.SUCCEEDED:
+        return None
+    return state, ("every tracked task had finished when the earlier ApplicationMaster attempt ended"
+                   + (f"; {diagnostics}" if diagnostics else ""))

@@ -363,6 +363,10 @@ class TaskExecutor:
         # last periodic sync would otherwise never reach the store.
         self._sync_checkpoints()
         if not self.stop_event.is_set():
+            # On disk first: an AM attempt that dies before hearing it still finds the outcome.
+            with contextlib.suppress(OSError):
+                (self.workdir / "result.json").write_text(json.dumps(
+                    {"task_id": self.task_id, "session_id": self.session_id, "exit_code": code}))
             with contextlib.suppress(AMError, AMUnreachable):
                 if self.mirror and self.is_chief:  # the last sync's outcome, before the result ends the task
                     self.am.heartbeat(self.task_id, self.session_id,

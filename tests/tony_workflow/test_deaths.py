@@ -118,7 +118,7 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def _trainer(tmp_path: Path, conf: dict | None = None):
+def _trainer(tmp_path: Path, conf: dict | None = None, at_step: int = 15):
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     (tmp_path / "marks").mkdir()
@@ -129,7 +129,7 @@ def _trainer(tmp_path: Path, conf: dict | None = None):
     path.write_text(yaml.safe_dump(doc))
     handle = TonyClient("local").submit(load_job(str(path)))
     marks = tmp_path / "marks"
-    wait_for(lambda: (marks / "progress").exists() and int((marks / "progress").read_text()) >= 15, timeout=120)
+    wait_for(lambda: (marks / "progress").exists() and int((marks / "progress").read_text()) >= at_step, timeout=120)
     am = json.loads((handle.backend.app_dir(handle.app_id) / "am.json").read_text())
     return handle, marks, am["pid"]
 
@@ -149,6 +149,19 @@ def test_a_dead_or_hung_am_is_replaced_and_training_resumes(tony_home, tmp_path,
     assert len(failed) == 1 and failed[0]["attempt"] == 1
     assert ("did not answer" if sig == signal.SIGSTOP else "killed by signal 9") in failed[0]["reason"]
     assert [e["attempt"] for e in events(handle) if e["event"] == "am_started"] == [1, 2]
+    assert app_processes(handle.app_id) == []
+
+
+def test_training_that_finished_while_the_am_was_hung_is_not_run_again(tony_home, tmp_path):
+    # The AM stops answering near the end; the tasks finish before the supervisor's patience runs
+    # out, and record their outcome in their containers. The next attempt finds it there.
+    handle, marks, am_pid = _trainer(tmp_path, {"tony.am.liveness-timeout-ms": 10000}, at_step=32)
+    os.kill(am_pid, signal.SIGSTOP)
+    status = handle.wait(poll_interval=0.2, timeout=180)
+    assert status.state == "SUCCEEDED", status.diagnostics
+    assert status.am_attempt == 2 and "had finished" in status.diagnostics
+    assert not (marks / "session1.start").exists()  # no second run of the training
+    assert int((marks / "progress").read_text()) == 40
     assert app_processes(handle.app_id) == []
 
 

@@ -212,6 +212,11 @@ class ClusterManager(ABC):
         """Called by a later AM attempt before anything else: stops what an earlier attempt left
         running that this backend can still reach."""
 
+    def finished_tasks(self, session_id: int) -> dict[str, int]:
+        """Exit codes the executors of ``session_id`` recorded for user processes that ended by
+        themselves (task id -> code), where the AM can read them; empty elsewhere."""
+        return {}
+
     def checkpoint_fallbacks(self, task_id: str) -> list[str]:
         """Checkpoint directories earlier containers of ``task_id`` left where this session's tasks
         can read them (newest first); none where containers do not share a filesystem."""

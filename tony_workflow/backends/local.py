@@ -35,7 +35,7 @@ from typing import Iterator
 import psutil
 
 from .. import process
-from ..attempts import ATTEMPT_ENV, OWNER_ENV
+from ..attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
@@ -328,6 +328,15 @@ class LocalClusterManager(ClusterManager):
             with self._lock:
                 self._forked[c.id] = pid
             self._started(c, pid)
+
+    def finished_tasks(self, session_id: int) -> dict[str, int]:
+        out = {}
+        for path in (self.app_dir / "containers").glob(f"*/{RESULT_FILE}"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                result = json.loads(path.read_text())
+                if int(result["session_id"]) == session_id:
+                    out[str(result["task_id"])] = int(result["exit_code"])
+        return out
 
     def checkpoint_fallbacks(self, task_id: str) -> list[str]:
         found = []

@@ -63,20 +63,26 @@ def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
 
 
 def finished_verdict(policy, spec, results: dict[str, int]) -> tuple[str, str] | None:
-    """The job's end when every tracked task of the last session had finished, as ``results``
-    (task id -> exit code, from the executors' result files) says, and the failure rules call
-    that a success; else None (a new session runs). Training that completed while the AM was gone
-    is not run again."""
+    """The job's end when the last session's training had completed, as ``results`` (task id ->
+    exit code, from the executors' result files) says, and the failure rules call that a success;
+    else None (a new session runs). Completed means: every tracked task finished, or the chief
+    finished successfully (it ends training; the others may have been stopped for losing their AM
+    a moment later). Training that completed while the AM was gone is not run again: a trainer
+    may well have removed its backup once it was done."""
+    chief = f"{policy.chief[0]}:{policy.chief[1]}"
+    chief_done = results.get(chief) == 0
+    if any(code != 0 for code in results.values()):
+        return None  # a failure: the failure rules decide, in a new session
     tasks = []
     for ttype, task in spec.tasks.items():
         if ttype not in policy.tracked:
             continue
         for index in range(task.instances):
             code = results.get(f"{ttype}:{index}")
-            if code is None:
+            if code is None and not chief_done:
                 return None
-            tasks.append(TaskStatus(type=ttype, index=index, exit_code=code,
-                                    state=TaskState.SUCCEEDED if code == 0 else TaskState.FAILED))
+            state = TaskState.KILLED if code is None else TaskState.SUCCEEDED if code == 0 else TaskState.FAILED
+            tasks.append(TaskStatus(type=ttype, index=index, exit_code=code, state=state))
     if not tasks:
         return None
     state, diagnostics = policy.verdict(tasks)

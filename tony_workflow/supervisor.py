@@ -128,12 +128,13 @@ class Supervisor:
             self._wake.wait(0.2)
 
     def _final(self) -> bool:
+        """Whether the AM decided the job's end (a final status), even if it died right after: what
+        it did not get to release, clear() does."""
         try:
             status = JobStatus.from_dict(json.loads((self.app_dir / "status.json").read_text()))
-            am = json.loads((self.app_dir / "am.json").read_text())
         except (OSError, ValueError):
             return False
-        return status.is_final and bool(am.get("stopped"))
+        return status.is_final
 
     def _reap(self) -> None:
         """Reaps orphans that ended (they were re-parented here); never the AM, whose Popen does."""
@@ -178,6 +179,7 @@ class Supervisor:
                 self.am = self._start(attempt)
                 why = self._watch(self.am, attempt)
                 if why is None:
+                    self._mark_stopped()
                     return 0 if self._state() == JobState.SUCCEEDED else 1
                 self.clear()
                 self.events.emit("am_attempt_failed", attempt=attempt, reason=why)
@@ -232,12 +234,16 @@ class Supervisor:
 
                 status = json.loads((self.app_dir / "status.json").read_text())
                 YarnClusterManager().finish(state, diagnostics, status)
-        # What clients wait for: the job is over and nothing of it runs.
+        self._mark_stopped()
+
+    def _mark_stopped(self) -> None:
+        """What clients wait for, written by the AM as it ends; here for an AM that could not."""
         with contextlib.suppress(OSError, ValueError):
             am_json = self.app_dir / "am.json"
             info = json.loads(am_json.read_text())
-            info["stopped"] = True
-            am_json.write_text(json.dumps(info))
+            if not info.get("stopped"):
+                info["stopped"] = True
+                am_json.write_text(json.dumps(info))
 
     def stop(self, reason: str) -> None:
         self.stop_reason = reason

@@ -225,3 +225,18 @@ def test_without_a_chief_type_worker_0_is_the_chief():
     p = Policy.from_spec(load_spec(SPEC.replace("  chief: {instances: 1}\n", "")))
     assert p.chief == ("worker", 0)
     assert p.decide(failure("worker:0"), 0, 0).action is Action.FAIL_JOB
+
+
+def test_a_later_am_attempt_ends_the_job_only_when_training_had_completed():
+    from tony_workflow.attempts import finished_verdict
+    from tony_workflow.spec import JobSpec
+
+    spec = JobSpec(conf={"tony.worker.instances": "2", "tony.ps.instances": "1"})
+    rules = Policy.from_spec(spec)  # worker:0 is the chief; ps is untracked
+    assert finished_verdict(rules, spec, {"worker:0": 0, "worker:1": 0})[0] == "SUCCEEDED"
+    # The chief finished: the other worker was stopped a moment later, training is done.
+    assert finished_verdict(rules, spec, {"worker:0": 0})[0] == "SUCCEEDED"
+    assert finished_verdict(rules, spec, {"worker:1": 0}) is None  # the chief was still training
+    assert finished_verdict(rules, spec, {}) is None
+    assert finished_verdict(rules, spec, {"worker:0": 0, "worker:1": 3}) is None  # failures: a new session decides
+    assert finished_verdict(rules, spec, {"worker:0": 1, "worker:1": 0}) is None

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import REPO, run_tony, user_process, wait_for
+from tests.conftest import REPO, app_processes, run_tony, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.history import read_events
 
@@ -89,14 +91,24 @@ def test_ps_example_succeeds(tony_home):
     assert re.search(r"\[ps\] session=0 done steps=\d+", stdout(h, "chief:0"))
 
 
-def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home):
+@pytest.mark.parametrize("target", ["user", "executor"])
+def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home, target):
     spec = load_job(str(PS), conf=[*SMALL, "tony.worker.restart-policy=task", "tony.am.retry-count=2"],
                     task_params="--steps 200 --step-sleep 0.05")
     h = TonyClient("local").submit(spec)
     wait_for(lambda: re.search(r"step=[2-9]\d", stdout(h, "chief:0")))
     before = {t.task_id: t.pid for t in h.status().tasks}
-    user_process(before["worker:1"]).send_signal(signal.SIGKILL)
+    trainer = user_process(before["worker:1"])
+    if target == "user":
+        trainer.send_signal(signal.SIGKILL)
+    else:
+        # Its executor: the worker's TensorFlow server must go with it, or the relaunch, which
+        # keeps the task's address, would find the port taken.
+        task = h.status().task("worker:1")
+        os.kill(int((Path(task.log_url).parent / "pid").read_text()), signal.SIGKILL)
     st = h.wait(poll_interval=0.5, timeout=300)
+    assert not trainer.is_running() or trainer.status() == "zombie"
+    assert app_processes(h.app_id) == []
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 0 and st.attempts == 1
     after = {t.task_id: t.pid for t in st.tasks}

@@ -8,9 +8,10 @@ newest *complete* one wins, and whatever newer but incomplete checkpoint was see
 steps are lost.
 
 A TensorFlow checkpoint directory has a ``checkpoint`` state file naming its newest checkpoint
-(``model_checkpoint_path: "ckpt-20"``); that checkpoint is complete when its ``.index`` and at least
-one ``.data-*`` file exist, and its step is the number at the end of its name. Directories of any
-other format are compared by the time of their newest file.
+(``model_checkpoint_path: "ckpt-20"``), at its top or in a subdirectory; that checkpoint is complete
+when its ``.index`` and at least one ``.data-*`` file exist beside the state file, and its step is
+the number at the end of its name (the highest over the directory's state files counts).
+Directories of any other format are compared by the time of their newest file.
 """
 from __future__ import annotations
 
@@ -56,17 +57,29 @@ def inspect(path: str | os.PathLike[str]) -> Found | None:
                     newest = max(newest, p.stat().st_mtime)
     if not seen:
         return None
-    state = root / "checkpoint"
-    try:
-        match = _STATE.search(state.read_text(errors="replace"))
-    except OSError:
-        match = None
-    if match is None:
+    # The state files, at the top or below it (Keras' BackupAndRestore keeps its own in
+    # backup/chief/): the one naming the highest step speaks for the directory.
+    best: tuple[int, bool] | None = None
+    with contextlib.suppress(OSError):
+        for state in root.rglob("checkpoint"):
+            try:
+                match = _STATE.search(state.read_text(errors="replace")) if state.is_file() else None
+            except OSError:
+                match = None
+            if match is None:
+                continue
+            name = match.group(1).rsplit("/", 1)[-1]
+            step_match = _STEP.search(name)
+            if step_match is None:
+                continue
+            here = state.parent
+            complete = (here / f"{name}.index").is_file() and any(here.glob(f"{name}.data-*"))
+            candidate = (int(step_match.group(1)), complete)
+            if best is None or candidate > best:
+                best = candidate
+    if best is None:
         return Found(root, None, True, newest)
-    name = match.group(1).rsplit("/", 1)[-1]
-    step_match = _STEP.search(name)
-    complete = (root / f"{name}.index").is_file() and any(root.glob(f"{name}.data-*"))
-    return Found(root, int(step_match.group(1)) if step_match else None, complete, newest)
+    return Found(root, best[0], best[1], newest)
 
 
 def _key(found: Found) -> tuple:

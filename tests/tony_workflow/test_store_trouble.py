@@ -180,3 +180,12 @@ def test_the_newest_complete_checkpoint_wins_and_the_loss_is_counted(tmp_path):
     best, lost = choose([inspect(a), inspect(b)])
     assert best.path == b and lost is None
     json.dumps(best.describe())
+
+
+def test_state_files_below_the_top_count_too(tmp_path):
+    # Keras' BackupAndRestore keeps its state file in backup/chief/.
+    old = inspect(_tf_dir(tmp_path / "a" / "backup" / "chief", [3], 3).parents[1])
+    new = inspect(_tf_dir(tmp_path / "b" / "backup" / "chief", [3, 7], 7).parents[1])
+    assert (old.step, new.step) == (3, 7)
+    best, lost = choose([new, old])
+    assert best is new and lost == 0

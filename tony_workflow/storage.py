@@ -439,8 +439,8 @@ class CheckpointMirror:
         A TensorFlow ``checkpoint`` state file is uploaded only as the snapshot read before its
         checkpoint's files were sent, and only once every checkpoint it names has its index and data
         in the store: the trainer may rotate to a newer checkpoint while a sync runs, and a state
-        file naming files that never arrived would make the next restore fail. Files a stored state
-        file still names are not deleted. Returns the number of files uploaded."""
+        file naming files that never arrived would make the next restore fail. Stored state files,
+        and the files they name, are not deleted. Returns the number of files uploaded."""
         with self._lock:
             return self._sync()
 
@@ -469,7 +469,11 @@ class CheckpointMirror:
             self._sent_state[rel] = content
             self._sent[rel] = files[rel]
             uploaded += 1
+        # A state file gone locally stays in the store, and so does what it names: a trainer that
+        # removes its checkpoint once done (Keras' BackupAndRestore) may still be killed before it
+        # exits, and its relaunch must find the checkpoint, not start over.
         keep = {f for rel, content in self._sent_state.items() for f in self._named_files(rel, content)}
+        keep |= set(self._sent_state)
         for rel in [r for r in self._sent if r not in files and r not in keep]:
             self.store.delete(self._key(rel))
             del self._sent[rel]

@@ -124,7 +124,7 @@ class Supervisor:
                 if time.monotonic() - last_ok > self.liveness_s:
                     return (f"ApplicationMaster attempt {attempt} did not answer for {self.liveness_s:g} s "
                             f"(tony.am.liveness-timeout-ms)")
-            self._reap()
+                self._reap()
             self._wake.wait(0.2)
 
     def _final(self) -> bool:

@@ -189,3 +189,24 @@ def test_state_files_below_the_top_count_too(tmp_path):
     assert (old.step, new.step) == (3, 7)
     best, lost = choose([new, old])
     assert best is new and lost == 0
+
+
+def test_a_checkpoint_the_trainer_removes_when_done_stays_in_the_store(tmp_path):
+    from tony_workflow.storage import CheckpointMirror, open_storage
+
+    local = tmp_path / "local"
+    backup = _tf_dir(local / "backup" / "chief", [12], 12)
+    mirror = CheckpointMirror(open_storage(str(tmp_path / "store")), "", local)
+    mirror.sync()
+    stored = tmp_path / "store" / "backup" / "chief"
+    assert (stored / "checkpoint").is_file()
+    # Done training, the trainer removes its backup; it may still be killed before it exits.
+    import shutil
+    shutil.rmtree(backup)
+    mirror.sync()
+    found = inspect(tmp_path / "store")
+    assert found is not None and (found.step, found.complete) == (12, True)
+    # A newer checkpoint still replaces an older one in the store.
+    _tf_dir(local / "backup" / "chief", [13], 13)
+    mirror.sync()
+    assert inspect(tmp_path / "store").step == 13 and not (stored / "ckpt-12.index").exists()

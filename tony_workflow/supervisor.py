@@ -24,7 +24,6 @@ import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -62,23 +61,47 @@ class Supervisor:
         self.events = EventLog(app_dir / "events.jsonl")
         self.stop_reason: str | None = None
         self._wake = threading.Event()
-        self.am: subprocess.Popen | None = None
+        self.am: _Child | None = None
 
     # -------------------------------------------------------------- one attempt
-    def _start(self, attempt: int) -> subprocess.Popen:
+    def _start(self, attempt: int) -> "_Child":
+        """Starts attempt ``attempt``: a fork of this process (which imported the AM before it
+        started anything, so a restart costs no interpreter start and no imports) that runs the
+        AM's main with the attempt's environment and the AM's log files as stdout and stderr."""
         me = os.getpid()
-        env = {**os.environ, ATTEMPT_ENV: str(attempt), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
+        env = {ATTEMPT_ENV: str(attempt), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
         out = os.open(self.app_dir / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err = os.open(self.app_dir / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            return subprocess.Popen([self.python, "-m", "tony_workflow.am", "--backend", self.backend,
-                                     "--app-dir", str(self.app_dir)], cwd=self.app_dir, env=env,
-                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
-        finally:
-            os.close(out)
-            os.close(err)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the AM
+            code = 1
+            try:
+                os.dup2(out, 1)
+                os.dup2(err, 2)
+                os.close(out)
+                os.close(err)
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)  # the AM installs its own
+                os.environ.update(env)
+                from . import am
+                code = am.main(["--backend", self.backend, "--app-dir", str(self.app_dir)])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                os._exit(code)
+        os.close(out)
+        os.close(err)
+        return _Child(pid)
 
-    def _answers(self, am: subprocess.Popen, timeout: float) -> bool:
+    def _answers(self, am: "_Child", timeout: float) -> bool:
         """Whether this attempt's AM answers its status route within ``timeout`` seconds."""
         from .rpc import AMClient, AMError, AMUnreachable
 
@@ -98,7 +121,7 @@ class Supervisor:
         finally:
             client.close()
 
-    def _watch(self, am: subprocess.Popen, attempt: int) -> str | None:
+    def _watch(self, am: "_Child", attempt: int) -> str | None:
         """Waits for the attempt to end. None: it ended the job (a final status and unregistered);
         else why the attempt failed."""
         probe_every = max(0.2, min(2.0, self.liveness_s / 4))
@@ -155,8 +178,7 @@ class Supervisor:
 
         if self.am is not None and self.am.poll() is None:
             process.kill_tree(self.am.pid, 0.5)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.am.wait(timeout=5)
+            self.am.wait(timeout=5)
         for pid_file in (self.app_dir / "containers").glob("*/pid"):
             with contextlib.suppress(ValueError, OSError):
                 started_file = pid_file.with_name("started")
@@ -250,12 +272,42 @@ class Supervisor:
         self._wake.set()
 
 
+class _Child:
+    """The forked AM, watched as ``subprocess.Popen`` would watch it."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL  # reaped elsewhere: its end is unknown
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tony-supervisor", description="runs a job's ApplicationMaster attempts")
     ap.add_argument("--backend", default="local", choices=["local", "yarn"])
     ap.add_argument("--app-dir", required=True, type=Path)
     args = ap.parse_args(argv)
     app_dir: Path = args.app_dir.resolve()
+    from . import am  # noqa: F401  (imported once here, so that each attempt is a fork, not a start)
     from .spec import JobSpec
 
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))

@@ -104,7 +104,10 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
 
     proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.cli", "submit", str(write_job(tmp_path, command="sleep 60")),
                              "--wait", "--poll-interval", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            # As from a terminal: a runner that started the suite in the background
+                            # hands SIGINT down ignored, and Python then installs no handler for it.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         app = wait_for(lambda: next((a["application_id"] for a in json.loads(run_tony("list", "--json").stdout)
                                      if a["state"] == "RUNNING"), None), timeout=60)

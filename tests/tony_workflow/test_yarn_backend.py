@@ -98,14 +98,20 @@ def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluste
 
 
 def am_process(app_id: str):
-    """The AM's Python process of a YARN application (its container's directory names the application)."""
+    """The AM of a YARN application: the process its supervisor (in the AM's container, whose
+    directory names the application) recorded in am.json."""
+    import json
+    from pathlib import Path
+
     import psutil
 
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "tony_workflow.am" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
-                return p
-        except psutil.Error:
+            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+                pid = json.loads((Path(p.cwd()) / "am.json").read_text())["pid"]
+                am = psutil.Process(pid)
+                return am if am.ppid() == p.pid else None
+        except (psutil.Error, OSError, ValueError, KeyError):
             continue
     return None
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from . import process
 from .attempts import ATTEMPT_ENV, OWNER_ENV
 from .history import EventLog
-from .status import JobState, JobStatus
+from .status import JobState, JobStatus, StatusFile
 
 __all__ = ["Supervisor", "main", "INFO_FILE"]
 
@@ -231,9 +231,7 @@ class Supervisor:
         except (OSError, ValueError):
             status = JobStatus(application_id=self.app_dir.name, started_at=time.time(), backend=self.backend)
         change(status)
-        tmp = path.with_name("status.json.tmp")
-        tmp.write_text(json.dumps(status.to_dict()))
-        os.replace(tmp, path)
+        StatusFile(path).write(json.dumps(status.to_dict()))  # the AM's own atomic replace
 
     def _note(self, diagnostics: str, attempt: int) -> None:
         def change(st: JobStatus) -> None:

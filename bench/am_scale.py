@@ -281,11 +281,18 @@ def run_clients(d: Path, address: str, first: int, count: int, proc: int) -> int
         hb.join()
 
     def heartbeat(am, task_id: str, r: dict) -> None:
-        # The executor's loop: Event.wait(interval), then one POST with the process metrics.
+        # The executor's loop: Event.wait(interval), then one POST with what a real executor sends
+        # every beat: freshly sampled figures (metrics every second) and the newest progress report.
+        beats = 0
         while not stop.wait(1.0):
             t = time.time()
+            beats += 1
+            metrics = {"rss_mb": 100.0 + beats % 7, "max_rss_mb": 107.0, "avg_rss_mb": 103.5,
+                       "cpu_percent": 95.0 + beats % 5, "processes": 2, "sampled_at": round(t, 3)}
+            progress = {"step": beats * 10, "total": 100000, "metrics": {"loss": 1.0 / beats},
+                        "reports": beats, "age": 0.1}
             try:
-                am.heartbeat(task_id, 0, rss_mb=100, processes=2)
+                am.heartbeat(task_id, 0, metrics=metrics, progress=progress)
             except (AMError, AMUnreachable) as e:
                 note_error(r, e)
                 continue

@@ -9,7 +9,10 @@ randomly chosen step (plus up to 1 s), and strikes one target:
 * ``am``: kill -9 the ApplicationMaster (a second attempt must take over);
 * ``forkserver``: kill -9 the fork server the AM starts containers from;
 * ``stop-am``: SIGSTOP the ApplicationMaster (the supervisor must notice it no longer answers,
-  ``tony.am.liveness-timeout-ms``, here 10 s, and replace it).
+  ``tony.am.liveness-timeout-ms``, here 10 s, and replace it);
+* ``stop-user``: SIGSTOP the user process of a random task, whose executor goes on heartbeating
+  (the AM must notice that progress reports stopped, ``tony.task.progress-timeout-ms``, here 20 s,
+  on that task or on one its training waits for, and apply the restart rules).
 
 Then it waits for the job's final state and reports, per target: SUCCEEDED; steps lost beyond the
 last durable checkpoint (the new chief's ``start_step`` against the last checkpoint the trainer had
@@ -53,8 +56,9 @@ EXAMPLES = {
            "step": re.compile(r"\[ps\] session=(\d+) step=(\d+) "),
            "start": re.compile(r"\[ps\] session=(\d+) start_step=(\d+)")},
 }
-TARGETS = ("user", "executor", "am", "forkserver", "stop-am")
-CONF = {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.liveness-timeout-ms": "10000"}
+TARGETS = ("user", "executor", "am", "forkserver", "stop-am", "stop-user")
+CONF = {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.liveness-timeout-ms": "10000",
+        "tony.task.progress-timeout-ms": "20000"}
 
 
 def chief_dir(h, chief: str) -> Path | None:
@@ -99,6 +103,10 @@ def strike(h, target: str, victim: str | None) -> str:
         proc = common.user_process(h.status().task(victim).pid, "train.py")
         proc.send_signal(signal.SIGKILL)
         return f"user process of {victim} (pid {proc.pid})"
+    if target == "stop-user":
+        proc = common.user_process(h.status().task(victim).pid, "train.py")
+        proc.send_signal(signal.SIGSTOP)
+        return f"user process of {victim} stopped (pid {proc.pid})"
     if target == "executor":
         task = h.status().task(victim)
         pid = int((Path(task.log_url).parent / "pid").read_text())
@@ -237,7 +245,7 @@ def main() -> int:
         target = targets[i % len(targets)]
         example = "mwms" if (i // len(targets)) % 2 == 0 else "ps"
         ex = EXAMPLES[example]
-        victim = rng.choice(ex["victims"]) if target in ("user", "executor") else None
+        victim = rng.choice(ex["victims"]) if target in ("user", "executor", "stop-user") else None
         step_target = rng.randrange(ex["interval"], ex["total"] - ex["interval"], 10)
         row = trial(i, example, target, victim, step_target, round(rng.uniform(0.0, 1.0), 2))
         rows.append(row)

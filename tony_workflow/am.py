@@ -34,9 +34,12 @@ from .am_http import AMHttpServer, Handler
 from .attempts import Resume, finished_verdict, resume_point
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .history import EventLog, log_tail
+from .liveness import Liveness
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
+from .am_status import StatusBoard
+from .progress import TaskProgress
 from .spec import JobSpec
-from .status import JobState, JobStatus, StatusFile, TaskState, TaskStatus
+from .status import JobState, JobStatus, TaskState, TaskStatus
 from .store_watch import StoreWatch
 
 __all__ = ["ApplicationMaster", "main"]
@@ -55,7 +58,7 @@ class Task:
     fixed_port: int | None = None
     stopping: bool = False
     reported: tuple[int, str] | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    progress: TaskProgress = field(default_factory=TaskProgress)
 
     @property
     def id(self) -> str:
@@ -107,8 +110,7 @@ class ApplicationMaster:
                                 backend=type(cluster).__module__.rsplit(".", 1)[-1],
                                 retries=self.resume.retries, am_attempt=self.resume.attempt,
                                 diagnostics=self.resume.diagnostics)
-        self._dirty = False
-        self.status_file = StatusFile(self.app_dir / "status.json")
+        self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress)
         self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
@@ -118,38 +120,20 @@ class ApplicationMaster:
         self.type_order = list(spec.tasks)
         self.chief = self.policy.chief
         self.retry_count = spec.retry_count
-        hb = max(1, spec.heartbeat_interval_ms)
-        by_count = hb * max(3, spec.max_missed_heartbeats) / 1000.0
-        timeout = spec.heartbeat_timeout_ms / 1000.0
-        # Whichever limit comes first, but never fewer than three missed beats.
-        self.heartbeat_expiry = min(by_count, max(timeout, 3 * hb / 1000.0)) if timeout > 0 else by_count
-        self.expiry_rule = (f"tony.task.max-missed-heartbeats={spec.max_missed_heartbeats}"
-                            if self.heartbeat_expiry == by_count else
-                            f"no heartbeat for {self.heartbeat_expiry:g} s, tony.task.heartbeat-timeout-ms="
-                            f"{spec.heartbeat_timeout_ms}")
-        self.tick = min(0.5, hb / 2000.0)
+        self.liveness = Liveness.from_spec(spec)
+        self.tick = self.liveness.tick
 
     # ---------------------------------------------------------------- status
     def _publish(self, force: bool = False) -> None:
-        """Marks the status changed and wakes the monitor, which persists it (for clients that
-        outlive the AM) at most every quarter second, outside the lock: a large gang registering
-        would otherwise rewrite the whole file once per task while every request waits. Live
-        status comes from the API. Called with the lock held."""
-        self.status.tasks = [t.status for t in self.tasks.values()]
-        self._dirty = True
-        if force:
-            self.status_file.write(self._status_snapshot())
+        """Marks the status changed and wakes the monitor, which persists it outside the lock (see
+        :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
+        self.board.changed((t.status for t in self.tasks.values()), force)
         self.cond.notify_all()
-
-    def _status_snapshot(self) -> str | None:
-        """The status as JSON if it changed since the last snapshot. Called with the lock held."""
-        if not self._dirty:
-            return None
-        self._dirty = False
-        return json.dumps(self.status.to_dict())
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         task.status.state = state
+        if task.final and task.status.metrics:
+            extra.setdefault("metrics", task.status.metrics)  # the final figures stay in the task's last event
         self.events.emit("task_state", task=task.id, session=task.session_id, state=state, **extra)
         self._publish()
 
@@ -242,14 +226,22 @@ class ApplicationMaster:
             gang.wait(remaining)
 
     def heartbeat(self, body: dict) -> tuple[int, dict]:
+        now = time.time()
         with self.lock:
             task, err = self._task_for(body)
             if err:
                 return err
-            task.last_heartbeat = time.time()
-            task.metrics = body.get("metrics") or {}
-            changed, failure = self.store.report(task.id, task.session_id, task.metrics.get("store_error"),
-                                                 bool(task.metrics.get("store_ok")))
+            task.last_heartbeat = now
+            # Figures change with every beat: they are persisted with the next slow snapshot, and
+            # the job's progress is worked out by the monitor, not once per beat.
+            if isinstance(body.get("metrics"), dict) and body["metrics"]:
+                task.status.metrics = body["metrics"]
+                self.board.figures_changed()
+            if task.progress.update(body.get("progress"), now):
+                task.status.progress = task.progress.to_dict()
+                self.board.figures_changed(progressed=True)
+            store = body.get("store") if isinstance(body.get("store"), dict) else {}
+            changed, failure = self.store.report(task.id, task.session_id, store.get("error"), bool(store.get("ok")))
             if changed:
                 self.status.warnings = self.store.warnings
                 self._publish()
@@ -445,11 +437,12 @@ class ApplicationMaster:
                 diag = "" if task.registered_at else "task failed before registering with the AM. "
                 self._on_exit(task, code, diag + log_tail(task.container.stderr))
                 continue
-            if task.last_heartbeat and now - task.last_heartbeat > self.heartbeat_expiry:
-                missed = int((now - task.last_heartbeat) * 1000 / max(1, self.spec.heartbeat_interval_ms))
+            lost = self.liveness.silent(task.id, task.last_heartbeat, now) or (
+                task.status.state == TaskState.RUNNING and self.liveness.stalled(task.id, task.progress.updated_at, now))
+            if lost:
                 self.cluster.kill(task.container, grace=0.5)
-                self._on_exit(task, LOST_EXIT_CODE, f"Task with id [{task.id}] has missed [{missed}] heartbeats "
-                              f"({self.expiry_rule}).")
+                self.events.emit("task_lost", task=task.id, session=task.session_id, reason=lost)
+                self._on_exit(task, LOST_EXIT_CODE, lost)
                 continue
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
@@ -464,9 +457,9 @@ class ApplicationMaster:
                 with self.cond:
                     self.cond.wait(self.tick)
                     self._check()
-                    due = self.status_file.age() >= 0.25
-                    data = self._status_snapshot() if due else None
-                self.status_file.write(data)
+                    data = self.board.due(((t.id, t.progress) for t in self.tasks.values()),
+                                          f"{self.chief[0]}:{self.chief[1]}", time.time())
+                self.board.file.write(data)
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:

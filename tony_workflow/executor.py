@@ -2,8 +2,9 @@
 
 It reserves the task's port, registers with the AM, waits for the cluster spec, restores the
 checkpoint directory, sets the task's environment, runs the user's command (and, on the chief,
-TensorBoard), heartbeats, mirrors the chief's checkpoints, and reports the exit code. When told to
-stop it kills the whole process tree it started.
+TensorBoard), heartbeats with the task's resource figures (:mod:`tony_workflow.metrics`) and the
+progress its code reports (:mod:`tony_workflow.reporting`), mirrors the chief's checkpoints, and
+reports the exit code. When told to stop it kills the whole process tree it started.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import importlib.util
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,7 +26,9 @@ from pathlib import Path
 from .archive import unsafe_entry
 from .frameworks import TaskContext, build_env
 from .history import log_tail
+from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
+from .reporting import ReportInbox
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec
 
@@ -96,6 +100,19 @@ class TaskExecutor:
         self.store_error: str | None = None  # why the checkpoint store last failed, until it works again
         self.store_ok = False  # a sync succeeded since the last failure
         self.restored: dict | None = None  # which checkpoint this task resumed from
+        self.inbox: ReportInbox | None = None  # progress reports from the user process
+        self.sampler = TaskSampler(self._gpu_sampler())
+        self.metrics_interval = max(0.1, self.spec.metrics_interval_ms / 1000.0)
+
+    def _gpu_sampler(self) -> GpuSampler | None:
+        if not self.spec.gpu_metrics_enabled:
+            return None
+        devices = visible_gpus(self.env.get("CUDA_VISIBLE_DEVICES"))
+        if devices is None:
+            # No list in the environment: GPUs isolated by the cluster are all the task sees, if it asked for any.
+            task = self.spec.tasks.get(self.task_type)
+            devices = None if task is not None and task.resources.gpus > 0 else []
+        return GpuSampler(devices)
 
     # ------------------------------------------------------------------ steps
     def _register(self, port: int) -> None:
@@ -124,10 +141,20 @@ class TaskExecutor:
         # of it must not train on outside its job (a new attempt starts its own tasks).
         patience = self.spec.am_liveness_timeout_ms / 1000.0
         am = AMClient(self.env["TONY_AM_ADDRESS"], self.env["TONY_AM_TOKEN"], timeout=min(10.0, max(1.0, patience / 3)))
-        while not self.stop_event.wait(self.interval):
+        now = time.monotonic()
+        beat_at, sample_at = now + self.interval, now
+        # Sampling and beating keep their own intervals: figures every tony.task.metrics-interval-ms,
+        # each heartbeat carrying the latest.
+        while not self.stop_event.wait(max(0.0, min(beat_at, sample_at) - time.monotonic())):
+            now = time.monotonic()
+            if now >= sample_at:
+                self._sample()
+                sample_at = now + self.metrics_interval
+            if now < beat_at:
+                continue
+            beat_at = now + self.interval
             try:
-                metrics = self._metrics()
-                reply = am.heartbeat(self.task_id, self.session_id, **metrics)
+                reply = am.heartbeat(self.task_id, self.session_id, **self._report())
                 failures, last_ok = 0, time.monotonic()
                 if reply.get("action") == "stop":
                     self._stop("the ApplicationMaster asked this task to stop")
@@ -140,21 +167,18 @@ class TaskExecutor:
                     self._stop("lost the ApplicationMaster (no heartbeat answered for "
                                f"{time.monotonic() - last_ok:.0f} s)")
 
-    def _metrics(self) -> dict:
-        # Store trouble rides on every heartbeat until it is over: the AM shows it and applies
-        # tony.checkpoint.on-store-failure.
-        trouble = {"store_error": self.store_error} if self.store_error else {"store_ok": True} if self.store_ok else {}
-        if self.user is None or self.user.poll() is not None:
-            return trouble
-        import psutil
+    def _sample(self) -> None:
+        proc = self.user or self.tensorboard
+        if proc is not None and proc.poll() is None:
+            self.sampler.sample(proc.pid)
 
-        try:
-            root = psutil.Process(self.user.pid)
-            procs = [root, *root.children(recursive=True)]
-            rss = sum(p.memory_info().rss for p in procs if p.is_running())
-            return {"rss_mb": rss // (1024 * 1024), "processes": len(procs), **trouble}
-        except psutil.Error:
-            return trouble
+    def _report(self) -> dict:
+        """What a heartbeat carries: the latest resource figures, the progress the user code
+        reported, and the store's trouble, which rides on every heartbeat until it is over (the AM
+        shows it and applies tony.checkpoint.on-store-failure)."""
+        store = {"error": self.store_error} if self.store_error else {"ok": True} if self.store_ok else None
+        return {"metrics": self.sampler.latest, "progress": self.inbox.snapshot() if self.inbox else None,
+                "store": store}
 
     def _stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
@@ -338,6 +362,9 @@ class TaskExecutor:
             self._restore(location)
         command = self.command()
         env = self._user_env(cluster, tb_port.port if tb_port else None)
+        if command:
+            self.inbox = ReportInbox(secrets.token_hex(16))
+            env.update(self.inbox.environment())
         if tb_port:
             tb_port.release_for_launch()
             self._start_tensorboard(tb_port.port)
@@ -367,11 +394,14 @@ class TaskExecutor:
             with contextlib.suppress(OSError):
                 (self.workdir / "result.json").write_text(json.dumps(
                     {"task_id": self.task_id, "session_id": self.session_id, "exit_code": code}))
+            if self.inbox:
+                self.inbox.drain()  # the last reports, sent as the process exited
             with contextlib.suppress(AMError, AMUnreachable):
-                if self.mirror and self.is_chief:  # the last sync's outcome, before the result ends the task
-                    self.am.heartbeat(self.task_id, self.session_id,
-                                      **({"store_error": self.store_error} if self.store_error else {"store_ok": True}))
+                # The final figures, progress and store outcome, before the result ends the task.
+                self.am.heartbeat(self.task_id, self.session_id, **self._report())
                 self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "")
+        if self.inbox:
+            self.inbox.close()
         return code
 
     def _wait(self) -> int:

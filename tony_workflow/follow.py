@@ -9,6 +9,7 @@ a :class:`JobUpdate` naming each change, or None when nothing a user would see h
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -37,7 +38,9 @@ class JobUpdate:
     (the previous one failed and was torn down); ``tasks`` lists the tasks that changed;
     ``tracking_url`` and ``tensorboard_url`` are set when that URL is new (first known, or moved);
     ``new_warnings`` lists warnings not in the previous status (the checkpoint store failing, steps
-    lost on a resume); ``new_am_attempt`` says that the ApplicationMaster was replaced.
+    lost on a resume); ``new_am_attempt`` says that the ApplicationMaster was replaced;
+    ``progressed`` that training progress is due to be shown again (see :class:`Follower`), the
+    progress itself being in ``status.progress`` and in ``status.summary()``.
     """
 
     status: JobStatus
@@ -49,6 +52,7 @@ class JobUpdate:
     tensorboard_url: str | None = None
     new_warnings: tuple[str, ...] = ()
     new_am_attempt: bool = False
+    progressed: bool = False
 
     @property
     def first(self) -> bool:
@@ -68,11 +72,12 @@ def _task_key(status: JobStatus) -> tuple:
     return tuple((t.task_id, t.state, t.restarts) for t in status.tasks)
 
 
-def diff(previous: JobStatus | None, current: JobStatus) -> JobUpdate | None:
+def diff(previous: JobStatus | None, current: JobStatus, progressed: bool = False) -> JobUpdate | None:
     """The update from ``previous`` to ``current``, or None when nothing shown to users changed
     (state, session, AM attempt, task states and restarts, the URLs, the warnings, and the
-    diagnostics of a final status)."""
-    if previous is not None and (
+    diagnostics of a final status) and ``progressed`` is false (progress moves with every
+    report: the caller decides when it is worth a line)."""
+    if not progressed and previous is not None and (
             previous.state, previous.session_id, previous.am_attempt, previous.tracking_url,
             previous.tensorboard_url, previous.warnings, _task_key(previous)) == (
             current.state, current.session_id, current.am_attempt, current.tracking_url,
@@ -97,18 +102,25 @@ def diff(previous: JobStatus | None, current: JobStatus) -> JobUpdate | None:
                      state_changed=previous is None or previous.state != current.state,
                      new_session=new_session, tasks=tuple(changes), tracking_url=tracking,
                      tensorboard_url=tensorboard, new_warnings=tuple(w for w in current.warnings if w not in seen),
-                     new_am_attempt=previous is not None and current.am_attempt > previous.am_attempt)
+                     new_am_attempt=previous is not None and current.am_attempt > previous.am_attempt,
+                     progressed=progressed)
 
 
 class Follower:
     """Reads one application's status through ``read`` and reports what changed since the last read.
 
+    Training progress is news when it is first reported and then at most every ``progress_every``
+    seconds while the step moves, so a log gets a progress line now and then, not one per poll.
     ``last`` is the last status read (None before the first).
     """
 
-    def __init__(self, read: Callable[[], JobStatus]):
+    def __init__(self, read: Callable[[], JobStatus], progress_every: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic):
         self._read = read
         self.last: JobStatus | None = None
+        self.progress_every = progress_every
+        self._clock = clock
+        self._shown: tuple[float, object] | None = None  # when progress was last shown, and its step
 
     def poll(self) -> JobUpdate | None:
         """Reads the status once; the update since the previous read, or None if nothing changed."""
@@ -116,6 +128,12 @@ class Follower:
 
     def see(self, status: JobStatus) -> JobUpdate | None:
         """Takes a status read elsewhere (e.g. the settled final one) as the latest."""
-        update = diff(self.last, status)
+        now = self._clock()
+        step = (status.progress or {}).get("step")
+        due = bool(status.progress) and not status.is_final and (
+            self._shown is None or (step != self._shown[1] and now - self._shown[0] >= self.progress_every))
+        update = diff(self.last, status, progressed=due)
+        if update is not None and status.progress:
+            self._shown = (now, step)  # any line shows the progress (status.summary())
         self.last = status
         return update

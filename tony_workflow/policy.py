@@ -43,7 +43,7 @@ def describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit code"
     if code == LOST_EXIT_CODE:
-        return "exit code -1000 (lost: missed heartbeats)"
+        return "exit code -1000 (lost: the AM gave up on it)"
     if code > 128 and code - 128 < 65:
         try:
             return f"exit code {code} ({signal.Signals(code - 128).name})"

@@ -66,8 +66,11 @@ REGISTER = Route("register", "POST", "/v1/register", (
 # Long-poll: 200 with the cluster once every task of the session registered, 204 until then.
 CLUSTER_SPEC = Route("cluster_spec", "GET", "/v1/cluster-spec", (
     Field("task_id", str, ""), Field("session_id", int, -1), Field("wait", float, 0.0)))
+# metrics: the task's resource figures; progress: what user code last reported (with its age in
+# seconds); store: {"error": why} while the checkpoint store fails, {"ok": true} once a sync succeeded.
 HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", (
-    Field("task_id"), Field("session_id", int), Field("metrics", dict)))
+    Field("task_id"), Field("session_id", int), Field("metrics", dict), Field("progress", dict),
+    Field("store", dict)))
 STARTED = Route("started", "POST", "/v1/started", (
     Field("task_id"), Field("session_id", int), Field("pid", int), Field("restored", dict)))
 RESULT = Route("result", "POST", "/v1/result", (

@@ -132,8 +132,10 @@ class AMClient:
         return self._call(protocol.CLUSTER_SPEC, task_id=task_id, session_id=session_id, wait=wait,
                           timeout=wait + 10)
 
-    def heartbeat(self, task_id: str, session_id: int, **metrics: Any) -> dict:
-        return self._call(protocol.HEARTBEAT, task_id=task_id, session_id=session_id, metrics=metrics)
+    def heartbeat(self, task_id: str, session_id: int, metrics: dict | None = None, progress: dict | None = None,
+                  store: dict | None = None) -> dict:
+        return self._call(protocol.HEARTBEAT, task_id=task_id, session_id=session_id, metrics=metrics or {},
+                          progress=progress, store=store)
 
     def task_started(self, task_id: str, session_id: int, pid: int, restored: dict | None = None) -> dict:
         return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid, restored=restored)

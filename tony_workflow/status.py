@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id", "StatusFile"]
+__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id", "StatusFile",
+           "progress_text"]
 
 # YARN's shape, which local ids share: application_<cluster start ms>_<sequence>.
 _APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
@@ -64,14 +65,21 @@ class TaskStatus:
     pid: int | None = None
     container_id: str | None = None
     restarts: int = 0
+    #: resources its processes use (:class:`tony_workflow.metrics.TaskSampler`): ``rss_mb``,
+    #: ``max_rss_mb``, ``avg_rss_mb``, ``cpu_percent``, and with GPUs ``gpu_util_percent``, ``gpu_mem_mb``
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: what its code last reported through ``tony_workflow.report``: ``step``, ``total``,
+    #: ``fraction``, ``updated_at``; None before a first report
+    progress: dict[str, Any] | None = None
 
     @property
     def task_id(self) -> str:
         return f"{self.type}:{self.index}"
 
     def to_dict(self) -> dict[str, Any]:
-        # Every field is a scalar: a plain copy, not dataclasses.asdict's recursive deep copy, which
-        # costs the AM milliseconds per status at a thousand tasks.
+        # A plain copy, not dataclasses.asdict's recursive deep copy, which costs the AM
+        # milliseconds per status at a thousand tasks. The dict fields are shared, not copied: the
+        # AM replaces them whole, never changes one in place.
         return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     @classmethod
@@ -106,6 +114,10 @@ class JobStatus:
     am_attempt: int = 1
     #: problems that do not stop the job (the checkpoint store failing, steps lost on a resume)
     warnings: list[str] = field(default_factory=list)
+    #: training progress as user code reports it (:func:`tony_workflow.report`): ``step``, ``total``,
+    #: ``fraction``, ``metrics``, ``updated_at``, ``eta_seconds`` and the reporting ``task``; None
+    #: before a first report
+    progress: dict[str, Any] | None = None
 
     @property
     def is_final(self) -> bool:
@@ -124,6 +136,7 @@ class JobStatus:
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
         d["warnings"] = list(self.warnings)
+        d["progress"] = dict(self.progress) if self.progress else None
         d["tasks"] = [t.to_dict() for t in self.tasks]
         return d
 
@@ -141,6 +154,8 @@ class JobStatus:
             parts.append(f"am_attempt={self.am_attempt}")
         if self.tasks:
             parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
+        if self.progress and not self.is_final:
+            parts.append(progress_text(self.progress))
         if self.tensorboard_url:
             parts.append(f"tensorboard={self.tensorboard_url}")
         if self.tracking_url:
@@ -151,6 +166,29 @@ class JobStatus:
         if self.started_at is None:
             return None
         return (self.finished_at or time.time()) - self.started_at
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def progress_text(progress: dict[str, Any], metrics: int = 3) -> str:
+    """``step=120/1000 (12.0%) eta=3m05s loss=0.3121``: a job's progress in a status line, with its
+    first few metrics."""
+    step, total = progress.get("step"), progress.get("total")
+    text = "step=" + ("?" if step is None else str(step)) + (f"/{total}" if total else "")
+    if progress.get("fraction") is not None:
+        text += f" ({100 * progress['fraction']:.1f}%)"
+    if progress.get("eta_seconds") is not None:
+        text += f" eta={_duration(progress['eta_seconds'])}"
+    for name, value in list((progress.get("metrics") or {}).items())[:metrics]:
+        text += f" {name}={value:.4g}"
+    return text
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskStatus))

@@ -27,6 +27,11 @@ import tf_keras as keras  # noqa: E402
 
 import synthetic_mnist  # noqa: E402
 
+try:  # progress for the job's status, progress bar and hang detection
+    from tony_workflow.keras import ProgressCallback
+except ImportError:  # run outside tony-workflow
+    ProgressCallback = None
+
 TAG = "[mnist]"
 SEED = 7
 TRAIN_EXAMPLES = 4096
@@ -195,6 +200,8 @@ def main(argv=None):
     ]
     if args.step_sleep > 0:
         callbacks.append(StepSleeper(args.step_sleep))
+    if ProgressCallback is not None:
+        callbacks.append(ProgressCallback(keras))
 
     model.fit(
         train_data,

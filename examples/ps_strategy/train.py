@@ -32,6 +32,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+try:  # progress for the job's status, progress bar and hang detection
+    from tony_workflow import report
+except ImportError:  # run outside tony-workflow
+    def report(**_):
+        pass
+
 TAG = "[ps]"
 SEED = 11
 NUM_FEATURES = 32
@@ -217,6 +223,7 @@ def coordinate(resolver, args, session):
         step = stop
         global_step.assign(step)
         loss = float(np.mean([value.fetch() for value in pending]))
+        report(step=step, total=args.steps, loss=loss)
 
         if step % LOG_EVERY_STEPS == 0:
             log(f"session={session} step={step} loss={loss:.4f}")

@@ -99,7 +99,7 @@ def test_a_lost_task_follows_the_same_rules():
     assert policy().decide(lost, 0, 0).action is Action.TOLERATE
     decision = policy(retry_count=1).decide(lost, 0, 0)
     assert decision.action is Action.RESTART_SESSION
-    assert decision.diagnostics.startswith("Job worker:1 exited with exit code -1000 (lost: missed heartbeats)")
+    assert decision.diagnostics.startswith("Job worker:1 exited with exit code -1000 (lost: the AM gave up on it)")
 
 
 def test_restarts_are_counted_per_task_by_the_caller():
@@ -111,7 +111,7 @@ def test_restarts_are_counted_per_task_by_the_caller():
 @pytest.mark.parametrize("code, text", [
     (3, "exit code 3"),
     (None, "no exit code"),
-    (LOST_EXIT_CODE, "exit code -1000 (lost: missed heartbeats)"),
+    (LOST_EXIT_CODE, "exit code -1000 (lost: the AM gave up on it)"),
     (137, "exit code 137 (SIGKILL)"),
     (143, "exit code 143 (SIGTERM)"),
     (128, "exit code 128"),
@@ -148,7 +148,7 @@ VERDICTS = [
     ("some workers failed", {}, [("chief:0", S, 0), ("worker:0", F, 3), ("worker:1", S, 0)], JobState.SUCCEEDED,
      [SOME_FAILED.format(1), "Job worker:0 exited with exit code 3 on host:node1"]),
     ("a lost worker counts as failed", {}, [("chief:0", S, 0), ("worker:0", L, LOST_EXIT_CODE)], JobState.SUCCEEDED,
-     [SOME_FAILED.format(1), "Job worker:0 exited with exit code -1000 (lost: missed heartbeats) on host:node1"]),
+     [SOME_FAILED.format(1), "Job worker:0 exited with exit code -1000 (lost: the AM gave up on it) on host:node1"]),
     ("a killed worker is finished, not failed", {}, [("chief:0", S, 0), ("worker:0", K, 143)], JobState.SUCCEEDED,
      []),
     ("every tracked task failed", {}, [("chief:0", F, 1), ("worker:0", F, 2)], JobState.FAILED,

@@ -42,6 +42,10 @@ def test_mwms_example_succeeds_through_the_cli(tony_home):
     assert st["state"] == "SUCCEEDED"
     assert [t["task_id"] if "task_id" in t else f"{t['type']}:{t['index']}" for t in st["tasks"]] == ["worker:0", "worker:1"]
     assert st["tensorboard_url"].startswith("http://127.0.0.1:")
+    # The Keras progress callback reported every step of 3 epochs x 40, with the loss.
+    assert st["progress"]["step"] == st["progress"]["total"] == 120 and "loss" in st["progress"]["metrics"]
+    assert all(t["metrics"]["max_rss_mb"] > 50 for t in st["tasks"]), "TensorFlow trainers were sampled"
+    assert "step=" in r.stderr, "progress lines were printed while the job ran"
     app_dir = tony_home / "local" / "apps" / st["application_id"]
     metrics = json.loads((app_dir / "checkpoints" / "final" / "metrics.json").read_text())
     assert metrics["steps"] > 0
@@ -89,6 +93,8 @@ def test_ps_example_succeeds(tony_home):
     assert st.state == "SUCCEEDED", st.diagnostics
     assert {t.task_id for t in st.tasks} == {"chief:0", "worker:0", "worker:1", "ps:0"}
     assert re.search(r"\[ps\] session=0 done steps=\d+", stdout(h, "chief:0"))
+    # The coordinator reports its steps: the job's progress is the chief's.
+    assert st.progress["task"] == "chief:0" and st.progress["step"] == st.progress["total"] > 0
 
 
 @pytest.mark.parametrize("target", ["user", "executor"])

@@ -170,6 +170,10 @@ class ClusterManager(ABC):
         """Makes TensorBoard reachable for users (e.g. behind a proxy); returns the URL to show."""
         return None
 
+    def report_progress(self, fraction: float) -> None:
+        """Tells the cluster how far training has got (0..1), for its own UI; at most every few
+        seconds. Failures are the backend's to swallow: progress must never stop a job."""
+
     def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
         """Records the final state (and the whole final JobStatus) with the cluster; called once,
         after release()."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -41,6 +42,8 @@ from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name"]
+
+log = logging.getLogger("tony.yarn")
 
 AM_SERVICE = "tony-am"
 KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
@@ -413,6 +416,12 @@ class YarnClusterManager(ClusterManager):
                 self.app.kill_container(c.id)
             except Exception:
                 pass  # already gone
+
+    def report_progress(self, fraction: float) -> None:
+        try:
+            self.app.set_progress(min(1.0, max(0.0, fraction)))  # the ResourceManager's progress bar
+        except Exception as e:  # the driver's errors, a closed channel while the AM ends
+            log.debug("progress not reported to the ResourceManager: %s", e)
 
     def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
         if status is not None:

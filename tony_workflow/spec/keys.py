@@ -106,7 +106,11 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.am.liveness-timeout-ms``
 #:     An ApplicationMaster that does not answer for this long is killed and replaced; executors
 #:     that cannot reach their AM for this long stop their user processes.
+#: ``tony.task.progress-timeout-ms``
+#:     A task whose user code has reported progress (``tony_workflow.report``) and then reports none
+#:     for this long is hung: it is LOST and the restart rules apply; 0: never.
 PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.task.progress-timeout-ms": "0",
     "tony.checkpoint.on-store-failure": "warn",
     "tony.am.max-attempts": "2",
     "tony.am.liveness-timeout-ms": "30000",
@@ -186,6 +190,8 @@ INT_MINIMUMS = {
     "tony.am.max-attempts": 1,
     "tony.am.liveness-timeout-ms": 1000,
     "tony.task.heartbeat-timeout-ms": 0,
+    "tony.task.progress-timeout-ms": 0,
+    "tony.task.metrics-interval-ms": 100,
     "tony.application.timeout": 0,
     "tony.task.heartbeat-interval-ms": 1,
     "tony.task.max-missed-heartbeats": 1,

@@ -293,6 +293,21 @@ class JobSpec:
         return self._typed("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
 
     @cached_property
+    def progress_timeout_ms(self) -> int:
+        """tony.task.progress-timeout-ms: how long a task that reported progress may report none; 0: no limit."""
+        return self._typed("tony.task.progress-timeout-ms", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def metrics_interval_ms(self) -> int:
+        """tony.task.metrics-interval-ms: how often executors sample their task's resources."""
+        return self._typed("tony.task.metrics-interval-ms", lambda v: parse_int(v, 100))
+
+    @cached_property
+    def gpu_metrics_enabled(self) -> bool:
+        """tony.task.gpu-metrics.enabled: whether executors sample their GPUs through NVML."""
+        return self._typed("tony.task.gpu-metrics.enabled", parse_bool)
+
+    @cached_property
     def application_timeout_ms(self) -> int:
         """tony.application.timeout: the job's time limit; 0 means none."""
         return self._typed("tony.application.timeout", lambda v: parse_int(v, 0))

@@ -1,0 +1,325 @@
+"""Seeing a job run: task metrics, progress reported by user code, and hang detection.
+
+The end-to-end tests run real executors and user processes on the embedded cluster. The only fake
+is NVML in the GPU test (this machine has no GPU); it says so where it is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import run_tony, wait_for
+from tests.tony_workflow.test_runtime import events, submit
+from tony_workflow import reporting
+from tony_workflow.follow import Follower
+from tony_workflow.liveness import Liveness
+from tony_workflow.metrics import GpuSampler, TaskSampler, visible_gpus
+from tony_workflow.progress import TaskProgress, job_progress
+from tony_workflow.reporting import ReportInbox
+from tony_workflow.status import JobStatus, progress_text
+
+
+# ----------------------------------------------------------------- report() and the executor's inbox
+
+@pytest.fixture
+def inbox(monkeypatch):
+    box = ReportInbox("secret-key")
+    monkeypatch.setattr(reporting, "_sender", reporting._Sender())  # a fresh channel per test
+    for name, value in box.environment().items():
+        monkeypatch.setenv(name, value)
+    yield box
+    box.close()
+
+
+def test_report_is_a_no_op_outside_a_job(monkeypatch):
+    monkeypatch.delenv(reporting.ADDRESS_ENV, raising=False)
+    monkeypatch.setattr(reporting, "_sender", reporting._Sender())
+    reporting.report(step=1, total=10, loss=0.5)  # nothing to send to, nothing raised
+    assert reporting._sender._target is None
+
+
+def test_reports_reach_the_inbox_merged_and_the_newest_step_always_arrives(inbox):
+    reporting.report(step=1, total=100, loss=2.0)
+    reporting.report(step=2, accuracy=0.1)   # within the interval: merged, sent when it is over
+    reporting.report(step=3)
+    snap = wait_for(lambda: (s := inbox.snapshot()) and s["step"] == 3 and s, timeout=5, interval=0.05)
+    assert snap["total"] == 100 and snap["metrics"] == {"loss": 2.0, "accuracy": 0.1}
+    assert snap["reports"] == 2, "three calls within one interval make two datagrams"
+    assert 0 <= snap["age"] < 5
+
+
+def test_a_datagram_without_the_tasks_key_is_ignored(inbox):
+    assert not inbox.accept(json.dumps({"key": "wrong", "step": 99}).encode())
+    assert not inbox.accept(b"not json")
+    assert inbox.snapshot() is None
+    assert inbox.accept(json.dumps({"key": "secret-key", "step": 5, "metrics": {"x": "text", "y": 1}}).encode())
+    assert inbox.snapshot()["metrics"] == {"y": 1.0}, "only numbers are kept"
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"step": "ten"}, "step must be a number, got str"),
+    ({"step": -1}, "step must be >= 0"),
+    ({"loss": [1.0]}, "loss must be a number, got list"),
+    ({"done": True}, "done must be a number, got bool"),
+    ({f"m{i}": i for i in range(33)}, "at most 32 metrics"),
+    ({"x" * 65: 1.0}, "longer than 64 characters"),
+])
+def test_report_refuses_what_is_not_a_number_and_names_it(inbox, kwargs, error):
+    with pytest.raises((TypeError, ValueError), match=error):
+        reporting.report(**kwargs)
+
+
+def test_numpy_scalars_and_nan_are_handled(inbox):
+    np = pytest.importorskip("numpy")
+    reporting.report(step=np.int64(7), total=np.int32(10), loss=np.float32(0.25), bad=float("nan"))
+    snap = wait_for(lambda: inbox.snapshot(), timeout=5, interval=0.05)
+    assert (snap["step"], snap["total"], snap["metrics"]) == (7, 10, {"loss": 0.25})
+
+
+# ----------------------------------------------------------------- the AM's view
+
+def test_task_progress_gives_a_fraction_a_rate_and_an_eta():
+    p = TaskProgress()
+    assert not p.update(None, 100.0) and p.to_dict() is None
+    assert p.update({"step": 10, "total": 110, "reports": 1, "age": 0.0}, 100.0)
+    assert not p.update({"step": 10, "total": 110, "reports": 1, "age": 0.0}, 101.0), "the same report again"
+    assert p.update({"step": 30, "reports": 2, "age": 1.0}, 111.0)  # made at 110: 20 steps in 10 s
+    assert p.updated_at == 110.0 and p.fraction == round(30 / 110, 4)
+    assert p.rate() == pytest.approx(2.0)
+    assert p.eta(110.0) == pytest.approx(40.0) and p.eta(120.0) == pytest.approx(30.0)
+    assert p.update({"step": 5, "reports": 3, "age": 0.0}, 112.0)  # a restore went back
+    assert p.rate() is None, "the old rate no longer applies"
+
+
+def test_job_progress_is_the_chiefs_or_else_the_latest_reporters():
+    chief, worker = TaskProgress(), TaskProgress()
+    worker.update({"step": 4, "total": 8, "reports": 1, "age": 0, "metrics": {"loss": 1.5}}, 50.0)
+    assert job_progress([("chief:0", chief), ("worker:0", worker)], "chief:0", 50.0)["task"] == "worker:0"
+    chief.update({"step": 2, "total": 8, "reports": 1, "age": 0}, 40.0)
+    got = job_progress([("chief:0", chief), ("worker:0", worker)], "chief:0", 50.0)
+    assert got["task"] == "chief:0" and got["step"] == 2 and got["fraction"] == 0.25
+    assert job_progress([("chief:0", TaskProgress())], "chief:0", 1.0) is None
+
+
+def test_liveness_judges_stalls_only_after_a_first_report():
+    rules = Liveness(1000, 25, 0, progress_timeout_ms=5000)
+    assert rules.stalled("worker:0", None, 1e9) is None, "a task that never reported is never stalled"
+    assert rules.stalled("worker:0", 100.0, 104.0) is None
+    why = rules.stalled("worker:0", 100.0, 106.0)
+    assert "worker:0" in why and "tony.task.progress-timeout-ms=5000" in why
+    assert Liveness(1000, 25).stalled("worker:0", 100.0, 1e9) is None, "0 turns the rule off"
+
+
+def test_progress_shows_in_the_status_line_and_the_follower_paces_it():
+    now = [0.0]
+    statuses = []
+
+    def status(step):
+        return JobStatus("application_1_0001", state="RUNNING",
+                         progress={"step": step, "total": 200, "fraction": step / 200, "eta_seconds": 125,
+                                   "metrics": {"loss": 0.123456}})
+
+    follower = Follower(lambda: statuses[-1], progress_every=15.0, clock=lambda: now[0])
+    statuses.append(status(10))
+    first = follower.poll()
+    assert first is not None and "step=10/200 (5.0%) eta=2m05s loss=0.1235" in first.status.summary()
+    now[0] = 5.0
+    statuses.append(status(20))
+    assert follower.poll() is None, "progress moved, but a line was shown 5 s ago"
+    now[0] = 16.0
+    statuses.append(status(30))
+    update = follower.poll()
+    assert update is not None and update.progressed
+    now[0] = 40.0
+    assert follower.poll() is None, "the step did not move"
+    assert progress_text({"step": 3}) == "step=3"
+
+
+# ----------------------------------------------------------------- the sampler
+
+def test_the_sampler_measures_a_real_process_tree():
+    script = ("import subprocess, sys, time\n"
+              "block = bytearray(80 * 1024 * 1024)\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: pass'])\n"
+              "time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
+        sampler = TaskSampler()
+        sampler.sample(proc.pid)
+        time.sleep(0.5)
+        figures = sampler.sample(proc.pid)
+        assert figures["rss_mb"] >= 80 and figures["processes"] == 2
+        assert figures["max_rss_mb"] >= figures["avg_rss_mb"] > 0
+        assert figures["cpu_percent"] > 30, "the child spins a core"
+        assert "gpu_util_percent" not in figures
+    finally:
+        for p in psutil.Process(proc.pid).children():
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_visible_gpus_follow_cuda_rules():
+    assert visible_gpus(None) is None
+    assert visible_gpus("") == [] and visible_gpus("-1") == []
+    assert visible_gpus("1,3") == ["1", "3"] and visible_gpus("0,-1,2") == ["0"]
+    assert visible_gpus("GPU-0f3a") == ["GPU-0f3a"]
+
+
+FAKE_NVML = textwrap.dedent('''
+    """A stand-in for nvidia-ml-py's pynvml on a machine without a GPU: every device reports
+    a utilisation of 10 x (index + 1) % and 1000 x (index + 1) MiB used of 16 GiB."""
+    import os
+
+    class NVMLError(Exception):
+        pass
+
+    class _Handle:
+        def __init__(self, index):
+            self.index = index
+
+    class _Util:
+        def __init__(self, gpu):
+            self.gpu, self.memory = gpu, 0
+
+    class _Mem:
+        def __init__(self, used):
+            self.used, self.total, self.free = used, 16 << 30, (16 << 30) - used
+
+    def nvmlInit():
+        with open(os.environ.get("FAKE_NVML_LOG", os.devnull), "a") as log:
+            log.write("init\\n")
+
+    def nvmlDeviceGetCount():
+        return 4
+
+    def nvmlDeviceGetHandleByIndex(index):
+        if index >= 4:
+            raise NVMLError("Invalid Argument")
+        return _Handle(index)
+
+    def nvmlDeviceGetHandleByUUID(uuid):
+        raise NVMLError("Not Found")
+
+    def nvmlDeviceGetUtilizationRates(handle):
+        return _Util(10 * (handle.index + 1))
+
+    def nvmlDeviceGetMemoryInfo(handle):
+        return _Mem(1000 * (handle.index + 1) << 20)
+''')
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    """A fake pynvml first on the path: this machine has no GPU and no NVML library."""
+    d = tmp_path / "fake-nvml"
+    d.mkdir()
+    (d / "pynvml.py").write_text(FAKE_NVML)
+    monkeypatch.syspath_prepend(str(d))
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    return d
+
+
+def test_gpu_figures_come_from_nvml_for_the_tasks_own_gpus(fake_nvml):
+    # Fake NVML (no GPU here): what is tested is which devices are asked and how figures add up.
+    figures = TaskSampler(GpuSampler(["1", "3"])).sample(os.getpid())
+    assert figures["gpu_util_percent"] == 30.0 and figures["gpu_mem_mb"] == 6000.0
+    assert [g["index"] for g in figures["gpus"]] == ["1", "3"]
+    missing = GpuSampler(["GPU-unknown"])
+    assert missing.sample() == [] and missing.disabled, "an unknown GPU turns GPU figures off, not the task"
+
+
+def test_without_nvml_there_are_simply_no_gpu_figures(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as on a machine without the package
+    sampler = GpuSampler(["0"])
+    assert sampler.sample() == [] and sampler.disabled
+
+
+# ----------------------------------------------------------------- end to end
+
+TRAINER = textwrap.dedent('''
+    import os, signal, sys, time
+    from tony_workflow import report
+    block = bytearray(60 * 1024 * 1024)  # something for the sampler to see
+    total = int(sys.argv[1])
+    hang_at = int(sys.argv[2]) if len(sys.argv) > 2 else -1
+    for step in range(1, total + 1):
+        time.sleep(0.1)
+        report(step=step, total=total, loss=1.0 / step)
+        if step == hang_at and os.environ["SESSION_ID"] == "0":
+            time.sleep(0.5)  # the last report is out
+            os.kill(os.getpid(), signal.SIGSTOP)  # frozen: the executor goes on heartbeating
+    ''')
+
+
+def test_metrics_and_progress_are_visible_while_a_job_runs_and_kept_at_its_end(tony_home, tmp_path):
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    h = submit(tmp_path, f"python {tmp_path}/trainer.py 80", {"worker": {"instances": 2, "memory": "512m"}},
+               conf={"tony.task.metrics-interval-ms": 300, "tony.task.heartbeat-interval-ms": 200})
+
+    def live():
+        out = run_tony("status", h.app_id, "--json", timeout=60)
+        st = json.loads(out.stdout)
+        w = st["tasks"][0]
+        return st if st["progress"] and st["progress"]["step"] >= 10 and w["metrics"].get("rss_mb", 0) >= 60 else None
+
+    st = wait_for(live, timeout=120, interval=0.5)
+    assert st["state"] == "RUNNING"
+    metrics = st["tasks"][0]["metrics"]
+    assert {"rss_mb", "max_rss_mb", "avg_rss_mb", "cpu_percent"} <= set(metrics)
+    progress = st["progress"]
+    assert progress["total"] == 80 and progress["task"] == "worker:0" and 0 < progress["fraction"] < 1
+    assert progress["metrics"]["loss"] == pytest.approx(1.0 / progress["step"])
+    assert st["tasks"][1]["progress"]["total"] == 80
+    final = h.wait(poll_interval=0.5, timeout=120)
+    assert final.state == "SUCCEEDED"
+    assert final.progress["step"] == 80, "the last report arrives even though it came right before the exit"
+    done = [e for e in events(h) if e["event"] == "task_state" and e["state"] == "SUCCEEDED"]
+    assert len(done) == 2 and all(e["metrics"]["max_rss_mb"] >= 60 for e in done), done
+
+
+def test_a_user_process_frozen_after_reporting_is_lost_and_the_job_recovers(tony_home, tmp_path):
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    h = submit(tmp_path, f"python {tmp_path}/trainer.py 30 10", {"worker": {"instances": 2}},
+               conf={"tony.am.retry-count": 1, "tony.task.progress-timeout-ms": 2000,
+                     "tony.task.heartbeat-interval-ms": 200})
+    frozen = wait_for(lambda: [p for p in psutil.process_iter(["cmdline", "status"])
+                               if f"{tmp_path}/trainer.py" in " ".join(p.info["cmdline"] or [])
+                               and p.info["status"] == psutil.STATUS_STOPPED], timeout=60)
+    st = h.wait(poll_interval=0.2, timeout=120)
+    assert st.state == "SUCCEEDED" and st.session_id == 1, st.diagnostics
+    lost = [e for e in events(h) if e["event"] == "task_state" and e["state"] == "LOST"]
+    assert lost and "reported no progress" in lost[0]["diagnostics"], lost
+    assert "tony.task.progress-timeout-ms=2000" in lost[0]["diagnostics"]
+    for p in frozen:  # the frozen trainers were killed, not left stopped
+        assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_gpu_task_reports_its_own_gpus_figures(tony_home, tmp_path, local_site, fake_nvml):
+    # Fake NVML (no GPU here): the real executor, allocation and CUDA_VISIBLE_DEVICES pinning, with
+    # a stand-in for the NVIDIA library on the executor's path.
+    local_site({"tony.local.gpus": "0,1,2,3", "tony.local.env-whitelist": "PYTHONPATH"})
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_nvml), os.environ.get("PYTHONPATH", "")])
+    try:
+        h = submit(tmp_path, "sleep 20", {"worker": {"instances": 2, "gpus": 2}},
+                   conf={"tony.task.metrics-interval-ms": 200, "tony.task.heartbeat-interval-ms": 200})
+        st = wait_for(lambda: (s := h.status()).tasks and all("gpu_util_percent" in t.metrics for t in s.tasks) and s,
+                      timeout=60)
+    finally:
+        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    by_task = {t.task_id: t.metrics for t in st.tasks}
+    # worker:0 holds GPUs 0 and 1 (10 % and 20 %, 1000 and 2000 MiB), worker:1 GPUs 2 and 3.
+    assert by_task["worker:0"]["gpu_util_percent"] == 15.0 and by_task["worker:0"]["gpu_mem_mb"] == 3000.0
+    assert by_task["worker:1"]["gpu_util_percent"] == 35.0 and by_task["worker:1"]["gpu_mem_mb"] == 7000.0
+    h.kill()
+    h.wait(timeout=60)

@@ -203,7 +203,7 @@ def job_text(name: str, command: str | None, tasks: dict[str, dict], conf: dict[
 
 
 def events(handle) -> list[dict]:
-    from tony_workflow.history import read_events
+    from tony_workflow.events import read_events
     return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
 
 

@@ -33,7 +33,7 @@ from . import process, protocol
 from .am_http import AMHttpServer, Handler
 from .attempts import Resume, finished_verdict, resume_point
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
-from .history import EventLog, log_tail
+from .events import EventLog, log_tail
 from .liveness import Liveness
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .am_status import StatusBoard
@@ -557,6 +557,9 @@ class ApplicationMaster:
                 final = self.status.to_dict()
             self.cluster.finish(end.state, end.diagnostics, final)
         finally:
+            from .history import record_history  # the store's client: imported only as the job ends
+
+            record_history(self.app_dir, self.status.backend)  # before clients are told the AM is done
             am_json = self.app_dir / "am.json"
             info = json.loads(am_json.read_text())
             info["stopped"] = True

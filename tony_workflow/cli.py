@@ -1,4 +1,4 @@
-"""The ``tony`` command: submit, status, kill, logs, list."""
+"""The ``tony`` command: submit, status, kill, logs, list, history, clean."""
 from __future__ import annotations
 
 import argparse
@@ -139,6 +139,95 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 2 if refused else 0
 
 
+def _since(text: str) -> float:
+    """``--since``: a duration back from now (``3d``, ``12h``) or a date or time (``2026-11-20``,
+    ``2026-11-20T10:00``, taken as UTC without a zone)."""
+    import datetime as dt
+
+    from .retention import parse_duration
+
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--since: {text!r} is neither a duration (90m, 12h, 7d) nor a date or time "
+                         "(2026-11-20, 2026-11-20T10:00)") from None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _history_line(r: dict) -> str:
+    took = r["finished_at"] - r["started_at"] if r.get("finished_at") and r.get("started_at") else None
+    took_text = f"{took:.0f}s" if took is not None else "-"
+    return f"{r['application_id']}  {r['state']:<10} {_when(r.get('started_at'))}  {took_text:>7}  {r.get('name') or ''}"
+
+
+def _show_record(r: dict) -> None:
+    from .status import progress_text
+
+    print(f"{r['application_id']} {r['state']}  {r.get('name') or ''}  user={r.get('user')}  backend={r.get('backend')}")
+    print(f"  started {_when(r.get('started_at'))}, finished {_when(r.get('finished_at'))}, "
+          f"{len(r.get('sessions') or [])} session(s), {r.get('am_attempts', 1)} ApplicationMaster attempt(s)")
+    if r.get("diagnostics"):
+        print(f"  diagnostics: {r['diagnostics']}")
+    if r.get("progress"):
+        print(f"  progress: {progress_text(r['progress'], metrics=8)}")
+    print("timeline:")
+    for item in r.get("timeline") or []:
+        print(f"  {_when(item['ts'])}  {item['what']}" + (f": {item['detail']}" if item.get("detail") else ""))
+    print("tasks:")
+    for t in r.get("tasks") or []:
+        m = t.get("metrics") or {}
+        figures = " ".join(f"{k}={m[k]}" for k in ("max_rss_mb", "avg_rss_mb", "cpu_percent", "gpu_util_percent",
+                                                   "gpu_mem_mb") if m.get(k) is not None)
+        print(f"  {t['task_id']:<12} {t.get('state') or '-':<10} exit={t.get('exit_code')} restarts={t['restarts']}"
+              f"  {figures}")
+        if t.get("log"):
+            print(f"  {'':<12} log: {t['log']}")
+    for hint in r.get("hints") or []:
+        print(f"hint: {hint}")
+    for warning in r.get("warnings") or []:
+        print(f"warning: {warning}")
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from .backends import history_default
+    from .history import JobHistory
+    from .spec.loading import site_conf
+
+    configured = site_conf().get("tony.history.location", "")
+    location = configured if configured and configured != "/path/to/tony-history" else history_default(args.backend)
+    history = JobHistory.at(location)
+    if args.app_id:
+        record = history.get(args.app_id)
+        if record is None:
+            print(f"tony: no history of {args.app_id} in {location}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(record, indent=1))
+        else:
+            _show_record(record)
+        return 0
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+    records = history.list(state=args.state, since=_since(args.since) if args.since else None, limit=args.limit)
+    if args.json:
+        keep = ("application_id", "name", "user", "state", "started_at", "finished_at", "diagnostics")
+        print(json.dumps([{**{k: r.get(k) for k in keep},
+                           "tasks": [{k: t.get(k) for k in ("task_id", "state", "exit_code", "restarts", "metrics")}
+                                     for t in r.get("tasks") or []]} for r in records], indent=1))
+        return 0
+    for r in records:
+        print(_history_line(r))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tony", description="Run distributed training jobs (TonY-compatible).")
     ap.add_argument("--backend", choices=["local", "yarn"], default="local", help="cluster backend (default local)")
@@ -180,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     ls.set_defaults(fn=cmd_list)
+
+    hs = sub.add_parser("history", help="jobs that ended, from the job history",
+                        description="Lists jobs that ended, newest first, from the job history "
+                                    "(tony.history.location in tony-site.xml; default $TONY_HOME/history, or "
+                                    "/user/<user>/.tony/history in HDFS on YARN), or shows one.")
+    hs.add_argument("app_id", nargs="?", metavar="APPLICATION_ID", help="show this job: timeline, tasks, hints")
+    hs.add_argument("--json", action="store_true")
+    hs.add_argument("--state", type=str.upper, choices=["SUCCEEDED", "FAILED", "KILLED"])
+    hs.add_argument("--since", metavar="WHEN", help="started since: a duration back (7d, 12h) or a date (2026-11-20)")
+    hs.add_argument("--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)")
+    hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    hs.set_defaults(fn=cmd_history)
 
     cl = sub.add_parser("clean", help="remove the directories of finished local jobs",
                         description="Removes the directories of final jobs of the local cluster: the ones "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .archive import unsafe_entry
 from .frameworks import TaskContext, build_env
-from .history import log_tail
+from .events import log_tail
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from .reporting import ReportInbox

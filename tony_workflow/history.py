@@ -1,66 +1,271 @@
-"""The per-job event log: one JSON object per line, appended by the ApplicationMaster."""
+"""The job history: a record of every job that ended, kept after its directory is gone.
+
+When a job ends, its ApplicationMaster (or, when no attempt of it could, its supervisor) writes one
+record to ``tony.history.location`` (default ``$TONY_HOME/history`` on the local backend, an HDFS
+directory beside the applications' own on YARN), in TonY's layout:
+``finished/yyyy/MM/dd/<application id>/`` by the day it finished (``tony.history.finished-dir-timezone``,
+UTC by default). The directory holds the record, named as TonY names its history file so that a
+listing can filter by state and time without opening a file
+(``<application id>-<started ms>-<finished ms>-<user>-<STATE>.json``), the job's configuration
+(``config.json``) and its events (``events.jsonl``). Records older than
+``tony.history.retention-sec`` (TonY's default, 30 days) are purged whenever one is written.
+
+A record is built from the final status and the event log alone (:func:`build_record`): the
+sessions' timeline, each task's end, restarts and final resource figures across sessions, where
+its logs were, and sizing hints that compare what each task type asked for with what it used.
+"""
 from __future__ import annotations
 
+import datetime as _dt
 import json
-import os
-import threading
+import re
+import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable
 
-__all__ = ["EventLog", "read_events", "log_tail"]
+from .events import read_events
+from .spec.errors import mask_secrets
+from .status import check_application_id
+from .storage import Storage, open_storage
 
+__all__ = ["JobHistory", "build_record", "record_job", "record_history", "record_name", "parse_record_name", "sizing_hints"]
 
-class EventLog:
-    """Appends events to ``path`` (JSONL). Each line is flushed at once so a crash loses nothing."""
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8")
-
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"ts": round(time.time(), 3), "event": event, **fields}
-        line = json.dumps(record, sort_keys=False, default=str)
-        with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-        return record
-
-    def close(self) -> None:
-        with self._lock:
-            self._fh.close()
+FINISHED = "finished"
+_NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
+_FINAL_TASK = {"SUCCEEDED", "FAILED", "KILLED", "LOST"}
 
 
-def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yields the events of a log; a torn last line (writer killed mid-write) is skipped."""
-    try:
-        fh = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        return
-    with fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+def record_name(record: dict[str, Any]) -> str:
+    return (f"{record['application_id']}-{int((record.get('started_at') or 0) * 1000)}-"
+            f"{int((record.get('finished_at') or 0) * 1000)}-{record.get('user') or 'unknown'}-{record['state']}.json")
+
+
+def parse_record_name(name: str) -> dict[str, Any] | None:
+    m = _NAME.fullmatch(name)
+    if not m:
+        return None
+    return {"application_id": m.group(1), "started_at": int(m.group(2)) / 1000.0,
+            "finished_at": int(m.group(3)) / 1000.0, "user": m.group(4), "state": m.group(5)}
+
+
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def sizing_hints(tasks: list[dict[str, Any]], requested: dict[str, dict[str, Any]]) -> list[str]:
+    """What each task type asked for against what its tasks used at most, where the two are far
+    apart: memory used below half the request, or above nine tenths of it; GPUs mostly idle."""
+    hints = []
+    for task_type, asked in requested.items():
+        mine = [t for t in tasks if t["task_id"].split(":")[0] == task_type and t.get("metrics")]
+        peaks = [t["metrics"].get("max_rss_mb") for t in mine if t["metrics"].get("max_rss_mb") is not None]
+        memory = asked.get("memory_mb")
+        if peaks and memory:
+            peak = max(peaks)
+            if peak < memory / 2:
+                hints.append(f"{task_type} asked for {_gib(memory)}, used at most {_gib(peak)}: "
+                             f"tony.{task_type}.memory could be lower")
+            elif peak > 0.9 * memory:
+                hints.append(f"{task_type} used {_gib(peak)} of its {_gib(memory)}: close to the limit, "
+                             f"raise tony.{task_type}.memory")
+        utils = [t["metrics"].get("gpu_util_percent") for t in mine if t["metrics"].get("gpu_util_percent") is not None]
+        if asked.get("gpus") and utils and max(utils) < 30:
+            hints.append(f"{task_type} asked for {asked['gpus']} GPU(s) per task; their utilisation was at most "
+                         f"{max(utils):.0f} % at the last sample: the input pipeline may be the bottleneck")
+    return hints
+
+
+def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, user: str,
+                 conf: dict[str, str], requested: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The history record of a job from its final status and its events."""
+    sessions: dict[int, dict[str, Any]] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    timeline = []
+    for e in events:
+        kind, ts = e.get("event"), e.get("ts")
+        if kind == "session_started":
+            sessions[e["session"]] = {"session": e["session"], "started_at": ts}
+            timeline.append({"ts": ts, "what": f"session {e['session']} started"})
+        elif kind == "session_finished":
+            sessions.setdefault(e["session"], {"session": e["session"]}).update(
+                finished_at=ts, state=e.get("state"), diagnostics=e.get("diagnostics") or "")
+            timeline.append({"ts": ts, "what": f"session {e['session']} ended {e.get('state')}",
+                             "detail": (e.get("diagnostics") or "")[:500]})
+        elif kind == "am_started":
+            timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt', 1)} started"})
+        elif kind == "am_attempt_failed":
+            timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt')} failed",
+                             "detail": str(e.get("reason") or "")[:500]})
+        elif kind == "task_restarted":
+            timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
+        elif kind == "task_state" and "task" in e:
+            t = tasks.setdefault(e["task"], {"task_id": e["task"], "launches": 0, "metrics": {}})
+            if e["state"] == "LAUNCHED":
+                t["launches"] += 1
+            if e["state"] in _FINAL_TASK:
+                t.update(state=e["state"], exit_code=e.get("exit_code"), session=e.get("session"))
+                if e["state"] in ("FAILED", "LOST"):
+                    timeline.append({"ts": ts, "what": f"task {e['task']} {e['state']} (exit {e.get('exit_code')})",
+                                     "detail": str(e.get("diagnostics") or "")[:500]})
+                if e.get("metrics"):
+                    peak = max(t["metrics"].get("max_rss_mb") or 0, e["metrics"].get("max_rss_mb") or 0)
+                    t["metrics"] = {**e["metrics"], "max_rss_mb": peak}
+    logs = {}
+    for t in status.get("tasks", []):
+        task_id = f"{t['type']}:{t['index']}"
+        rec = tasks.setdefault(task_id, {"task_id": task_id, "launches": 1, "metrics": {}})
+        rec.setdefault("state", t.get("state"))
+        rec.setdefault("exit_code", t.get("exit_code"))
+        if t.get("metrics") and not rec["metrics"]:
+            rec["metrics"] = t["metrics"]
+        logs[task_id] = t.get("log_url")
+    task_list = []
+    for task_id, t in sorted(tasks.items()):
+        metrics = {k: v for k, v in t["metrics"].items() if k not in ("sampled_at", "gpus")}
+        task_list.append({"task_id": task_id, "state": t.get("state"), "exit_code": t.get("exit_code"),
+                          "restarts": max(0, t["launches"] - 1), "metrics": metrics, "log": logs.get(task_id)})
+    return {
+        "application_id": status["application_id"], "name": status.get("name"), "user": user,
+        "state": status["state"], "started_at": status.get("started_at"), "finished_at": status.get("finished_at"),
+        "diagnostics": status.get("diagnostics") or "", "backend": status.get("backend"),
+        "tracking_url": status.get("tracking_url"), "tensorboard_url": status.get("tensorboard_url"),
+        "am_attempts": status.get("am_attempt", 1), "progress": status.get("progress"),
+        "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
+        "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
+        "requested": requested, "hints": sizing_hints(task_list, requested), "conf": conf,
+    }
+
+
+class JobHistory:
+    """Records in ``store`` (see :func:`~tony_workflow.storage.open_storage`), purged after
+    ``retention_s`` seconds (0: kept forever). ``timezone`` names the day directories' zone."""
+
+    def __init__(self, store: Storage, retention_s: int = 30 * 86400, timezone: str = "UTC"):
+        self.store = store
+        self.retention_s = retention_s
+        self.timezone = timezone
+
+    @classmethod
+    def at(cls, location: str, retention_s: int = 30 * 86400, timezone: str = "UTC") -> "JobHistory":
+        return cls(open_storage(location), retention_s, timezone)
+
+    def _day(self, ts: float) -> str:
+        try:
+            from zoneinfo import ZoneInfo
+
+            zone = ZoneInfo(self.timezone)
+        except Exception:  # an unknown zone name: TonY falls back to UTC as well
+            zone = _dt.timezone.utc
+        return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
+
+    def write(self, record: dict[str, Any], events_file: Path | None = None) -> str:
+        """Stores ``record`` (and a copy of the event log); returns the record's key. Purges
+        expired records first."""
+        self.purge()
+        app_id = check_application_id(record["application_id"])
+        folder = f"{FINISHED}/{self._day(record.get('finished_at') or time.time())}/{app_id}"
+        with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
+            conf = Path(tmp) / "config.json"
+            conf.write_text(json.dumps(record.get("conf") or {}, indent=1, sort_keys=True))
+            self.store.put(conf, f"{folder}/config.json")
+            if events_file is not None and Path(events_file).exists():
+                self.store.put(Path(events_file), f"{folder}/events.jsonl")
+            body = Path(tmp) / "record.json"
+            body.write_text(json.dumps({k: v for k, v in record.items() if k != "conf"}, indent=1))
+            key = f"{folder}/{record_name(record)}"
+            self.store.put(body, key)  # last: a listed record always has its files beside it
+        return key
+
+    def _keys(self) -> list[str]:
+        return [f"{FINISHED}/{rel}" for rel in self.store.list(FINISHED)]
+
+    def _records(self) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for key in self._keys():
+            meta = parse_record_name(key.rsplit("/", 1)[-1])
+            if meta is not None:
+                out.append((key, meta))
+        return out
+
+    def purge(self, now: float | None = None) -> list[str]:
+        """Removes records (with their files) that finished more than ``retention_s`` ago; returns
+        the application ids removed."""
+        if self.retention_s <= 0:
+            return []
+        cutoff = (now or time.time()) - self.retention_s
+        entries = self._keys()
+        removed = []
+        for key in entries:
+            meta = parse_record_name(key.rsplit("/", 1)[-1])
+            if meta is None or meta["finished_at"] >= cutoff:
                 continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
+            folder = key.rsplit("/", 1)[0] + "/"
+            for other in [k for k in entries if k.startswith(folder)]:
+                self.store.delete(other)
+            removed.append(meta["application_id"])
+        return removed
+
+    def list(self, state: str | None = None, since: float | None = None, limit: int | None = None,
+             full: bool = True) -> list[dict[str, Any]]:
+        """Records, newest first, of jobs that ended in ``state`` and started at or after ``since``;
+        at most ``limit``. With ``full`` each is read whole, else only what its name says."""
+        found = [(key, meta) for key, meta in self._records()
+                 if (state is None or meta["state"] == state.upper())
+                 and (since is None or meta["started_at"] >= since)]
+        found.sort(key=lambda item: item[1]["finished_at"], reverse=True)
+        if limit is not None:
+            found = found[:limit]
+        return [self._read(key) if full else meta for key, meta in found]
+
+    def get(self, app_id: str) -> dict[str, Any] | None:
+        check_application_id(app_id)
+        for key, meta in self._records():
+            if meta["application_id"] == app_id:
+                record = self._read(key)
+                conf_key = key.rsplit("/", 1)[0] + "/config.json"
+                try:
+                    record["conf"] = json.loads(self._text(conf_key))
+                except (OSError, ValueError):
+                    record["conf"] = {}
+                return record
+        return None
+
+    def _text(self, key: str) -> str:
+        with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
+            local = Path(tmp) / "file"
+            self.store.get(key, local)
+            return local.read_text()
+
+    def _read(self, key: str) -> dict[str, Any]:
+        return json.loads(self._text(key))
 
 
-def log_tail(path: str | os.PathLike[str] | None, lines: int = 20, skip: str | None = None) -> str:
-    """The last non-empty lines of a log file (without those containing ``skip``), headed for use in
-    diagnostics; empty when there is nothing to show."""
-    if not path:
-        return ""
+def record_history(app_dir: Path, backend: str) -> str | None:
+    """:func:`record_job` for the ApplicationMaster and its supervisor as a job ends: the
+    backend's default place, the user the job ran as; a failure is said on stderr, never raised
+    (the job's outcome does not depend on its record)."""
+    from .backends import history_default
+    from .process import user_name
+    from .spec import JobSpec
+
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    keep = [ln for ln in text.splitlines() if ln.strip() and not (skip and skip in ln)][-lines:]
-    return ("Last lines of stderr:\n" + "\n".join(keep)) if keep else ""
+        spec = JobSpec.from_dict(json.loads((Path(app_dir) / "spec.json").read_text()))
+        return record_job(app_dir, spec, history_default(backend), user_name())
+    except Exception as e:  # the store's errors, a status that could not be written, ...
+        print(f"tony: the job's history record was not written: {e}", file=sys.stderr, flush=True)
+        return None
+
+
+def record_job(app_dir: Path, spec, default_location: str, user: str) -> str:
+    """Writes the history record of the job whose files are in ``app_dir`` (its final
+    ``status.json`` and ``events.jsonl``) where ``tony.history.location`` says, else at
+    ``default_location``; returns the record's key."""
+    status = json.loads((Path(app_dir) / "status.json").read_text())
+    requested = {t: task.resources.to_dict() for t, task in spec.tasks.items()}
+    record = build_record(status, read_events(Path(app_dir) / "events.jsonl"), user=user,
+                          conf=mask_secrets(spec.conf), requested=requested)
+    history = JobHistory.at(spec.history_location or default_location, spec.history_retention_s,
+                            spec.history_timezone)
+    return history.write(record, Path(app_dir) / "events.jsonl")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import process
 from .attempts import ATTEMPT_ENV, OWNER_ENV
-from .history import EventLog
+from .events import EventLog
 from .status import JobState, JobStatus, StatusFile
 
 __all__ = ["Supervisor", "main", "INFO_FILE"]
@@ -248,6 +248,9 @@ class Supervisor:
                     t.state = "KILLED"
         self._update_status(change)
         self.events.emit("application_finished", state=state, diagnostics=diagnostics)
+        from .history import record_history
+
+        record_history(self.app_dir, self.backend)  # no attempt lived to write it
         if self.backend == "yarn":  # the ResourceManager and the status in HDFS must hear it too
             with contextlib.suppress(Exception):
                 from .backends.yarn import YarnClusterManager

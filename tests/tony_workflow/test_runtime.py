@@ -18,7 +18,7 @@ import yaml
 
 from tests.conftest import wait_for
 from tony_workflow.client import SubmitError, TonyClient, load_job
-from tony_workflow.history import read_events
+from tony_workflow.events import read_events
 from tony_workflow.rpc import TOKEN_HEADER
 from tony_workflow.spec import SpecError
 

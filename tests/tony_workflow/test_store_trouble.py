@@ -18,7 +18,7 @@ import yaml
 from tests.conftest import app_processes, run_tony, wait_for
 from tony_workflow.checkpoints import choose, inspect
 from tony_workflow.client import TonyClient, load_job
-from tony_workflow.history import read_events
+from tony_workflow.events import read_events
 
 # Counts steps into TONY_CHECKPOINT_DIR; fails once, in session 0, when told to.
 TRAINER = textwrap.dedent("""

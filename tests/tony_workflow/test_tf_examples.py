@@ -12,7 +12,7 @@ import requests
 
 from tests.conftest import REPO, app_processes, run_tony, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
-from tony_workflow.history import read_events
+from tony_workflow.events import read_events
 
 pytestmark = pytest.mark.tf
 

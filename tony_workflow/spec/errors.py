@@ -10,10 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["SpecIssue", "SpecError", "error", "unknown_message"]
+__all__ = ["SpecIssue", "SpecError", "error", "unknown_message", "mask_secrets"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,13 @@ def _masked(text: str) -> str:
         if sep and _SECRET_NAME.search(name):
             entries[i] = f"{name}={HIDDEN}"
     return ",".join(entries)
+
+
+def mask_secrets(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` as it may be shown or kept (a job's history): secret-looking keys' values hidden,
+    and secret-looking ``NAME=value`` entries of lists (environment settings) too."""
+    return {k: HIDDEN if _SECRET_NAME.search(k) else _masked(v) if isinstance(v, str) else v
+            for k, v in conf.items()}
 
 
 def _shown(value: object, key: str = "") -> str:

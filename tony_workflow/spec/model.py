@@ -308,6 +308,22 @@ class JobSpec:
         return self._typed("tony.task.gpu-metrics.enabled", parse_bool)
 
     @cached_property
+    def history_location(self) -> str | None:
+        """tony.history.location; None when empty or tony-default.xml's placeholder (the backend's place)."""
+        value = self._text("tony.history.location")
+        return None if value in (None, "/path/to/tony-history") else value
+
+    @cached_property
+    def history_retention_s(self) -> int:
+        """tony.history.retention-sec: how long history records are kept; 0: forever."""
+        return self._typed("tony.history.retention-sec", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def history_timezone(self) -> str:
+        """tony.history.finished-dir-timezone: the zone of the history's day directories."""
+        return self._text("tony.history.finished-dir-timezone") or "UTC"
+
+    @cached_property
     def application_timeout_ms(self) -> int:
         """tony.application.timeout: the job's time limit; 0 means none."""
         return self._typed("tony.application.timeout", lambda v: parse_int(v, 0))

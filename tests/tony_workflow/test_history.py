@@ -1,0 +1,145 @@
+"""The job history: records written as jobs end, in TonY's layout, listed and shown by ``tony history``."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_tony
+from tests.tony_workflow.test_runtime import submit
+from tony_workflow.history import JobHistory, build_record, parse_record_name, record_name, sizing_hints
+from tony_workflow.spec.errors import HIDDEN, mask_secrets
+from tony_workflow.storage import LocalStorage
+
+T0 = 1_763_900_000.0  # 2025-11-23 12:13:20 UTC
+
+
+def status(app_id="application_1763900000000_0001", state="SUCCEEDED", started=T0, finished=T0 + 90):
+    return {"application_id": app_id, "name": "demo", "state": state, "started_at": started, "finished_at": finished,
+            "backend": "local", "am_attempt": 1, "diagnostics": "",
+            "tasks": [{"type": "worker", "index": 0, "state": "SUCCEEDED", "exit_code": 0, "log_url": "/logs/w0",
+                       "metrics": {"rss_mb": 700.0, "max_rss_mb": 900.0}},
+                      {"type": "worker", "index": 1, "state": "SUCCEEDED", "exit_code": 0, "log_url": "/logs/w1"}]}
+
+
+EVENTS = [
+    {"ts": T0 + 1, "event": "am_started", "attempt": 1},
+    {"ts": T0 + 2, "event": "session_started", "session": 0},
+    {"ts": T0 + 3, "event": "task_state", "task": "worker:0", "session": 0, "state": "LAUNCHED"},
+    {"ts": T0 + 3, "event": "task_state", "task": "worker:1", "session": 0, "state": "LAUNCHED"},
+    {"ts": T0 + 30, "event": "task_state", "task": "worker:1", "session": 0, "state": "FAILED", "exit_code": 137,
+     "diagnostics": "killed", "metrics": {"rss_mb": 1500.0, "max_rss_mb": 1800.0, "cpu_percent": 99.0}},
+    {"ts": T0 + 31, "event": "session_finished", "session": 0, "state": "FAILED", "diagnostics": "worker:1 failed"},
+    {"ts": T0 + 32, "event": "session_started", "session": 1},
+    {"ts": T0 + 33, "event": "task_state", "task": "worker:0", "session": 1, "state": "LAUNCHED"},
+    {"ts": T0 + 33, "event": "task_state", "task": "worker:1", "session": 1, "state": "LAUNCHED"},
+    {"ts": T0 + 80, "event": "task_state", "task": "worker:1", "session": 1, "state": "SUCCEEDED", "exit_code": 0,
+     "metrics": {"rss_mb": 600.0, "max_rss_mb": 700.0, "cpu_percent": 50.0}},
+    {"ts": T0 + 89, "event": "session_finished", "session": 1, "state": "SUCCEEDED", "diagnostics": ""},
+]
+REQUESTED = {"worker": {"memory_mb": 8192, "vcores": 1, "gpus": 0}}
+
+
+def test_a_record_tells_the_sessions_the_restarts_and_the_peak_use_of_each_task():
+    r = build_record(status(), EVENTS, user="alice", conf={"tony.worker.instances": "2"}, requested=REQUESTED)
+    assert [s["state"] for s in r["sessions"]] == ["FAILED", "SUCCEEDED"]
+    tasks = {t["task_id"]: t for t in r["tasks"]}
+    assert tasks["worker:1"]["restarts"] == 1 and tasks["worker:0"]["restarts"] == 1
+    # The peak over both sessions, not the last session's.
+    assert tasks["worker:1"]["metrics"]["max_rss_mb"] == 1800.0 and tasks["worker:1"]["state"] == "SUCCEEDED"
+    assert tasks["worker:0"]["metrics"]["max_rss_mb"] == 900.0, "from the final status when no event had figures"
+    assert tasks["worker:0"]["log"] == "/logs/w0"
+    whats = [item["what"] for item in r["timeline"]]
+    assert whats[:2] == ["ApplicationMaster attempt 1 started", "session 0 started"]
+    assert "task worker:1 FAILED (exit 137)" in whats and "session 0 ended FAILED" in whats
+    assert r["hints"] == ["worker asked for 8.0 GiB, used at most 1.8 GiB: tony.worker.memory could be lower"]
+
+
+def test_sizing_hints_name_tight_memory_and_idle_gpus():
+    tasks = [{"task_id": "worker:0", "metrics": {"max_rss_mb": 1950.0, "gpu_util_percent": 12.0}}]
+    hints = sizing_hints(tasks, {"worker": {"memory_mb": 2048, "gpus": 1}})
+    assert any("close to the limit" in h and "tony.worker.memory" in h for h in hints)
+    assert any("utilisation was at most 12 %" in h for h in hints)
+    assert sizing_hints(tasks, {"worker": {"memory_mb": 2500, "gpus": 0}}) == [], "well sized: nothing to say"
+
+
+def test_records_are_kept_in_tonys_layout_and_found_by_state_and_time(tmp_path):
+    history = JobHistory(LocalStorage(tmp_path), retention_s=0)
+    for n, (state, started) in enumerate([("SUCCEEDED", T0), ("FAILED", T0 + 100), ("KILLED", T0 + 86400 * 3)], 1):
+        app = f"application_1763900000000_000{n}"
+        st = status(app, state, started, started + 60)
+        history.write(build_record(st, [], user="bob", conf={}, requested={}))
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert "finished/2025/11/23/application_1763900000000_0001/config.json" in files
+    assert f"finished/2025/11/23/application_1763900000000_0001/{record_name({'application_id': 'application_1763900000000_0001', 'started_at': T0, 'finished_at': T0 + 60, 'user': 'bob', 'state': 'SUCCEEDED'})}" in files
+    assert any(f.startswith("finished/2025/11/26/application_1763900000000_0003/") for f in files)
+    assert [r["state"] for r in history.list()] == ["KILLED", "FAILED", "SUCCEEDED"], "newest first"
+    assert [r["application_id"] for r in history.list(state="failed")] == ["application_1763900000000_0002"]
+    assert len(history.list(since=T0 + 50)) == 2 and len(history.list(limit=1)) == 1
+    assert history.get("application_1763900000000_0002")["user"] == "bob"
+    assert history.get("application_1763900000000_0009") is None
+
+
+def test_old_records_are_purged_when_a_new_one_is_written(tmp_path):
+    history = JobHistory(LocalStorage(tmp_path), retention_s=30 * 86400)
+    old = status("application_1763900000000_0001", finished=time.time() - 31 * 86400)
+    history.write(build_record(old, [], user="u", conf={}, requested={}))  # written, then outlived its retention
+    new = status("application_1763900000000_0002", finished=time.time())
+    history.write(build_record(new, [], user="u", conf={}, requested={}))
+    assert [r["application_id"] for r in history.list()] == ["application_1763900000000_0002"]
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and "_0001" in str(p)], "its config and events too"
+
+
+def test_record_names_round_trip_and_secrets_stay_out_of_the_kept_configuration():
+    meta = {"application_id": "application_1_0002", "started_at": 1.5, "finished_at": 2.25, "user": "a-b",
+            "state": "FAILED"}
+    assert parse_record_name(record_name(meta)) == meta
+    assert parse_record_name("notes.txt") is None
+    masked = mask_secrets({"tony.secret.key": "s3cr3t", "tony.containers.envs": "A=1,DB_PASSWORD=hunter2",
+                           "tony.worker.instances": "2"})
+    assert masked == {"tony.secret.key": HIDDEN, "tony.containers.envs": f"A=1,DB_PASSWORD={HIDDEN}",
+                      "tony.worker.instances": "2"}
+
+
+def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
+    cmd = ("python -c \"from tony_workflow import report; import time\n"
+           "for s in range(1, 6): report(step=s, total=5, loss=1.0/s); time.sleep(0.2)\"")
+    h = submit(tmp_path, cmd, {"worker": {"instances": 2, "memory": "2g"}},
+               conf={"tony.task.metrics-interval-ms": 200, "tony.containers.envs": "API_TOKEN=abc"})
+    assert h.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
+    out = run_tony("history", "--json")
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert [r["application_id"] for r in listed] == [h.app_id]
+    job = listed[0]
+    assert job["state"] == "SUCCEEDED" and job["name"] == "rt" and job["user"] and job["finished_at"] >= job["started_at"]
+    assert [t["task_id"] for t in job["tasks"]] == ["worker:0", "worker:1"]
+    assert all(t["exit_code"] == 0 and t["restarts"] == 0 and t["metrics"]["max_rss_mb"] > 0 for t in job["tasks"])
+
+    shown = run_tony("history", h.app_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "session 0 started" in shown.stdout and "worker:1" in shown.stdout
+    assert "hint: worker asked for 2.0 GiB, used at most" in shown.stdout
+    assert "progress: step=5/5" in shown.stdout
+    record = json.loads(run_tony("history", h.app_id, "--json").stdout)
+    assert record["conf"]["tony.containers.envs"] == f"API_TOKEN={HIDDEN}"
+
+    # The history outlives the job's own directory.
+    assert run_tony("clean", h.app_id).returncode == 0
+    assert json.loads(run_tony("history", "--json", "--state", "succeeded").stdout)[0]["application_id"] == h.app_id
+    assert json.loads(run_tony("history", "--json", "--state", "FAILED").stdout) == []
+    assert json.loads(run_tony("history", "--json", "--since", "2999-01-01").stdout) == []
+    assert len(json.loads(run_tony("history", "--json", "--since", "1h").stdout)) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--since", "yesterday"], "--since: 'yesterday' is neither a duration"),
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["application_1_x"], "not an application id"),
+    (["application_1763900000000_0404"], "no history of application_1763900000000_0404"),
+])
+def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message):
+    out = run_tony("history", *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr

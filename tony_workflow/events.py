@@ -1,0 +1,66 @@
+"""The per-job event log: one JSON object per line, appended by the ApplicationMaster."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["EventLog", "read_events", "log_tail"]
+
+
+class EventLog:
+    """Appends events to ``path`` (JSONL). Each line is flushed at once so a crash loses nothing."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"ts": round(time.time(), 3), "event": event, **fields}
+        line = json.dumps(record, sort_keys=False, default=str)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yields the events of a log; a torn last line (writer killed mid-write) is skipped."""
+    try:
+        fh = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def log_tail(path: str | os.PathLike[str] | None, lines: int = 20, skip: str | None = None) -> str:
+    """The last non-empty lines of a log file (without those containing ``skip``), headed for use in
+    diagnostics; empty when there is nothing to show."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = [ln for ln in text.splitlines() if ln.strip() and not (skip and skip in ln)][-lines:]
+    return ("Last lines of stderr:\n" + "\n".join(keep)) if keep else ""

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import process, protocol
+from . import protocol
 from .am_http import AMHttpServer, Handler
-from .attempts import Resume, finished_verdict, resume_point
+from .attempts import Resume, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .events import EventLog, log_tail
 from .liveness import Liveness
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
-from .am_status import StatusBoard
+from .am_status import SERIES_FILE, StatusBoard
 from .progress import TaskProgress
 from .spec import JobSpec
 from .status import JobState, JobStatus, TaskState, TaskStatus
@@ -110,7 +110,8 @@ class ApplicationMaster:
                                 backend=type(cluster).__module__.rsplit(".", 1)[-1],
                                 retries=self.resume.retries, am_attempt=self.resume.attempt,
                                 diagnostics=self.resume.diagnostics)
-        self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress)
+        self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
+                                 series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
         self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
@@ -157,12 +158,21 @@ class ApplicationMaster:
             protocol.RESULT.name: self.task_result,
             protocol.TENSORBOARD.name: self.register_tensorboard,
             protocol.STATUS.name: lambda _: (200, self.status_dict()),
+            protocol.RECORD.name: lambda _: (200, self.record()),
             protocol.KILL.name: self.kill,
         }
 
     def status_dict(self) -> dict:
         with self.lock:
             return self.status.to_dict()
+
+    def record(self) -> dict:
+        """The job's record as the history will keep it, as it stands now (:mod:`tony_workflow.history`)."""
+        from .history import live_record
+
+        with self.lock:
+            status = self.status.to_dict()
+        return live_record(status, self.app_dir, self.spec, self.board.series_dict())
 
     def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
         with self.lock:
@@ -456,9 +466,10 @@ class ApplicationMaster:
             try:
                 with self.cond:
                     self.cond.wait(self.tick)
-                    self._check()
+                    # Progress first: the last report arrives just before the result that ends the session.
                     data = self.board.due(((t.id, t.progress) for t in self.tasks.values()),
                                           f"{self.chief[0]}:{self.chief[1]}", time.time())
+                    self._check()
                 self.board.file.write(data)
             except SessionEnd as end:
                 return end
@@ -495,10 +506,7 @@ class ApplicationMaster:
     def run(self) -> int:
         self._pending_task_restarts = []
         self.address = self.start_server()
-        # The start time goes with the pid: once this process is gone, the pid may name another one.
-        (self.app_dir / "am.json").write_text(json.dumps({"address": self.address, "pid": os.getpid(),
-                                                          "started": process.start_time(os.getpid()),
-                                                          "tracking_url": self.status.tracking_url}))
+        write_am_info(self.app_dir, self.address, self.status.tracking_url)
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name,
                          attempt=self.resume.attempt)
         with self.lock:
@@ -559,11 +567,9 @@ class ApplicationMaster:
         finally:
             from .history import record_history  # the store's client: imported only as the job ends
 
+            self.board.save_series(self.app_dir / SERIES_FILE)
             record_history(self.app_dir, self.status.backend)  # before clients are told the AM is done
-            am_json = self.app_dir / "am.json"
-            info = json.loads(am_json.read_text())
-            info["stopped"] = True
-            am_json.write_text(json.dumps(info))
+            mark_am_stopped(self.app_dir)
             if self.server:
                 self.server.shutdown()
             self.events.close()

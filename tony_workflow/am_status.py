@@ -6,6 +6,10 @@ persisted within a quarter second; figures that move with every heartbeat (resou
 progress) only every two seconds, so a thousand tasks heartbeating do not have the AM rewrite
 its status file many times a second. Live status always comes from the AM's API.
 
+It also keeps the figures' history while the job runs (:class:`Series`): the job's step and each
+task's memory, CPU and GPU use, sampled on the monitor's pass, for the charts of the job's page and
+its history record.
+
 Every method is called with the AM's lock held; the file is written by the monitor outside it.
 """
 from __future__ import annotations
@@ -19,15 +23,58 @@ from typing import Callable, Iterable
 from .progress import TaskProgress, job_progress
 from .status import JobStatus, StatusFile, TaskStatus
 
-__all__ = ["StatusBoard"]
+__all__ = ["StatusBoard", "Series", "SERIES_FILE"]
+
+SERIES_FILE = "series.json"  # the figures' history, written beside the status as the job ends
 
 STATE_DELAY = 0.25    # seconds a state change may wait to be persisted
 FIGURES_DELAY = 2.0   # seconds changed figures may wait
 PROGRESS_EVERY = 5.0  # seconds between progress reports to the cluster (YARN's progress bar)
 
 
+class Series:
+    """Figures over time, at most every ``every`` seconds and at most ``limit`` points: when full,
+    every other point is dropped and the interval doubles, so a long job keeps its whole course."""
+
+    FIGURES = ("rss_mb", "cpu_percent", "gpu_util_percent", "gpu_mem_mb")
+
+    def __init__(self, every: float = 1.0, limit: int = 720):
+        self.every, self.limit = every, limit
+        self.t: list[float] = []
+        self.step: list[int | None] = []
+        self.tasks: dict[str, dict[str, list[float | None]]] = {}
+        self._last = 0.0
+
+    def add(self, now: float, status: JobStatus) -> None:
+        if now - self._last < self.every:
+            return
+        self._last = now
+        n = len(self.t)
+        self.t.append(round(now, 1))
+        self.step.append((status.progress or {}).get("step"))
+        for task in status.tasks:
+            figures = self.tasks.setdefault(task.task_id, {k: [None] * n for k in self.FIGURES})
+            for k in self.FIGURES:
+                figures[k].append(task.metrics.get(k))
+        for figures in self.tasks.values():  # a task not in this session keeps its place with a gap
+            for values in figures.values():
+                values.extend([None] * (n + 1 - len(values)))
+        if len(self.t) >= self.limit:
+            self.t, self.step = self.t[::2], self.step[::2]
+            for figures in self.tasks.values():
+                for k in figures:
+                    figures[k] = figures[k][::2]
+            self.every *= 2
+
+    def to_dict(self) -> dict:
+        return {"t": list(self.t), "step": list(self.step),
+                "tasks": {task: {k: list(v) for k, v in figures.items()} for task, figures in self.tasks.items()}}
+
+
 class StatusBoard:
-    def __init__(self, status: JobStatus, path: Path, report_progress: Callable[[float], None]):
+    def __init__(self, status: JobStatus, path: Path, report_progress: Callable[[float], None],
+                 series_every: float = 1.0):
+        self.series = Series(series_every)
         self.status = status
         self.file = StatusFile(path)
         self._report_progress = report_progress
@@ -42,6 +89,15 @@ class StatusBoard:
         self._dirty = True
         if force:
             self.file.write(self.snapshot())
+
+    def series_dict(self) -> dict:
+        return self.series.to_dict()
+
+    def save_series(self, path: Path) -> None:
+        try:
+            path.write_text(json.dumps(self.series.to_dict()))
+        except OSError:
+            pass  # the charts of a finished job are a nicety; its outcome must not depend on them
 
     def figures_changed(self, progressed: bool = False) -> None:
         self._stale = True
@@ -66,5 +122,6 @@ class StatusBoard:
             if fraction is not None and fraction != told and now - told_at >= PROGRESS_EVERY:
                 self._told = (now, fraction)
                 threading.Thread(target=self._report_progress, args=(fraction,), daemon=True).start()
+        self.series.add(now, self.status)
         age = self.file.age()
         return self.snapshot(figures=age >= FIGURES_DELAY) if age >= STATE_DELAY else None

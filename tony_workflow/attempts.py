@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .status import JobState, JobStatus, TaskState, TaskStatus
 
-__all__ = ["Resume", "resume_point", "finished_verdict", "ATTEMPT_ENV", "OWNER_ENV", "RESULT_FILE"]
+__all__ = ["Resume", "resume_point", "finished_verdict", "write_am_info", "mark_am_stopped", "ATTEMPT_ENV",
+           "OWNER_ENV", "RESULT_FILE"]
 
 #: What an executor writes in its container when its user process ended by itself, before it tells
 #: the AM: an attempt that dies before hearing it finds the outcome there.
@@ -27,6 +28,29 @@ RESULT_FILE = "result.json"
 ATTEMPT_ENV = "TONY_AM_ATTEMPT"
 #: ``pid:start time`` of the process that holds the job's resources across attempts.
 OWNER_ENV = "TONY_AM_OWNER"
+
+
+def write_am_info(app_dir: Path, address: str, tracking_url: str | None) -> None:
+    """``am.json``: where the running attempt listens (a later one takes the same port), and its
+    pid with its start time (once the process is gone, the pid may name another one)."""
+    from .process import start_time
+
+    (Path(app_dir) / "am.json").write_text(json.dumps({"address": address, "pid": os.getpid(),
+                                                       "started": start_time(os.getpid()),
+                                                       "tracking_url": tracking_url}))
+
+
+def mark_am_stopped(app_dir: Path) -> None:
+    """Marks ``am.json`` stopped: what clients wait for once the final status is written. Written
+    by the AM as it ends, or by its supervisor for an AM that could not."""
+    path = Path(app_dir) / "am.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not info.get("stopped"):
+        info["stopped"] = True
+        path.write_text(json.dumps(info))
 
 
 @dataclass(frozen=True)

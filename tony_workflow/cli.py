@@ -197,17 +197,13 @@ def _show_record(r: dict) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .backends import history_default
-    from .history import JobHistory
-    from .spec.loading import site_conf
+    from .history import site_history
 
-    configured = site_conf().get("tony.history.location", "")
-    location = configured if configured and configured != "/path/to/tony-history" else history_default(args.backend)
-    history = JobHistory.at(location)
+    history = site_history(args.backend)
     if args.app_id:
         record = history.get(args.app_id)
         if record is None:
-            print(f"tony: no history of {args.app_id} in {location}", file=sys.stderr)
+            print(f"tony: no history of {args.app_id} in {history.store.uri}", file=sys.stderr)
             return 2
         if args.json:
             print(json.dumps(record, indent=1))

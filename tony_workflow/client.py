@@ -93,6 +93,20 @@ class JobHandle:
                 pass
         return self.backend.stored_status(self.app_id)
 
+    def record(self) -> dict | None:
+        """The job's record (timeline, tasks with their figures, figures over time, configuration:
+        :mod:`tony_workflow.history`): live from the AM while it runs, then from the job history;
+        None when neither has it."""
+        am = self._am()
+        if am is not None:
+            try:
+                return am.record()
+            except (AMUnreachable, AMError):
+                pass
+        from .history import site_history
+
+        return site_history(self.backend.name).get(self.app_id)
+
     def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
                stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
         """Yields a :class:`~tony_workflow.follow.JobUpdate` for the first status and for every

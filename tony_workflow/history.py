@@ -30,7 +30,7 @@ from .spec.errors import mask_secrets
 from .status import check_application_id
 from .storage import Storage, open_storage
 
-__all__ = ["JobHistory", "build_record", "record_job", "record_history", "record_name", "parse_record_name", "sizing_hints"]
+__all__ = ["JobHistory", "build_record", "record_job", "record_history", "site_history", "live_record", "record_name", "parse_record_name", "sizing_hints"]
 
 FINISHED = "finished"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
@@ -242,6 +242,18 @@ class JobHistory:
         return json.loads(self._text(key))
 
 
+def site_history(backend: str) -> JobHistory:
+    """The history readers on this machine see: ``tony.history.location`` of
+    ``$TONY_CONF_DIR/tony-site.xml``, else backend ``backend``'s default place."""
+    from .backends import history_default
+    from .spec.loading import site_conf
+
+    configured = (site_conf().get("tony.history.location") or "").strip()
+    if not configured or configured == "/path/to/tony-history":  # tony-default.xml's placeholder
+        configured = history_default(backend)
+    return JobHistory.at(configured)
+
+
 def record_history(app_dir: Path, backend: str) -> str | None:
     """:func:`record_job` for the ApplicationMaster and its supervisor as a job ends: the
     backend's default place, the user the job ran as; a failure is said on stderr, never raised
@@ -258,14 +270,30 @@ def record_history(app_dir: Path, backend: str) -> str | None:
         return None
 
 
+def live_record(status: dict[str, Any], app_dir: Path, spec, series: dict | None = None,
+                user: str | None = None) -> dict[str, Any]:
+    """The record of a job from ``status`` and the events and figures in ``app_dir`` (``series``
+    when given): what the history keeps once it ends, and what a job page shows while it runs."""
+    from .process import user_name
+
+    requested = {t: task.resources.to_dict() for t, task in spec.tasks.items()}
+    record = build_record(status, read_events(Path(app_dir) / "events.jsonl"), user=user or user_name(),
+                          conf=mask_secrets(spec.conf), requested=requested)
+    if series is None:
+        try:
+            series = json.loads((Path(app_dir) / "series.json").read_text())
+        except (OSError, ValueError):
+            series = None
+    record["series"] = series
+    return record
+
+
 def record_job(app_dir: Path, spec, default_location: str, user: str) -> str:
     """Writes the history record of the job whose files are in ``app_dir`` (its final
-    ``status.json`` and ``events.jsonl``) where ``tony.history.location`` says, else at
-    ``default_location``; returns the record's key."""
+    ``status.json``, ``events.jsonl`` and ``series.json``) where ``tony.history.location`` says,
+    else at ``default_location``; returns the record's key."""
     status = json.loads((Path(app_dir) / "status.json").read_text())
-    requested = {t: task.resources.to_dict() for t, task in spec.tasks.items()}
-    record = build_record(status, read_events(Path(app_dir) / "events.jsonl"), user=user,
-                          conf=mask_secrets(spec.conf), requested=requested)
+    record = live_record(status, app_dir, spec, user=user)
     history = JobHistory.at(spec.history_location or default_location, spec.history_retention_s,
                             spec.history_timezone)
     return history.write(record, Path(app_dir) / "events.jsonl")

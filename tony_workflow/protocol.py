@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 __all__ = ["TOKEN_HEADER", "Field", "Route", "ROUTES", "REGISTER", "CLUSTER_SPEC", "HEARTBEAT", "STARTED",
-           "RESULT", "TENSORBOARD", "STATUS", "KILL", "route_for"]
+           "RESULT", "TENSORBOARD", "STATUS", "RECORD", "KILL", "route_for"]
 
 TOKEN_HEADER = "X-Tony-Token"
 
@@ -77,9 +77,11 @@ RESULT = Route("result", "POST", "/v1/result", (
     Field("task_id"), Field("session_id", int), Field("exit_code", int), Field("diagnostics")))
 TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", (Field("url"),))
 STATUS = Route("status", "GET", "/v1/status", view=True)
+# The job's record as the history keeps it, as it stands: timeline, tasks, figures over time.
+RECORD = Route("record", "GET", "/v1/record", view=True)
 KILL = Route("kill", "POST", "/v1/kill", (Field("reason"),))
 
-ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, KILL)
+ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL)
 _BY_REQUEST = {(r.method, r.path): r for r in ROUTES}
 
 

@@ -151,5 +151,9 @@ class AMClient:
     def status(self) -> dict:
         return self._call(protocol.STATUS)
 
+    def record(self) -> dict:
+        """The job's record as it stands (see :mod:`tony_workflow.history`)."""
+        return self._call(protocol.RECORD)
+
     def kill(self, reason: str = "killed by user") -> dict:
         return self._call(protocol.KILL, reason=reason)

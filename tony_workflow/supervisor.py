@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from . import process
-from .attempts import ATTEMPT_ENV, OWNER_ENV
+from .attempts import ATTEMPT_ENV, OWNER_ENV, mark_am_stopped
 from .events import EventLog
 from .status import JobState, JobStatus, StatusFile
 
@@ -260,13 +260,7 @@ class Supervisor:
         self._mark_stopped()
 
     def _mark_stopped(self) -> None:
-        """What clients wait for, written by the AM as it ends; here for an AM that could not."""
-        with contextlib.suppress(OSError, ValueError):
-            am_json = self.app_dir / "am.json"
-            info = json.loads(am_json.read_text())
-            if not info.get("stopped"):
-                info["stopped"] = True
-                am_json.write_text(json.dumps(info))
+        mark_am_stopped(self.app_dir)
 
     def stop(self, reason: str) -> None:
         self.stop_reason = reason

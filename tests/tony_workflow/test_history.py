@@ -125,6 +125,8 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     assert "progress: step=5/5" in shown.stdout
     record = json.loads(run_tony("history", h.app_id, "--json").stdout)
     assert record["conf"]["tony.containers.envs"] == f"API_TOKEN={HIDDEN}"
+    assert record["series"]["t"] and set(record["series"]["tasks"]) == {"worker:0", "worker:1"}
+    assert h.record()["application_id"] == h.app_id, "once the AM is gone, the handle reads the history"
 
     # The history outlives the job's own directory.
     assert run_tony("clean", h.app_id).returncode == 0

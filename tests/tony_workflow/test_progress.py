@@ -281,6 +281,10 @@ def test_metrics_and_progress_are_visible_while_a_job_runs_and_kept_at_its_end(t
     assert progress["total"] == 80 and progress["task"] == "worker:0" and 0 < progress["fraction"] < 1
     assert progress["metrics"]["loss"] == pytest.approx(1.0 / progress["step"])
     assert st["tasks"][1]["progress"]["total"] == 80
+    # The record a job page shows, live from the AM: figures over time and the timeline so far.
+    live = wait_for(lambda: (r := h.record()) and len(r["series"]["t"]) >= 2 and r, timeout=30)
+    assert live["state"] == "RUNNING" and "session 0 started" in [i["what"] for i in live["timeline"]]
+    assert any(v and v >= 60 for v in live["series"]["tasks"]["worker:0"]["rss_mb"])
     final = h.wait(poll_interval=0.5, timeout=120)
     assert final.state == "SUCCEEDED"
     assert final.progress["step"] == 80, "the last report arrives even though it came right before the exit"

@@ -26,6 +26,8 @@ def get_provider_info() -> dict:
             "airflow_provider.links.TonyTrackingLink",
             "airflow_provider.links.TonyLogsLink",
         ],
+        # The TonY pages in Airflow's UI (airflow_provider.web): jobs list, job page, task-instance view.
+        "plugins": [{"name": "tony", "plugin-class": "airflow_provider.plugin.TonyPlugin"}],
         "connection-types": [{
             "connection-type": "tony",
             "hook-class-name": "airflow_provider.hooks.TonyHook",

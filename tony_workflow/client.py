@@ -211,6 +211,16 @@ class TonyClient:
         self.backend.stored_status(check_application_id(app_id))
         return JobHandle(app_id, self.backend)
 
+    def record(self, app_id: str) -> dict | None:
+        """An application's record (see :meth:`JobHandle.record`), also when the cluster no longer
+        knows it and only the job history does; None when neither has it."""
+        try:
+            return self.attach(app_id).record()
+        except KeyError:
+            from .history import site_history
+
+            return site_history(self.backend.name).get(app_id)
+
     def list(self) -> list[JobStatus]:
         out = []
         for app_id in self.backend.list_applications():

@@ -67,24 +67,36 @@ def write_dag(dag_id: str, operator_kwargs: dict, retry_delay_s: float | None = 
     return path
 
 
+class ApiServer:
+    """A real ``airflow api-server`` on this metadata DB (UI, public API and execution API), with
+    ``env`` over this process's environment (e.g. the TONY_HOME its TonY pages read)."""
+
+    def __init__(self, port: int, env: dict | None = None, log_name: str = "api-server.log"):
+        self.base = f"http://127.0.0.1:{port}"
+        log = open(AIRFLOW_HOME / log_name, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port)],
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **(env or {})})
+        deadline = time.time() + 180
+        while True:
+            try:
+                if requests.get(self.base + "/api/v2/version", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert self.proc.poll() is None and time.time() < deadline, "api-server did not start"
+            time.sleep(1)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, 15)
+        self.proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def api_server(airflow_db):
-    """A real ``airflow api-server`` on this metadata DB (UI, public API and execution API)."""
-    log = open(AIRFLOW_HOME / "api-server.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(API_PORT)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 180
-    while True:
-        try:
-            if requests.get(API_BASE + "/api/v2/version", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        assert proc.poll() is None and time.time() < deadline, "api-server did not start"
-        time.sleep(1)
-    yield API_BASE
-    os.killpg(proc.pid, 15)
-    proc.wait(timeout=30)
+    server = ApiServer(API_PORT)
+    yield server.base
+    server.stop()
 
 
 def load_dag(name: str):

@@ -18,7 +18,12 @@ it until it ends. Its output is the job's log in Azkaban, so it prints:
 * The tracking and TensorBoard URLs as soon as they are known, and a line on every change of state.
 
 It writes ``tony.application.id``, ``tony.final.status``, ``tony.tracking.url`` and
-``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (once on submission, again at the end), and
+``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (once on submission, again at the end, then
+with the final figures: ``tony.progress.step``, ``tony.progress.total``, ``tony.metric.<name>`` for
+each metric the training reported last, and ``tony.<type>.<index>.max_rss_mb`` /
+``.gpu_util_percent`` per task), writes the final status, URLs and figures as JSON to the job's
+attachment file when its props name one (``azkaban.job.attachment.file``: Azkaban returns it
+through ``fetchExecJobStats``), and
 exits 0 only when the application SUCCEEDED: 1 when it failed or was killed, 2 when the props
 are wrong (nothing is submitted then), 128 + the signal number when it was stopped.
 
@@ -151,7 +156,8 @@ def run(out: TextIO | None = None) -> int:
         if update is not None:
             _show(update, say)
 
-    _write_output(output, status)
+    _write_output(output, status, final=True)
+    _write_attachment(resolved.get("azkaban.job.attachment.file"), status, say)
     say(f"Final status of {handle.app_id}: {status.state}")
     if status.diagnostics and not status.succeeded:
         say(f"Diagnostics: {status.diagnostics}")
@@ -174,14 +180,49 @@ def _show(update: JobUpdate, say) -> None:
         say(f"[{stamp}] WARNING {warning}")
 
 
-def _write_output(path: str | None, status: JobStatus) -> None:
+def _final_figures(status: JobStatus) -> dict[str, str]:
+    """Output properties for the jobs after this one: where training got and what it used."""
+    out: dict[str, str] = {}
+    progress = status.progress or {}
+    for key in ("step", "total"):
+        if progress.get(key) is not None:
+            out[f"tony.progress.{key}"] = str(progress[key])
+    for name, value in (progress.get("metrics") or {}).items():
+        out[f"tony.metric.{name}"] = repr(value)
+    for t in status.tasks:
+        for figure in ("max_rss_mb", "gpu_util_percent"):
+            if t.metrics.get(figure) is not None:
+                out[f"tony.{t.type}.{t.index}.{figure}"] = str(t.metrics[figure])
+    return out
+
+
+def _write_output(path: str | None, status: JobStatus, final: bool = False) -> None:
     if not path:
         return
     # Azkaban turns every value into a string with toString(); a null would lose the whole
     # object, so missing URLs are empty strings.
     values = dict(zip(OUTPUT_KEYS, (status.application_id, status.state, status.tracking_url or "",
                                     status.tensorboard_url or "")))
+    if final:
+        values.update(_final_figures(status))
     Path(path).write_text(json.dumps(values, indent=1) + "\n", encoding="utf-8")
+
+
+def _write_attachment(path: str | None, status: JobStatus, say) -> None:
+    """The job's attachment (Azkaban shows it with the job's stats): the final status, its URLs,
+    progress and every task's end and figures."""
+    if not path:
+        return
+    record = {"application_id": status.application_id, "state": status.state, "diagnostics": status.diagnostics,
+              "tracking_url": status.tracking_url, "tensorboard_url": status.tensorboard_url,
+              "sessions": status.session_id + 1, "am_attempts": status.am_attempt, "progress": status.progress,
+              "started_at": status.started_at, "finished_at": status.finished_at,
+              "tasks": [{"task_id": t.task_id, "state": t.state, "exit_code": t.exit_code, "restarts": t.restarts,
+                         "metrics": {k: v for k, v in t.metrics.items() if k != "gpus"}} for t in status.tasks]}
+    try:
+        Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:  # the job's outcome does not depend on its attachment
+        say(f"warning: the job's attachment {path} was not written: {exc}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

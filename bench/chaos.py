@@ -26,10 +26,20 @@ session when the strike relaunched one, else to its first step past the one it h
 Runs with ``--step-sleep`` so that a strike lands in training rather than in TensorFlow's start-up,
 and without TensorBoard (it takes CPU and is not what is tested).
 
+With ``--backend yarn`` the trials run the MWMS example on the Hadoop mini cluster (started for the
+run, or the one ``--minicluster`` names) and strike ``container`` (kill -9 the process group of a
+random worker's YARN container: its launch script, executor and trainer) or ``am`` (kill -9 the
+ApplicationMaster in its container; the supervisor beside it starts the next attempt). The chief's
+step is followed through the job's progress (its Keras callback reports every step), the last
+durable checkpoint is the last BackupAndRestore save before the strike, the restarted chief's
+``start_step`` comes from the aggregated logs once the job has ended, and processes left are those
+whose command line or environment names the application.
+
 Goal: every trial SUCCEEDED, 0 steps lost beyond the last checkpoint, 0 processes left.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -57,8 +67,10 @@ EXAMPLES = {
            "start": re.compile(r"\[ps\] session=(\d+) start_step=(\d+)")},
 }
 TARGETS = ("user", "executor", "am", "forkserver", "stop-am", "stop-user")
+YARN_TARGETS = ("container", "am")
 CONF = {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.liveness-timeout-ms": "10000",
         "tony.task.progress-timeout-ms": "20000"}
+YARN_CONF = {**CONF, "tony.worker.memory": "1g"}
 
 
 def chief_dir(h, chief: str) -> Path | None:
@@ -207,9 +219,95 @@ def trial(i: int, example: str, target: str, victim: str | None, step_target: in
     return out
 
 
+def yarn_am_process(app_id: str) -> psutil.Process:
+    """The AM of a YARN application: the process its supervisor (in the AM's container, whose
+    directory names the application) recorded in am.json."""
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+                am = psutil.Process(json.loads((Path(p.cwd()) / "am.json").read_text())["pid"])
+                if am.ppid() == p.pid:
+                    return am
+        except (psutil.Error, OSError, ValueError, KeyError):
+            continue
+    raise LookupError(f"no ApplicationMaster of {app_id} on this machine")
+
+
+def processes_of_app(app_id: str) -> list[psutil.Process]:
+    """Live processes whose command line or environment names the application."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE and (
+                    app_id in " ".join(p.cmdline()) or any(app_id in v for v in p.environ().values())):
+                found.append(p)
+    return found
+
+
+def yarn_trial(i: int, target: str, victim: str, step_target: int, jitter: float) -> dict:
+    from tony_workflow.client import TonyClient, load_job
+    ex = EXAMPLES["mwms"]
+    out = {"trial": i, "example": "mwms", "backend": "yarn", "target": target,
+           "victim": victim if target == "container" else None, "target_step": step_target}
+    h = TonyClient("yarn").submit(load_job(str(ex["spec"]), conf=YARN_CONF, task_params=ex["params"]))
+    out["app_id"] = h.app_id
+
+    def reached():
+        st = h.status()
+        if st.is_final:
+            return "final"
+        step = (st.progress or {}).get("step")
+        return st if step is not None and step >= step_target else None
+    st = common.wait_for(reached, 900, 0.1, f"chief at step {step_target}")
+    if st == "final":
+        out.update(state=h.status().state, note="ended before the strike")
+        return out
+    time.sleep(jitter)
+    try:
+        st = h.status()
+        logged = st.progress["step"]
+        if target == "container":
+            group = os.getpgid(common.user_process(st.task(victim).pid, "train.py").pid)
+            os.killpg(group, signal.SIGKILL)
+            out["hit"] = f"YARN container of {victim} (process group {group})"
+        else:
+            am = yarn_am_process(h.app_id)
+            am.kill()
+            out["hit"] = f"ApplicationMaster (pid {am.pid})"
+        out.update(struck_at=round(time.time(), 3), logged_step=logged,
+                   checkpoint_step=(logged // ex["interval"]) * ex["interval"])
+    except (LookupError, OSError, AttributeError, KeyError, TypeError, psutil.Error) as e:
+        out["note"] = f"target gone before the strike: {e!r}"[:200]
+    resumed_at = None
+    if "struck_at" in out:
+        while not (now := h.status()).is_final:  # training resumed: a later session's first report
+            if resumed_at is None and now.session_id > 0 and (now.progress or {}).get("step") is not None:
+                resumed_at = round(time.time() - out["struck_at"], 2)
+            time.sleep(0.2)
+    final = h.wait(poll_interval=1.0, timeout=900)
+    out.update(state=final.state, am_attempts=final.am_attempt, sessions=final.session_id + 1, resume_s=resumed_at,
+               task_restarts=sum(t.restarts for t in final.tasks))
+    if final.state != "SUCCEEDED":
+        out["diagnostics"] = final.diagnostics[-1500:]
+    time.sleep(5.0)  # the NodeManager's own cleanup of the finished containers
+    left = processes_of_app(h.app_id)
+    out["processes_left"] = len(left)
+    if left:
+        out["left"] = [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
+    text = "".join(p.read_text(errors="replace") for p in h.logs().values())  # every container's, aggregated
+    resumed = [int(n) for s, n in ex["start"].findall(text) if int(s) >= 1]
+    out["restart_start_step"] = resumed[0] if resumed else None
+    if "checkpoint_step" in out and resumed:
+        out["steps_redone"] = out["logged_step"] - resumed[0]
+        out["lost_beyond_checkpoint"] = max(0, out["checkpoint_step"] - resumed[0])
+    done = re.findall(r"done steps=(\d+)", text)
+    out["final_steps"] = int(done[-1]) if done else None
+    return out
+
+
 def per_target(rows: list[dict]) -> dict:
     out = {}
-    for target in TARGETS:
+    for target in dict.fromkeys(r["target"] for r in rows):
         mine = [r for r in rows if r["target"] == target]
         if not mine:
             continue
@@ -230,17 +328,37 @@ def main() -> int:
     ap = common.parser("chaos", __doc__)
     ap.add_argument("--trials", type=int, default=None, help="trials (default 40; --quick 5)")
     ap.add_argument("--seed", type=int, default=20251121)
-    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of " + ", ".join(TARGETS))
+    ap.add_argument("--targets", default=None,
+                    help=f"comma-separated subset of {', '.join(TARGETS)} (local) or {', '.join(YARN_TARGETS)} (yarn)")
+    ap.add_argument("--backend", choices=["local", "yarn"], default="local")
+    ap.add_argument("--minicluster", default=None, help="yarn: reuse the mini cluster running in this directory")
     args = ap.parse_args()
-    trials = args.trials or (5 if args.quick else 40)
-    targets = [t for t in args.targets.split(",") if t]
-    unknown = sorted(set(targets) - set(TARGETS))
+    allowed = YARN_TARGETS if args.backend == "yarn" else TARGETS
+    trials = args.trials or (5 if args.quick else 40 if args.backend == "local" else 8)
+    targets = [t for t in (args.targets or ",".join(allowed)).split(",") if t]
+    unknown = sorted(set(targets) - set(allowed))
     if unknown:
-        ap.error(f"unknown target(s) {', '.join(unknown)}; allowed: {', '.join(TARGETS)}")
+        ap.error(f"unknown target(s) {', '.join(unknown)}; allowed with --backend {args.backend}: {', '.join(allowed)}")
     rng = random.Random(args.seed)
     host = common.host_info()
     rows = []
-    for i in range(trials):
+    if args.backend == "yarn":
+        missing = common.minicluster_missing()
+        if missing:
+            ap.error(f"the mini cluster cannot run here: {missing}")
+        with common.minicluster(args.minicluster):
+            for i in range(trials):
+                target = targets[i % len(targets)]
+                ex = EXAMPLES["mwms"]
+                row = yarn_trial(i, target, rng.choice(ex["victims"]),
+                                 rng.randrange(ex["interval"], ex["total"] - ex["interval"], 10),
+                                 round(rng.uniform(0.0, 1.0), 2))
+                rows.append(row)
+                log(f"trial {i + 1}/{trials}: yarn {row.get('hit') or target} at step~{row.get('logged_step')} "
+                    f"-> {row.get('state')} (attempts {row.get('am_attempts')}, sessions {row.get('sessions')}), "
+                    f"resumed in {row.get('resume_s')} s from step {row.get('restart_start_step')}, "
+                    f"lost {row.get('lost_beyond_checkpoint')}, left {row.get('processes_left')}")
+    for i in range(trials if args.backend == "local" else 0):
         # Every target on both examples, in turn.
         target = targets[i % len(targets)]
         example = "mwms" if (i // len(targets)) % 2 == 0 else "ps"
@@ -258,18 +376,20 @@ def main() -> int:
     lost = [r.get("lost_beyond_checkpoint") or 0 for r in rows]
     left = sum(r.get("processes_left") or 0 for r in rows)
     result = {
-        "metric": "trials SUCCEEDED after killing or stopping one part of a running job (PS and MWMS examples)",
+        "metric": "trials SUCCEEDED after killing or stopping one part of a running job "
+                  + ("(MWMS example on the Hadoop mini cluster)" if args.backend == "yarn" else "(PS and MWMS examples)"),
         "unit": "trials", "value": succeeded, "floor": trials, "ratio": round(succeeded / trials, 3),
         "goal": f"{trials}/{trials} SUCCEEDED, 0 steps lost beyond the last checkpoint, 0 processes left",
         "goal_met": bool(succeeded == trials and not any(lost) and left == 0),
         "trials": trials, "struck": sum(1 for r in rows if "struck_at" in r),
         "trials_with_loss": sum(1 for x in lost if x), "max_steps_lost": max(lost) if lost else 0,
         "processes_left": left, "by_target": per_target(rows),
-        "params": {"seed": args.seed, "conf": CONF, "targets": targets,
+        "params": {"seed": args.seed, "backend": args.backend, "conf": YARN_CONF if args.backend == "yarn" else CONF,
+                   "targets": targets,
                    **{k: {"params": v["params"], "checkpoint_every": v["interval"]} for k, v in EXAMPLES.items()}},
         "rows": rows,
     }
-    common.write_result(args, "chaos", result, host)
+    common.write_result(args, "chaos_yarn" if args.backend == "yarn" else "chaos", result, host)
     return 0
 
 

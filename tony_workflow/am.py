@@ -470,7 +470,7 @@ class ApplicationMaster:
                     data = self.board.due(((t.id, t.progress) for t in self.tasks.values()),
                                           f"{self.chief[0]}:{self.chief[1]}", time.time())
                     self._check()
-                self.board.file.write(data)
+                self.board.persist(data)
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:

@@ -88,7 +88,7 @@ class StatusBoard:
         self.status.tasks = list(tasks)
         self._dirty = True
         if force:
-            self.file.write(self.snapshot())
+            self.persist(self.snapshot())
 
     def series_dict(self) -> dict:
         return self.series.to_dict()
@@ -103,17 +103,25 @@ class StatusBoard:
         self._stale = True
         self._progressed = self._progressed or progressed
 
-    def snapshot(self, figures: bool = True) -> str | None:
-        """The status as JSON if it changed since the last snapshot (with ``figures``, also if only
-        metrics or progress did), else None."""
+    def snapshot(self, figures: bool = True) -> dict | None:
+        """A copy of the status if it changed since the last snapshot (with ``figures``, also if
+        only metrics or progress did), else None. Only the copy is made here, under the AM's lock:
+        turning a thousand tasks into JSON takes milliseconds that heartbeats should not wait for
+        (:meth:`persist` does it, outside the lock)."""
         if not (self._dirty or (figures and self._stale)):
             return None
         self._dirty = self._stale = False
-        return json.dumps(self.status.to_dict())
+        return self.status.to_dict()
+
+    def persist(self, snapshot: dict | None) -> None:
+        """Writes a :meth:`snapshot` to the status file (nothing for None)."""
+        if snapshot is not None:
+            self.file.write(json.dumps(snapshot))
 
     def due(self, progress: Iterable[tuple[str, TaskProgress]], chief: str, now: float) -> str | None:
         """The monitor's pass: works out the job's progress if a task reported some, tells the
-        cluster now and then, and returns the snapshot due to be persisted (None if none is)."""
+        cluster now and then, and returns the snapshot due to be persisted (None if none is), for
+        :meth:`persist` after the lock is released."""
         if self._progressed:
             self._progressed = False
             self.status.progress = job_progress(progress, chief, now)

@@ -147,9 +147,8 @@ class TaskExecutor:
         # each heartbeat carrying the latest.
         while not self.stop_event.wait(max(0.0, min(beat_at, sample_at) - time.monotonic())):
             now = time.monotonic()
-            if now >= sample_at:
-                self._sample()
-                sample_at = now + self.metrics_interval
+            if now >= sample_at:  # until the user process runs, tried again at every beat
+                sample_at = now + (self.metrics_interval if self._sample() else self.interval)
             if now < beat_at:
                 continue
             beat_at = now + self.interval
@@ -167,10 +166,12 @@ class TaskExecutor:
                     self._stop("lost the ApplicationMaster (no heartbeat answered for "
                                f"{time.monotonic() - last_ok:.0f} s)")
 
-    def _sample(self) -> None:
+    def _sample(self) -> bool:
         proc = self.user or self.tensorboard
-        if proc is not None and proc.poll() is None:
-            self.sampler.sample(proc.pid)
+        if proc is None or proc.poll() is not None:
+            return False
+        self.sampler.sample(proc.pid)
+        return True
 
     def _report(self) -> dict:
         """What a heartbeat carries: the latest resource figures, the progress the user code

@@ -31,17 +31,17 @@ class Liveness:
         return cls(spec.heartbeat_interval_ms, spec.max_missed_heartbeats, spec.heartbeat_timeout_ms,
                    spec.progress_timeout_ms)
 
-    @property
-    def _by_count(self) -> float:
-        return max(1, self.heartbeat_interval_ms) * max(3, self.max_missed_heartbeats) / 1000.0
-
-    @property
-    def heartbeat_expiry(self) -> float:
-        """Seconds of silence after which a task is lost."""
-        if self.heartbeat_timeout_ms <= 0:
-            return self._by_count
-        floor = 3 * max(1, self.heartbeat_interval_ms) / 1000.0
-        return min(self._by_count, max(self.heartbeat_timeout_ms / 1000.0, floor))
+    def __post_init__(self) -> None:
+        # Worked out once: the monitor asks for every task on every pass.
+        by_count = max(1, self.heartbeat_interval_ms) * max(3, self.max_missed_heartbeats) / 1000.0
+        expiry = by_count
+        if self.heartbeat_timeout_ms > 0:
+            floor = 3 * max(1, self.heartbeat_interval_ms) / 1000.0
+            expiry = min(by_count, max(self.heartbeat_timeout_ms / 1000.0, floor))
+        object.__setattr__(self, "_by_count", by_count)
+        #: seconds of silence after which a task is lost
+        object.__setattr__(self, "heartbeat_expiry", expiry)
+        object.__setattr__(self, "_progress_s", self.progress_timeout_ms / 1000.0)
 
     @property
     def tick(self) -> float:
@@ -65,7 +65,7 @@ class Liveness:
         if self.progress_timeout_ms <= 0 or progress_at is None:
             return None
         quiet = now - progress_at
-        if quiet <= self.progress_timeout_ms / 1000.0:
+        if quiet <= self._progress_s:
             return None
         return (f"Task with id [{task_id}] reported no progress for {quiet:.0f} s while its executor kept "
                 f"heartbeating: the training process is hung (tony.task.progress-timeout-ms="

@@ -18,6 +18,10 @@ from typing import Any, Iterable
 __all__ = ["TaskProgress", "job_progress", "RATE_WINDOW"]
 
 RATE_WINDOW = 120.0  # seconds of reports the rate (and so the ETA) is measured over
+POINT_EVERY = 2.0    # seconds between the points kept for the rate
+# Few points per task, spaced out: an AM of a thousand tasks heartbeating every second must not keep
+# a quarter of a million objects alive for the collector to walk.
+_MAX_POINTS = int(RATE_WINDOW / POINT_EVERY) + 2
 
 
 @dataclass
@@ -28,7 +32,7 @@ class TaskProgress:
     reports: int = 0
     #: when the newest report was made, by the AM's clock; None before the first
     updated_at: float | None = None
-    _points: deque = field(default_factory=lambda: deque(maxlen=256))
+    _points: deque = field(default_factory=lambda: deque(maxlen=_MAX_POINTS))
 
     def update(self, snapshot: dict[str, Any] | None, now: float) -> bool:
         """Takes the progress a heartbeat carried; True when it holds a report not seen before."""
@@ -48,7 +52,8 @@ class TaskProgress:
             if self.step is not None and step < self.step:
                 self._points.clear()  # the trainer went back (a restore): the old rate no longer applies
             self.step = step
-            self._points.append((self.updated_at, step))
+            if not self._points or self.updated_at - self._points[-1][0] >= POINT_EVERY:
+                self._points.append((self.updated_at, step))
         if isinstance(total, int) and total >= 0:
             self.total = total
         if isinstance(snapshot.get("metrics"), dict):

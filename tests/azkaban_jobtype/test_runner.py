@@ -109,8 +109,13 @@ def container_processes(tony_home: Path, app_id: str) -> list[psutil.Process]:
 
 
 def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
-    project = script_project(tmp_path / "project", "print('trained', flush=True)\n")
-    run = Execution(project, "job", job_props(project, **{"worker_env.GREETING": "hello"}))
+    project = script_project(tmp_path / "project", "import time\nfrom tony_workflow import report\n"
+                                                   "report(step=7, total=7, loss=0.25)\ntime.sleep(1.5)\n"
+                                                   "print('trained', flush=True)\n")
+    attachment = tmp_path / "attachment.json"
+    run = Execution(project, "job", job_props(project, **{"worker_env.GREETING": "hello",
+                                                          "azkaban.job.attachment.file": str(attachment),
+                                                          "tony.task.heartbeat-interval-ms": "200"}))
     assert run.wait() == 0, run.log
     [app_id] = run.application_ids()
     assert f"Submitted application {app_id}" in run.lines
@@ -118,8 +123,14 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     assert f"Final status of {app_id}: SUCCEEDED" in run.lines
     assert re.search(rf"\] {app_id} SUCCEEDED session=0 worker:0=SUCCEEDED", run.log)
     output = run.output()
-    assert list(output) == list(OUTPUT_KEYS)
+    assert list(output)[:len(OUTPUT_KEYS)] == list(OUTPUT_KEYS)
     assert output["tony.application.id"] == app_id and output["tony.final.status"] == "SUCCEEDED"
+    # The final figures, for the jobs after this one: the last progress and each task's peak memory.
+    assert output["tony.progress.step"] == "7" and output["tony.metric.loss"] == "0.25"
+    assert float(output["tony.worker.0.max_rss_mb"]) > 0
+    stats = json.loads(attachment.read_text())
+    assert stats["application_id"] == app_id and stats["state"] == "SUCCEEDED"
+    assert stats["progress"]["step"] == 7 and stats["tasks"][0]["task_id"] == "worker:0"
     assert output["tony.tracking.url"].startswith("http://127.0.0.1:")
     assert output["tony.tensorboard.url"] == ""  # never null: Azkaban would drop the whole object
     status = json.loads(run_tony("status", app_id, "--json").stdout)

@@ -281,7 +281,8 @@ def yarn_trial(i: int, target: str, victim: str, step_target: int, jitter: float
     resumed_at = None
     if "struck_at" in out:
         while not (now := h.status()).is_final:  # training resumed: a later session's first report
-            if resumed_at is None and now.session_id > 0 and (now.progress or {}).get("step") is not None:
+            reported = (now.progress or {}).get("updated_at") or 0.0
+            if resumed_at is None and now.session_id > 0 and reported > out["struck_at"]:
                 resumed_at = round(time.time() - out["struck_at"], 2)
             time.sleep(0.2)
     final = h.wait(poll_interval=1.0, timeout=900)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "chaos"]
+ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "chaos", "chaos_yarn"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -237,7 +237,7 @@ def goal_parts(name: str, r: dict) -> str:
     if name == "am_scale" and "am" in r:
         spec, cpu = r["am"]["spec_all_s"], r["am"]["steady_cpu_share"]
         return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
-    if name == "chaos" and "rows" in r:
+    if name.startswith("chaos") and "rows" in r:
         return (f"{r['value']}/{r['trials']} SUCCEEDED; {r['trials_with_loss']} lost steps, at most "
                 f"{r['max_steps_lost']}; {r.get('processes_left', 'n/a')} processes left")
     return ""
@@ -304,7 +304,7 @@ def details(name: str, r: dict) -> list[str]:
             out[-1] += f" The tony AM's own event log starts (am_started) at {r['am_started_s']} s."
         if r.get("pair_ratios"):
             out[-1] += f" Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))}."
-    elif name == "chaos":
+    elif name.startswith("chaos"):
         if r.get("by_target"):
             out += ["| target | trials | SUCCEEDED | struck | max steps lost | processes left | resume (median / max s) |",
                     "|---|---|---|---|---|---|---|"]

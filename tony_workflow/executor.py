@@ -36,6 +36,8 @@ __all__ = ["TaskExecutor", "PortReservation", "main"]
 
 log = logging.getLogger("tony.executor")
 
+MIRROR_INTERVAL = 0.5  # seconds between passes of the chief's checkpoint mirror
+
 
 class PortReservation:
     """Holds a TCP port so no other job on this host can take it before the task binds it.
@@ -304,7 +306,10 @@ class TaskExecutor:
         self.store_error, self.store_ok = None, True
 
     def _mirror_loop(self) -> None:
-        while not self.stop_event.wait(2.0):
+        # A pass is a walk of the local directory that uploads only what changed, so it can run
+        # often: a checkpoint younger than this interval is lost with its container (on YARN the
+        # relaunched task cannot read the old container's directory).
+        while not self.stop_event.wait(MIRROR_INTERVAL):
             if self.user is not None and self.user.poll() is not None:
                 return
             self._mirror_once()

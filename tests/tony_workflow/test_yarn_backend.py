@@ -1,6 +1,7 @@
 """The YARN backend against a real Hadoop 3.5 mini cluster (YARN + HDFS), with real TensorFlow."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -54,7 +55,7 @@ def app_hdfs_dir(app_id: str) -> str:
 
 
 def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_proxy(cluster, yarn):
-    spec = load_job(str(MWMS), conf=SMALL, task_params="--epochs 2 --steps-per-epoch 30 --step-sleep 0.1")
+    spec = load_job(str(MWMS), conf=SMALL, task_params="--epochs 2 --steps-per-epoch 30 --step-sleep 0.25")
     h = yarn.submit(spec)
     st = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=240)
     assert st.state == "RUNNING" and "/proxy/" in st.tensorboard_url
@@ -64,9 +65,22 @@ def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_p
     app = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
     assert app["trackingUrl"].rstrip("/").endswith(f"/proxy/{h.app_id}")
     assert st.tensorboard_url.startswith(f"{cluster['rm_web']}/proxy/{h.app_id}/")
+    # The chief's Keras progress reports move the ResourceManager's own progress bar.
+    def rm_progress():
+        app = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
+        return app["state"] == "RUNNING" and 0 < float(app["progress"]) < 100 and float(app["progress"])
+    assert wait_for(rm_progress, timeout=120, interval=1)
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert [t.task_id for t in st.tasks] == ["worker:0", "worker:1"]
+    assert st.progress["step"] == st.progress["total"] == 60
+    # Its record went to the job history in HDFS, where `tony history` finds it.
+    listed = run_tony("--backend", "yarn", "history", "--json")
+    assert listed.returncode == 0, listed.stderr
+    job = [r for r in json.loads(listed.stdout) if r["application_id"] == h.app_id]
+    assert job and job[0]["state"] == "SUCCEEDED" and len(job[0]["tasks"]) == 2
+    assert any(f.endswith(".json") and h.app_id in f
+               for f in webhdfs_list(cluster, app_hdfs_dir(h.app_id).rsplit("/", 1)[0] + "/history"))
     files = webhdfs_list(cluster, app_hdfs_dir(h.app_id) + "/checkpoints")
     assert any(f.endswith("/final/metrics.json") for f in files), files
     report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]

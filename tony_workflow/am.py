@@ -559,16 +559,17 @@ class ApplicationMaster:
             self.status.finished_at = time.time()
             self._publish(force=True)
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
+        from .history import record_history  # the store's client: imported only as the job ends
+
+        # The record first: once the cluster hears the end (YARN), the AM's container may be stopped.
+        self.board.save_series(self.app_dir / SERIES_FILE)
+        record_history(self.app_dir, self.status.backend)
         try:
             self.cluster.release()
             with self.lock:
                 final = self.status.to_dict()
             self.cluster.finish(end.state, end.diagnostics, final)
         finally:
-            from .history import record_history  # the store's client: imported only as the job ends
-
-            self.board.save_series(self.app_dir / SERIES_FILE)
-            record_history(self.app_dir, self.status.backend)  # before clients are told the AM is done
             mark_am_stopped(self.app_dir)
             if self.server:
                 self.server.shutdown()

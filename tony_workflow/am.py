@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import protocol
-from .am_http import AMHttpServer, Handler
+from .am_http import AMHttpServer, Handler, calm_collector
 from .attempts import Resume, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .events import EventLog, log_tail
@@ -505,6 +504,7 @@ class ApplicationMaster:
     # ---------------------------------------------------------------- main loop
     def run(self) -> int:
         self._pending_task_restarts = []
+        calm_collector()
         self.address = self.start_server()
         write_am_info(self.app_dir, self.address, self.status.tracking_url)
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name,
@@ -593,7 +593,3 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     return am.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

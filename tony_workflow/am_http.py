@@ -20,6 +20,7 @@ from the job and must never become markup.
 from __future__ import annotations
 
 import functools
+import gc
 import hmac
 import json
 import os
@@ -34,7 +35,7 @@ from urllib.parse import urlparse
 from . import protocol
 from .protocol import TOKEN_HEADER
 
-__all__ = ["AMHttpServer", "Handler", "render_status_page", "render_log_index"]
+__all__ = ["AMHttpServer", "Handler", "calm_collector", "render_status_page", "render_log_index"]
 
 #: A route's handler: the request's fields in, (HTTP status, JSON-able reply or None) out.
 Handler = Callable[[dict], tuple[int, Any]]
@@ -59,6 +60,21 @@ def render_status_page(st: dict) -> str:
 
 def render_log_index(task_ids: list[str], base: str) -> str:
     return _templates().get_template("logs.html").render(task_ids=task_ids, base=base)
+
+
+def calm_collector() -> None:
+    """Makes the cyclic garbage collector run rarely in a process that serves the AM's routes.
+
+    Every heartbeat parses a JSON body of nested dicts (figures, progress), so a thousand tasks
+    allocate tens of thousands of short-lived containers a second. At Python's default threshold
+    (700 allocations) that sets off a young collection every few milliseconds, and with them full
+    collections over a heap that holds a thread and its frames per connection: measured, a quarter
+    more CPU than the same server without the AM's logic. Those bodies hold no cycles (reference
+    counting frees them), so collecting a hundred times less often costs nothing in memory, and what
+    the process allocated while starting is frozen out of every later collection.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1_000)
 
 
 class _Server(ThreadingHTTPServer):

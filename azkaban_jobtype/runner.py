@@ -21,9 +21,9 @@ It writes ``tony.application.id``, ``tony.final.status``, ``tony.tracking.url`` 
 ``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (once on submission, again at the end, then
 with the final figures: ``tony.progress.step``, ``tony.progress.total``, ``tony.metric.<name>`` for
 each metric the training reported last, and ``tony.<type>.<index>.max_rss_mb`` /
-``.gpu_util_percent`` per task), writes the final status, URLs and figures as JSON to the job's
+``.gpu_util_percent`` per task), writes the final status, URLs and figures to the job's
 attachment file when its props name one (``azkaban.job.attachment.file``: Azkaban returns it
-through ``fetchExecJobStats``), and
+through ``fetchExecJobStats``) as a JSON list holding one record, and
 exits 0 only when the application SUCCEEDED: 1 when it failed or was killed, 2 when the props
 are wrong (nothing is submitted then), 128 + the signal number when it was stopped.
 
@@ -210,7 +210,7 @@ def _write_output(path: str | None, status: JobStatus, final: bool = False) -> N
 
 def _write_attachment(path: str | None, status: JobStatus, say) -> None:
     """The job's attachment (Azkaban shows it with the job's stats): the final status, its URLs,
-    progress and every task's end and figures."""
+    progress and every task's end and figures, as the only record of a list."""
     if not path:
         return
     record = {"application_id": status.application_id, "state": status.state, "diagnostics": status.diagnostics,
@@ -220,7 +220,9 @@ def _write_attachment(path: str | None, status: JobStatus, say) -> None:
               "tasks": [{"task_id": t.task_id, "state": t.state, "exit_code": t.exit_code, "restarts": t.restarts,
                          "metrics": {k: v for k, v in t.metrics.items() if k != "gpus"}} for t in status.tasks]}
     try:
-        Path(path).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        # Azkaban reads an attachment as a list of stats records; anything else makes its
+        # fetchExecJobStats fail with a server error.
+        Path(path).write_text(json.dumps([record], indent=1) + "\n", encoding="utf-8")
     except OSError as exc:  # the job's outcome does not depend on its attachment
         say(f"warning: the job's attachment {path} was not written: {exc}")
 

@@ -128,7 +128,7 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     # The final figures, for the jobs after this one: the last progress and each task's peak memory.
     assert output["tony.progress.step"] == "7" and output["tony.metric.loss"] == "0.25"
     assert float(output["tony.worker.0.max_rss_mb"]) > 0
-    stats = json.loads(attachment.read_text())
+    [stats] = json.loads(attachment.read_text())
     assert stats["application_id"] == app_id and stats["state"] == "SUCCEEDED"
     assert stats["progress"]["step"] == 7 and stats["tasks"][0]["task_id"] == "worker:0"
     assert output["tony.tracking.url"].startswith("http://127.0.0.1:")

@@ -7,15 +7,21 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonConfigurationKeysPublic;
+import org.apache.hadoop.hdfs.DFSConfigKeys;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.minikdc.MiniKdc;
 import org.apache.hadoop.net.NetUtils;
+import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 import org.apache.hadoop.yarn.webapp.util.WebAppUtils;
@@ -31,20 +37,29 @@ import sun.misc.Signal;
  * {@code <state dir>/run/addresses.json} once both clusters accept work; the launcher turns them
  * into a client configuration.
  *
- * <p>Usage: {@code MiniClusterMain STATE_DIR NODEMANAGERS NAMENODE_PORT NAMENODE_HTTP_PORT}
- * (a port of 0 means any free one).
+ * <p>A secure cluster also runs a KDC (Hadoop's MiniKdc) in this JVM, started before anything
+ * else so that the daemons' Kerberos logins find it. It writes {@code <state dir>/kerberos/krb5.conf}
+ * for this JVM and for clients, and the keytabs the launcher asks for; the site files already name
+ * those keytabs and principals. The realm and the KDC's port join the addresses.
+ *
+ * <p>Usage: {@code MiniClusterMain STATE_DIR NODEMANAGERS NAMENODE_PORT NAMENODE_HTTP_PORT
+ * [REALM KEYTAB=PRINCIPAL[,PRINCIPAL...]...]} (a port of 0 means any free one; a realm makes the
+ * cluster secure, and each KEYTAB is written with the keys of its principals, named without the
+ * realm).
  */
 public final class MiniClusterMain {
 
   private MiniClusterMain() {
   }
 
+  private static MiniKdc kdc;
   private static MiniDFSCluster dfs;
   private static MiniYARNCluster yarn;
 
   public static void main(String[] args) {
-    if (args.length != 4) {
-      System.err.println("usage: MiniClusterMain STATE_DIR NODEMANAGERS NAMENODE_PORT NAMENODE_HTTP_PORT");
+    if (args.length < 4 || args.length == 5) {
+      System.err.println("usage: MiniClusterMain STATE_DIR NODEMANAGERS NAMENODE_PORT NAMENODE_HTTP_PORT "
+          + "[REALM KEYTAB=PRINCIPAL[,PRINCIPAL...]...]");
       System.exit(2);
     }
     // Stopping from a JVM shutdown hook makes Hadoop's own hook bookkeeping throw, so TERM and
@@ -55,8 +70,12 @@ public final class MiniClusterMain {
 
     int status = 0;
     try {
-      start(new File(args[0]).getAbsoluteFile(), Integer.parseInt(args[1]), Integer.parseInt(args[2]),
-          Integer.parseInt(args[3]));
+      File stateDir = new File(args[0]).getAbsoluteFile();
+      Map<String, String> addresses = new LinkedHashMap<>();
+      if (args.length > 4) {
+        startKdc(stateDir, args[4], Arrays.asList(args).subList(5, args.length), addresses);
+      }
+      start(stateDir, Integer.parseInt(args[1]), Integer.parseInt(args[2]), Integer.parseInt(args[3]), addresses);
       System.out.println("tony-minicluster: ready");
       System.out.flush();
       stopRequested.await();
@@ -72,9 +91,79 @@ public final class MiniClusterMain {
     System.exit(status);
   }
 
-  private static void start(File stateDir, int nodeManagers, int nameNodePort, int nameNodeHttpPort)
+  /**
+   * Starts the KDC and writes the krb5.conf and the keytabs. The realm is given whole; MiniKdc
+   * builds it from an organisation name and domain, so it is split at its first dot.
+   */
+  private static void startKdc(File stateDir, String realm, List<String> keytabs, Map<String, String> addresses)
       throws Exception {
+    int dot = realm.indexOf('.');
+    if (dot <= 0 || dot == realm.length() - 1) {
+      throw new IllegalArgumentException("a realm must have a dot inside it, like EXAMPLE.COM: " + realm);
+    }
+    File krbDir = new File(stateDir, "kerberos");
+    Properties kdcConf = MiniKdc.createConf();
+    kdcConf.setProperty(MiniKdc.ORG_NAME, realm.substring(0, dot));
+    kdcConf.setProperty(MiniKdc.ORG_DOMAIN, realm.substring(dot + 1));
+    kdc = new MiniKdc(kdcConf, new File(krbDir, "kdc"));
+    kdc.start();
+    if (!kdc.getRealm().equals(realm)) {
+      throw new IllegalStateException("the KDC serves " + kdc.getRealm() + ", not " + realm);
+    }
+    String kdcAddress = kdc.getHost() + ":" + kdc.getPort();
+
+    // MiniKdc's own krb5.conf lets the client library turn "localhost" into whatever the resolver
+    // calls it and look the realm up in DNS; this one keeps every name as written, so that
+    // HTTP/localhost and hadoop/localhost are the principals asked for, by Java and MIT alike.
+    File krb5Conf = new File(krbDir, "krb5.conf");
+    String text = String.join("\n",
+        "# The mini cluster's KDC, for Java (-Djava.security.krb5.conf) and MIT Kerberos (KRB5_CONFIG).",
+        "[libdefaults]",
+        "    default_realm = " + realm,
+        "    dns_lookup_realm = false",
+        "    dns_lookup_kdc = false",
+        "    dns_canonicalize_hostname = false",
+        "    rdns = false",
+        "    forwardable = true",
+        "    # The KDC listens on TCP only.",
+        "    udp_preference_limit = 1",
+        "",
+        "[realms]",
+        "    " + realm + " = {",
+        "        kdc = " + kdcAddress,
+        "    }",
+        "",
+        "[domain_realm]",
+        "    localhost = " + realm,
+        "");
+    writeAtomically(krb5Conf.toPath(), text);
+    // Java reads its Kerberos settings once, on first use, which is still to come: from here on
+    // every login in this JVM sees this file.
+    System.setProperty(MiniKdc.JAVA_SECURITY_KRB5_CONF, krb5Conf.getPath());
+
+    for (String spec : keytabs) {
+      int eq = spec.indexOf('=');
+      if (eq <= 0) {
+        throw new IllegalArgumentException("a keytab is given as KEYTAB=PRINCIPAL[,PRINCIPAL...], not " + spec);
+      }
+      File keytab = new File(spec.substring(0, eq)).getAbsoluteFile();
+      kdc.createPrincipal(keytab, spec.substring(eq + 1).split(","));
+    }
+    addresses.put("realm", realm);
+    addresses.put("kdc", kdcAddress);
+  }
+
+  private static void start(File stateDir, int nodeManagers, int nameNodePort, int nameNodeHttpPort,
+      Map<String, String> addresses) throws Exception {
     Configuration conf = new YarnConfiguration(new HdfsConfiguration());
+    if (kdc != null) {
+      // A process has one Kerberos login, which every daemon in it serves as (MiniYARNCluster's
+      // ResourceManager and NodeManagers do not log in at all), so the site files give every
+      // daemon the same principal and this logs the JVM in as it before any daemon starts.
+      UserGroupInformation.setConfiguration(conf);
+      UserGroupInformation.loginUserFromKeytab(conf.get(DFSConfigKeys.DFS_NAMENODE_KERBEROS_PRINCIPAL_KEY),
+          conf.get(DFSConfigKeys.DFS_NAMENODE_KEYTAB_FILE_KEY));
+    }
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(stateDir, "hdfs").getPath());
     dfs = new MiniDFSCluster.Builder(conf)
         .numDataNodes(1)
@@ -97,7 +186,6 @@ public final class MiniClusterMain {
     }
 
     Configuration rm = yarn.getResourceManager().getConfig();
-    Map<String, String> addresses = new LinkedHashMap<>();
     addresses.put("fs_default", dfs.getURI().toString());
     addresses.put("namenode_http", NetUtils.getHostPortString(dfs.getNameNode().getHttpAddress()));
     addresses.put("rm_address", rm.get(YarnConfiguration.RM_ADDRESS));
@@ -109,8 +197,9 @@ public final class MiniClusterMain {
   }
 
   /**
-   * Stops YARN before HDFS: NodeManagers may still be writing to HDFS. Whatever one of them
-   * throws, the other must still stop and the JVM must still exit.
+   * Stops YARN before HDFS: NodeManagers may still be writing to HDFS; and the KDC last, as the
+   * daemons may still ask it for tickets. Whatever one of them throws, the others must still stop
+   * and the JVM must still exit.
    */
   private static void stop() {
     try {
@@ -127,21 +216,33 @@ public final class MiniClusterMain {
     } catch (Throwable t) {
       t.printStackTrace();
     }
+    try {
+      if (kdc != null) {
+        kdc.stop();
+      }
+    } catch (Throwable t) {
+      t.printStackTrace();
+    }
   }
 
   /** Writes a flat string map as JSON, via a rename so the launcher never reads half a file. */
   private static void writeJson(Path target, Map<String, String> values) throws IOException {
+    StringBuilder sb = new StringBuilder("{");
+    for (Map.Entry<String, String> e : values.entrySet()) {
+      if (sb.length() > 1) {
+        sb.append(", ");
+      }
+      sb.append(quote(e.getKey())).append(": ").append(quote(e.getValue()));
+    }
+    writeAtomically(target, sb.append("}\n").toString());
+  }
+
+  /** Writes a file via a rename, so that no reader ever sees half of it. */
+  private static void writeAtomically(Path target, String text) throws IOException {
     Files.createDirectories(target.getParent());
     Path part = target.resolveSibling(target.getFileName() + ".part");
     try (Writer w = Files.newBufferedWriter(part, StandardCharsets.UTF_8)) {
-      StringBuilder sb = new StringBuilder("{");
-      for (Map.Entry<String, String> e : values.entrySet()) {
-        if (sb.length() > 1) {
-          sb.append(", ");
-        }
-        sb.append(quote(e.getKey())).append(": ").append(quote(e.getValue()));
-      }
-      w.write(sb.append("}\n").toString());
+      w.write(text);
     }
     Files.move(part, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
   }

@@ -15,7 +15,7 @@ import sys
 from typing import Callable, Sequence
 
 from .build import HADOOP_VERSION, MiniClusterError
-from .cluster import client_env, start, status, stop
+from .cluster import client_env, login, start, status, stop
 
 __all__ = ["add_parser", "build_parser", "main"]
 
@@ -31,7 +31,7 @@ _DESCRIPTION = (f"A real Hadoop {HADOOP_VERSION} YARN + HDFS cluster in one back
 def _cmd_start(args: argparse.Namespace) -> int:
     info = start(args.dir, nodemanagers=args.nodemanagers, gpus_per_nm=args.gpus, nm_memory_mb=args.memory_mb,
                  nm_vcores=args.vcores, timeout=args.timeout, rm_port=args.rm_port, rm_web_port=args.rm_web_port,
-                 namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port,
+                 namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port, secure=args.secure,
                  progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(info, indent=1))
     return 0
@@ -64,7 +64,12 @@ def _cmd_env(args: argparse.Namespace) -> int:
     if info is None:
         return 1
     env = client_env(info)
-    for var in ("HADOOP_CONF_DIR", "JAVA_HOME", "PATH"):
+    names = ["HADOOP_CONF_DIR", "JAVA_HOME", "PATH"]
+    if info.get("secure"):
+        # The exports are only worth having with a ticket in the cache they name.
+        login(info)
+        names += ["KRB5_CONFIG", "KRB5CCNAME"]
+    for var in names:
         print(f"export {var}={shlex.quote(env[var])}")
     return 0
 
@@ -92,6 +97,9 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--memory-mb", type=int, default=_DEFAULTS["nm_memory_mb"], help="memory per NodeManager")
     s.add_argument("--vcores", type=int, default=_DEFAULTS["nm_vcores"], help="vcores per NodeManager")
     s.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the daemons")
+    s.add_argument("--secure", action="store_true",
+                   help="Kerberos everywhere: run a KDC, secure every daemon, and make the user a principal and "
+                        "keytab (needs kinit)")
     for flag, what in (("--rm-port", "ResourceManager RPC"), ("--rm-web-port", "ResourceManager web/REST"),
                        ("--namenode-port", "NameNode RPC"), ("--webhdfs-port", "NameNode HTTP (WebHDFS)")):
         s.add_argument(flag, type=int, default=0, metavar="PORT", help=f"{what} port (default: any free port)")
@@ -103,7 +111,8 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
     with_dir(sub.add_parser("status", help="print cluster.json if the cluster runs")).set_defaults(
         fn=_run(_cmd_status))
-    with_dir(sub.add_parser("env", help="print shell exports for Hadoop clients (eval them)")).set_defaults(
+    with_dir(sub.add_parser("env", help="print shell exports for Hadoop clients (eval them); on a secure cluster, "
+                                        "also log the user in to the cluster's ticket cache")).set_defaults(
         fn=_run(_cmd_env))
     return mc
 

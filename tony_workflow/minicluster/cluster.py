@@ -10,6 +10,7 @@ A cluster lives in one directory::
     logs/minicluster.log   the JVM's output
     run/                the pid and the addresses the daemons bound
     data/, hdfs/        YARN's and HDFS's working directories
+    kerberos/           a secure cluster's krb5.conf, keytabs and ticket cache (see :mod:`.secure`)
 
 All state is in those files, not in a Python object, so that ``tony minicluster stop`` in another
 shell, or a test run after a crash, finds the cluster. The pid file keeps the JVM's start time next
@@ -32,12 +33,13 @@ from pathlib import Path
 import psutil
 import requests
 
-from ..process import alive, start_time, user_name
+from ..process import alive, login_name, start_time, user_name
 from .build import (HADOOP_VERSION, JAVA_MODULE_OPTIONS, MAIN_CLASS, MiniClusterError, Progress,
                     ensure_hadoop_jars, ensure_launcher_classes, find_java, quiet, tail)
 from .config import write_client_conf, write_file, write_server_conf
+from .secure import Kerberos, find_kinit, kinit
 
-__all__ = ["start", "stop", "status", "client_env"]
+__all__ = ["start", "stop", "status", "client_env", "login"]
 
 _JVM_OPTIONS = (
     # Four daemons share this heap; a test cluster stays far below it, and a fixed cap keeps a CI
@@ -67,7 +69,7 @@ def _running(d: Path) -> psutil.Process | None:
     return proc if alive(pid, started) else None
 
 
-_OWNED = ("cluster.json", "conf", "server-conf", "bin", "run", "data", "hdfs", "logs")
+_OWNED = ("cluster.json", "conf", "server-conf", "bin", "run", "data", "hdfs", "logs", "kerberos")
 
 
 def _clear(d: Path) -> None:
@@ -139,6 +141,15 @@ def _hdfs_ready(webhdfs: str) -> bool:
     return bool(st and st.get("FileStatus", {}).get("type") == "DIRECTORY")
 
 
+def _asks_for_spnego(url: str) -> bool:
+    """Whether the secured web server at ``url`` answers, turning a caller without a ticket away."""
+    try:
+        r = requests.get(url, timeout=5)
+    except requests.RequestException:
+        return False
+    return r.status_code == 401 and "Negotiate" in r.headers.get("WWW-Authenticate", "")
+
+
 def _check_ports(ports: dict[str, int]) -> None:
     """Fails early, naming the daemon, when a requested port is taken (port 0 never is)."""
     for what, port in ports.items():
@@ -156,7 +167,7 @@ def _check_ports(ports: dict[str, int]) -> None:
 
 def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int = 1, gpus_per_nm: int = 4,
           nm_memory_mb: int = 16384, nm_vcores: int = 16, timeout: float = 180.0, rm_port: int = 0,
-          rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0,
+          rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
@@ -165,7 +176,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     ``nm_memory_mb`` MiB and ``nm_vcores`` vcores (virtual: not checked against the machine's
     cores). ``timeout`` bounds the wait for the daemons, not the one-time jar download. The
     ResourceManager's RPC and web ports and the NameNode's RPC and HTTP (WebHDFS) ports are free
-    ones unless given. Raises :class:`MiniClusterError` when a cluster already runs there or it
+    ones unless given. ``secure`` runs a KDC too and puts every daemon behind Kerberos (see
+    :mod:`.secure`); its ``cluster.json`` then names the submitting user's principal and keytab,
+    whom :func:`login` logs in. Raises :class:`MiniClusterError` when a cluster already runs there or it
     cannot start.
     """
     for name, value, least in (("nodemanagers", nodemanagers, 1), ("gpus_per_nm", gpus_per_nm, 0),
@@ -191,6 +204,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         raise MiniClusterError(f"a mini cluster already runs in {d} (pid {running.pid}); "
                                f"stop it first with: tony minicluster stop --dir {shlex.quote(str(d))}")
     _check_ports(ports)
+    if secure:
+        find_kinit()
     _clear(d)
 
     java = find_java()
@@ -198,8 +213,11 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     classes = ensure_launcher_classes(lib, java, progress=progress)
 
     server_conf, conf, bin_dir, run, logs = (d / "server-conf", d / "conf", d / "bin", d / "run", d / "logs")
+    krb = Kerberos(d, login_name()) if secure else None
+    if krb:
+        krb.prepare()
     write_server_conf(server_conf, d, lib, gpus=gpus_per_nm, memory_mb=nm_memory_mb, vcores=nm_vcores,
-                      rm_port=rm_port, rm_web_port=rm_web_port)
+                      rm_port=rm_port, rm_web_port=rm_web_port, extra=krb.server_settings() if krb else None)
     for p in (run, logs, d / "data"):
         p.mkdir(parents=True, exist_ok=True)
 
@@ -209,14 +227,15 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
            # MiniYARNCluster puts its NodeManagers' work directories under this.
            f"-Dtest.build.data={d / 'data'}",
            "-cp", os.pathsep.join([str(server_conf), str(classes), str(lib / "*")]),
-           MAIN_CLASS, str(d), str(nodemanagers), str(namenode_port), str(webhdfs_port)]
+           MAIN_CLASS, str(d), str(nodemanagers), str(namenode_port), str(webhdfs_port),
+           *(krb.launcher_args() if krb else ())]
     # The daemons read their settings from the classpath (server-conf) only. JAVA_HOME and
     # HADOOP_CONF_DIR are for the containers, which the NodeManager gives its own values of these,
     # as on a real cluster.
     env = {**os.environ, "JAVA_HOME": str(java.home), "HADOOP_CONF_DIR": str(conf)}
     for var in ("YARN_CONF_DIR", "CLASSPATH", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):
         env.pop(var, None)
-    progress(f"starting Hadoop {HADOOP_VERSION} (YARN + HDFS) in {d}")
+    progress(f"starting Hadoop {HADOOP_VERSION} (YARN + HDFS{' + a KDC, all Kerberized' if krb else ''}) in {d}")
     t0 = time.monotonic()
     with open(logs / "minicluster.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -243,12 +262,28 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
                 raise fail(f"the mini cluster did not start within {timeout:.0f} s")
             time.sleep(0.25)
         addresses = json.loads(addresses_file.read_text())
+        if krb:
+            # SPNEGO asks for HTTP/<the host in the URL>, and the KDC only knows HTTP/localhost.
+            addresses["namenode_http"] = addresses["namenode_http"].replace("127.0.0.1:", "localhost:", 1)
 
-        write_client_conf(conf, bin_dir, d, lib, java, addresses)
+        write_client_conf(conf, bin_dir, d, lib, java, addresses, extra=krb.client_settings() if krb else None,
+                          java_options=krb.java_options() if krb else ())
 
         rm_web = f"http://{addresses['rm_webapp_address']}"
         webhdfs = f"http://{addresses['namenode_http']}"
-        while not (_yarn_ready(rm_web, nodemanagers) and _hdfs_ready(webhdfs)):
+        if krb:
+            # The JVM only says where it listens once HDFS is active and the NodeManagers run (it
+            # waits for both), and the REST APIs will not answer without a ticket; what is left
+            # to see is that the KDC logs the user in and the web servers ask for SPNEGO.
+            kinit(krb.krb5_conf, krb.ccache, krb.principal, krb.keytab)
+
+        def ready() -> bool:
+            if krb:
+                return (_asks_for_spnego(f"{rm_web}/ws/v1/cluster/info")
+                        and _asks_for_spnego(f"{webhdfs}/webhdfs/v1/?op=GETFILESTATUS"))
+            return _yarn_ready(rm_web, nodemanagers) and _hdfs_ready(webhdfs)
+
+        while not ready():
             if proc.poll() is not None:
                 raise fail(f"the mini cluster's JVM exited with status {proc.returncode} while starting")
             if time.monotonic() > deadline:
@@ -277,6 +312,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         "gpus_per_nm": gpus_per_nm,
         "nm_memory_mb": nm_memory_mb,
         "nm_vcores": nm_vcores,
+        "secure": krb is not None,
+        **({"realm": addresses["realm"], "kdc": addresses["kdc"], "krb5_conf": str(krb.krb5_conf),
+            "principal": krb.principal, "keytab": str(krb.keytab), "ccache": str(krb.ccache)} if krb else {}),
         "started_in_s": round(time.monotonic() - t0, 1),
     }
     write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")
@@ -311,9 +349,22 @@ def status(directory: str | os.PathLike[str] | None = None) -> dict | None:
 
 def client_env(info: dict, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a Hadoop client (skein, the YARN backend) needs for the cluster ``info``:
-    HADOOP_CONF_DIR, JAVA_HOME, and PATH starting with the cluster's ``bin``."""
+    HADOOP_CONF_DIR, JAVA_HOME, and PATH starting with the cluster's ``bin``; for a secure cluster
+    also KRB5_CONFIG and KRB5CCNAME, its krb5.conf and ticket cache (see :func:`login`)."""
     env = dict(os.environ if base is None else base)
     env["HADOOP_CONF_DIR"] = info["hadoop_conf_dir"]
     env["JAVA_HOME"] = info["java_home"]
     env["PATH"] = os.pathsep.join([info["bin_dir"], env.get("PATH", "")])
+    if info.get("secure"):
+        env["KRB5_CONFIG"] = info["krb5_conf"]
+        env["KRB5CCNAME"] = info["ccache"]
     return env
+
+
+def login(info: dict) -> None:
+    """Logs the submitting user of the secure cluster ``info`` in to the cluster's ticket cache
+    (``KRB5CCNAME`` of :func:`client_env`), from its keytab; tickets last a day, so a client that
+    outlives one logs in again."""
+    if not info.get("secure"):
+        raise MiniClusterError("this mini cluster is not secure: its clients need no login")
+    kinit(info["krb5_conf"], info["ccache"], info["principal"], info["keytab"])

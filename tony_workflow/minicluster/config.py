@@ -5,13 +5,15 @@ There are two configurations because the two sides know different things. The da
 (``server-conf/``, first on the JVM's classpath) is written before the JVM starts and asks for
 ports, 0 meaning any free one; the clients' one (``conf/``, a HADOOP_CONF_DIR) can only be written
 once the daemons have said which ports they bound. Both are plain data built here and written by
-:func:`write_file`, which replaces a file whole, so a reader never sees half of one.
+:func:`write_file`, which replaces a file whole, so a reader never sees half of one. A secure
+cluster's settings (:mod:`.secure`) come in as ``extra`` properties laid over these.
 """
 from __future__ import annotations
 
 import os
 import shlex
 from pathlib import Path
+from typing import Mapping
 
 from ..hadoop import site_xml
 from .build import JAVA_MODULE_OPTIONS, Java
@@ -21,6 +23,14 @@ __all__ = ["write_file", "write_server_conf", "write_client_conf"]
 
 def _site_xml(props: dict[str, object]) -> str:
     return site_xml(props, comment="Written by `tony minicluster start`.")
+
+
+Settings = Mapping[str, Mapping[str, object]]
+
+
+def _with(base: dict[str, dict[str, object]], extra: Settings | None) -> dict[str, dict[str, object]]:
+    """``base`` with ``extra``'s properties set on top, file by file."""
+    return {name: {**props, **(extra or {}).get(name, {})} for name, props in base.items()}
 
 
 def write_file(path: Path, text: str, mode: int | None = None) -> None:
@@ -171,9 +181,9 @@ _COMMANDS = {
 }
 
 
-def _command_script(name: str, conf: Path, lib: Path, java: Java) -> str:
+def _command_script(name: str, conf: Path, lib: Path, java: Java, java_options: tuple[str, ...] = ()) -> str:
     q = shlex.quote
-    java_cmd = " ".join([q(str(java.java)), *map(q, JAVA_MODULE_OPTIONS),
+    java_cmd = " ".join([q(str(java.java)), *map(q, JAVA_MODULE_OPTIONS), *map(q, java_options),
                          q(f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}")])
     cases = [f'  {sub}) {"" if keep else "shift; "}run_java {cls} "$@" ;;'
              for sub, (cls, keep) in _COMMANDS[name].items()]
@@ -205,19 +215,22 @@ esac
 
 
 def write_server_conf(server_conf: Path, d: Path, lib: Path, *, gpus: int, memory_mb: int, vcores: int,
-                      rm_port: int, rm_web_port: int) -> None:
-    """Writes the daemons' settings for the cluster in ``d`` into ``server_conf``."""
-    for name, props in _server_conf(d, lib, gpus=gpus, memory_mb=memory_mb, vcores=vcores,
-                                    rm_port=rm_port, rm_web_port=rm_web_port).items():
+                      rm_port: int, rm_web_port: int, extra: Settings | None = None) -> None:
+    """Writes the daemons' settings for the cluster in ``d`` into ``server_conf``, with ``extra``
+    (site file name -> properties) on top."""
+    for name, props in _with(_server_conf(d, lib, gpus=gpus, memory_mb=memory_mb, vcores=vcores,
+                                          rm_port=rm_port, rm_web_port=rm_web_port), extra).items():
         write_file(server_conf / name, _site_xml(props))
     write_file(server_conf / "log4j.properties", _LOG4J)
 
 
-def write_client_conf(conf: Path, bin_dir: Path, d: Path, lib: Path, java: Java, addresses: dict[str, str]) -> None:
+def write_client_conf(conf: Path, bin_dir: Path, d: Path, lib: Path, java: Java, addresses: dict[str, str], *,
+                      extra: Settings | None = None, java_options: tuple[str, ...] = ()) -> None:
     """Writes the clients' HADOOP_CONF_DIR ``conf``, pointing at the ``addresses`` the daemons
-    bound, and the ``yarn`` and ``hadoop`` commands into ``bin_dir``."""
-    for name, props in _client_conf(d, lib, addresses).items():
+    bound, with ``extra`` on top, and the ``yarn`` and ``hadoop`` commands, whose JVMs get
+    ``java_options``, into ``bin_dir``."""
+    for name, props in _with(_client_conf(d, lib, addresses), extra).items():
         write_file(conf / name, _site_xml(props))
     write_file(conf / "log4j.properties", _CLIENT_LOG4J)
     for name in _COMMANDS:
-        write_file(bin_dir / name, _command_script(name, conf, lib, java), mode=0o755)
+        write_file(bin_dir / name, _command_script(name, conf, lib, java, java_options), mode=0o755)

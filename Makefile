@@ -8,11 +8,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test setup browser clean
+.PHONY: run test setup browser kerberos clean
 
 setup: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml Makefile
+# Order-only: the Kerberos packages must be there first, but installing them is no reason to reinstall.
+$(STAMP): setup.cfg pyproject.toml Makefile | kerberos
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test]'
@@ -38,7 +39,16 @@ browser:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
-test: $(STAMP) browser
+# MIT Kerberos's client tools (kinit, klist) for the secure mini cluster's tests, and the headers
+# and C compiler that Python's gssapi (under requests-gssapi, in the yarn extra) is built with.
+# DEBIAN_FRONTEND goes through env so that sudo does not drop it: krb5-user would otherwise stop
+# to ask for a default realm.
+kerberos:
+	@command -v kinit >/dev/null && command -v krb5-config >/dev/null && command -v cc >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-user libkrb5-dev gcc; }
+
+test: $(STAMP) browser kerberos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -122,6 +122,13 @@ CASES = {
                                              "tony.local.fork-server: a job may not set this key"),
     "a job that sets a local key nobody has": ("other.yaml", _yaml(conf={"tony.local.anything": "x"}), [],
                                                "tony.local.anything: a job may not set this key"),
+    "docker without an image": ("docker.yaml", _yaml(conf={"tony.docker.enabled": "true"}), [],
+                                "needs an image for the 'am' containers"),
+    "a docker mount without a mode": ("mount.yaml", _yaml(conf={"tony.docker.enabled": "true",
+                                                                "tony.docker.containers.image": "tf:2"}),
+                                      ["--conf", "tony.docker.mounts=/data:/data"], "tony.docker.mounts"),
+    "a negative priority": ("priority.yaml", _yaml(conf={"tony.application.priority": "-1"}), [],
+                            "tony.application.priority"),
 }
 
 #: A site configuration (``$TONY_CONF_DIR/tony-site.xml``) with a bad local-cluster setting: every job

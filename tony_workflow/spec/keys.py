@@ -106,10 +106,18 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.am.liveness-timeout-ms``
 #:     An ApplicationMaster that does not answer for this long is killed and replaced; executors
 #:     that cannot reach their AM for this long stop their user processes.
+#: ``tony.application.priority``
+#:     The YARN priority the application asks for (higher runs first within a queue); the cluster
+#:     caps it at ``yarn.cluster.max-application-priority``. 0: the queue's default.
+#: ``tony.docker.mounts``
+#:     With ``tony.docker.enabled``, what every container mounts: comma-separated
+#:     ``host path:container path:ro|rw`` entries (YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS).
 #: ``tony.task.progress-timeout-ms``
 #:     A task whose user code has reported progress (``tony_workflow.report``) and then reports none
 #:     for this long is hung: it is LOST and the restart rules apply; 0: never.
 PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.application.priority": "0",
+    "tony.docker.mounts": "",
     "tony.task.progress-timeout-ms": "0",
     "tony.checkpoint.on-store-failure": "warn",
     "tony.am.max-attempts": "2",
@@ -193,6 +201,7 @@ INT_MINIMUMS = {
     "tony.task.progress-timeout-ms": 0,
     "tony.task.metrics-interval-ms": 100,
     "tony.application.timeout": 0,
+    "tony.application.priority": 0,
     "tony.task.heartbeat-interval-ms": 1,
     "tony.task.max-missed-heartbeats": 1,
     "tony.task.max-total-instances": -1,
@@ -237,7 +246,7 @@ def unknown_key(key: str, declared_types: set[str]) -> str | None:
     if not key.startswith("tony."):
         return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
     docker = _DOCKER_IMAGE_KEY.match(key)
-    if docker and docker.group(1) in declared_types:
+    if docker and (docker.group(1) in declared_types or docker.group(1) == "am"):
         return None
     match = _TASK_KEY.match(key)
     if match and match.group(1) not in RESERVED_TYPES:
@@ -257,6 +266,7 @@ def known_keys(declared_types: set[str]) -> list[str]:
     for task_type in declared_types:
         keys.update(f"tony.{task_type}.{field}" for field in TASK_FIELDS)
         keys.add(f"tony.docker.{task_type}.image")
+    keys.add("tony.docker.am.image")
     return sorted(keys)
 
 

@@ -268,6 +268,23 @@ class JobSpec:
         return self._text("tony.checkpoint.location")
 
     @cached_property
+    def priority(self) -> int:
+        """tony.application.priority: the YARN priority asked for; 0 leaves the queue's default."""
+        return self._typed("tony.application.priority", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def docker_mounts(self) -> list[str]:
+        """tony.docker.mounts: ``src:dst:mode`` entries every container of a docker job mounts."""
+        return parse_list(self.get("tony.docker.mounts") or "")
+
+    def docker_image(self, task_type: str) -> str | None:
+        """The image of ``task_type``'s containers (``am`` for the ApplicationMaster's) when
+        tony.docker.enabled: tony.docker.<type>.image, else tony.docker.containers.image."""
+        if not self._typed("tony.docker.enabled", parse_bool):
+            return None
+        return self._text(f"tony.docker.{task_type}.image") or self._text("tony.docker.containers.image")
+
+    @cached_property
     def yarn_python(self) -> str | None:
         """tony.yarn.python, None when empty."""
         return self._text("tony.yarn.python")
@@ -382,9 +399,6 @@ class JobSpec:
         return tasks
 
     def _task_spec(self, task_type: str, instances: int) -> TaskSpec:
-        docker_image = None
-        if self._typed("tony.docker.enabled", parse_bool):
-            docker_image = self._text(f"tony.docker.{task_type}.image") or self._text("tony.docker.containers.image")
         return TaskSpec(
             type=task_type,
             instances=instances,
@@ -394,7 +408,7 @@ class JobSpec:
                 gpus=self._task_typed(task_type, "gpus", lambda v: parse_int(v, 0))),
             command=self.command_for(task_type),
             node_label=self._text(task_key(task_type, "node-label")),
-            docker_image=docker_image,
+            docker_image=self.docker_image(task_type),
             restart_policy=self._task_typed(task_type, "restart-policy", parse_restart_policy),
             timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
         )

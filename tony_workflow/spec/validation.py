@@ -57,6 +57,8 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
             issues.append(SpecIssue("shell_env", name, "names must be valid environment variable names "
                                     "(letters, digits and '_', not starting with a digit)", spec.source))
 
+    if check("tony.docker.enabled", parse_bool):
+        issues.extend(_docker_problems(spec))
     issues.extend(_check_tasks(spec, check, framework))
     return issues
 
@@ -178,4 +180,21 @@ def _unknown_keys(spec: JobSpec) -> list[SpecIssue]:
         close = difflib.get_close_matches(key, known_keys(declared), n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else ""
         issues.append(spec.issue(key, None, f"unknown key{hint}: it {why}"))
+    return issues
+
+
+def _docker_problems(spec: JobSpec) -> list[SpecIssue]:
+    """A docker job needs an image for every container it starts, and mounts YARN can read."""
+    issues = []
+    for ttype in ["am", *spec.declared_types()]:
+        if spec.docker_image(ttype) is None:
+            issues.append(spec.issue("tony.docker.enabled", "true",
+                                     f"needs an image for the {ttype!r} containers: set tony.docker.containers.image "
+                                     f"(every container) or tony.docker.{ttype}.image"))
+            break
+    for mount in spec.docker_mounts:
+        parts = mount.split(":")
+        if len(parts) != 3 or not all(p.startswith("/") for p in parts[:2]) or parts[2] not in ("ro", "rw"):
+            issues.append(spec.issue("tony.docker.mounts", mount,
+                                     "each mount is 'host path:container path:ro' or ':rw', both paths absolute"))
     return issues

@@ -99,6 +99,29 @@ def hadoop_cluster(tmp_path_factory):
     minicluster.stop(d)
 
 
+@pytest.fixture(scope="module")
+def yarn_cluster(hadoop_cluster):
+    """The mini cluster with its client environment set for one test module."""
+    from tony_workflow import minicluster
+    saved = dict(os.environ)
+    os.environ.update(minicluster.client_env(hadoop_cluster))
+    try:
+        yield hadoop_cluster
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_driver_outlives_its_module():
+    """The process keeps one skein driver per cluster for as long as it lives; a test module that
+    used one stops it after itself, since an open gRPC channel aborts later tests' forked children
+    (a ``preexec_fn`` runs Python in the child)."""
+    yield
+    if "tony_workflow.backends.yarn" in sys.modules:
+        sys.modules["tony_workflow.backends.yarn"].close_drivers()
+
+
 def user_process(pid: int, script: str = "train.py") -> psutil.Process:
     """The process running ``script`` in the tree under ``pid`` (the task's user process)."""
     root = psutil.Process(pid)

@@ -84,7 +84,7 @@ def test_a_yarn_connection_needs_no_hadoop_conf_dir(airflow_db, monkeypatch, no_
     define(monkeypatch, "tony_yarn", backend="yarn", rm_address="rm.example.com:8032",
            webhdfs="http://nn.example.com:9870")
     backend = TonyHook("tony_yarn").get_conn().backend
-    assert backend.name == "yarn" and backend._client is None  # nothing started yet, no network used
+    assert backend.name == "yarn" and not backend.driver_started  # nothing started yet, no network used
     assert backend.rm_web == "http://rm.example.com:8088"
     assert backend.conf_dir.parent == no_hadoop_env
     assert hadoop.read_site(backend.conf_dir / "yarn-site.xml") == {

@@ -11,7 +11,6 @@ import pytest
 import requests
 
 from tests.conftest import REPO, run_tony, user_process, wait_for
-from tony_workflow import minicluster
 from tony_workflow.client import SubmitError, TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
@@ -21,14 +20,8 @@ SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
 
 
 @pytest.fixture(scope="module")
-def cluster(hadoop_cluster):
-    saved = dict(os.environ)
-    os.environ.update(minicluster.client_env(hadoop_cluster))
-    try:
-        yield hadoop_cluster
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+def cluster(yarn_cluster):
+    return yarn_cluster
 
 
 @pytest.fixture(scope="module")

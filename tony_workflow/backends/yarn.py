@@ -8,6 +8,12 @@ key-value store, TensorBoard becomes a page of skein's web UI (so the applicatio
 through the ResourceManager proxy, leads to it), and the final status and diagnostics are set on
 the YARN application at shutdown. Once the AM is gone, status comes from the ResourceManager.
 
+Only submission needs skein's Java driver, and a process starts one driver per cluster and
+login (:func:`shared_driver`), however many backends, hooks or triggers it makes. Following a job
+needs no JVM: the ResourceManager's REST API (:mod:`tony_workflow.backends.rm`) gives the
+application's state and its skein AM's address, and the key-value store is read from that AM
+directly over gRPC.
+
 The cluster's addresses come from a Hadoop conf directory (``hadoop_conf_dir``, else
 ``HADOOP_CONF_DIR``) or are given directly (``rm_address``, ``rm_web_address``, ``webhdfs``: an
 Airflow connection's fields); given addresses win, and are written with the directory's files into a
@@ -18,6 +24,7 @@ environment).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -32,7 +39,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import requests
 
 from .. import hadoop
 from ..process import user_name
@@ -40,14 +46,25 @@ from ..spec import JobSpec
 from ..storage import open_storage
 from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
+from .rm import AppReport, RMError, resource_manager
 
-__all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name"]
+__all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
 
 log = logging.getLogger("tony.yarn")
 
 AM_SERVICE = "tony-am"
 KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
 KV_STATUS = "tony.status"
+
+def yarn_lifetime_s(timeout_ms: int) -> float:
+    """The YARN lifetime of a job with tony.application.timeout ``timeout_ms``: a tenth longer (10 s
+    to a minute), so the AM's own timeout ends the job first, with its diagnostics and history, and
+    YARN's only ends what cannot end itself (a hung AM and its supervisor)."""
+    timeout_s = timeout_ms / 1000.0
+    return timeout_s + min(60.0, max(10.0, timeout_s / 10))
+
+_YARN_RUNNING = ("RUNNING",)
+_YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
 _SKEIN_FINAL = {JobState.SUCCEEDED: "SUCCEEDED", JobState.FAILED: "FAILED", JobState.KILLED: "KILLED"}
 
 
@@ -74,6 +91,55 @@ def _hadoop_conf_env(conf_dir: Path):
                 os.environ.pop("HADOOP_CONF_DIR", None)
             else:
                 os.environ["HADOOP_CONF_DIR"] = saved
+
+
+_DRIVERS: dict[tuple, Any] = {}
+_DRIVERS_LOCK = threading.Lock()
+
+
+def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None, keytab: str | None = None):
+    """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
+    login. Backends of one cluster share it, whatever directory their configuration was written to:
+    a driver is a JVM of a few hundred MB, and an Airflow triggerer follows many jobs at once. A
+    driver that has died is replaced."""
+    import skein
+    key = _driver_key(conf, principal, keytab)
+    with _DRIVERS_LOCK:
+        client = _DRIVERS.get(key)
+        proc = getattr(client, "_proc", None)
+        if client is None or (proc is not None and proc.poll() is not None):
+            kwargs = {"principal": principal, "keytab": keytab} if keytab else {}
+            with _hadoop_conf_env(conf_dir):
+                client = _DRIVERS[key] = skein.Client(**kwargs)
+        return client
+
+
+def close_drivers() -> None:
+    """Stops the process's skein drivers (at exit, or when a caller is done with a cluster): their
+    gRPC channels must not outlive the interpreter's teardown, or a fork of this process."""
+    with _DRIVERS_LOCK:
+        clients = list(_DRIVERS.values())
+        _DRIVERS.clear()
+    for client in clients:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+atexit.register(close_drivers)
+
+
+def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None) -> tuple:
+    return tuple(sorted(conf.items())), principal, keytab
+
+
+def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
+    """The variables that make YARN's NodeManager run a container in ``image`` (none without one)."""
+    if not image:
+        return {}
+    env = {"YARN_CONTAINER_RUNTIME_TYPE": "docker", "YARN_CONTAINER_RUNTIME_DOCKER_IMAGE": image}
+    if mounts:
+        env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(mounts)
+    return env
 
 
 def app_store(app_id: str) -> str:
@@ -123,21 +189,25 @@ class YarnBackend(Backend):
         self.conf = hadoop.read_conf(self.conf_dir)
         self.python = python or sys.executable
         self.principal, self.keytab = principal, keytab
-        self._client = None
-        self._apps: dict[str, Any] = {}
+        self._apps: dict[str, tuple[str, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
         # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ plumbing
     @property
     def client(self):
-        import skein
-        with self._lock:
-            if self._client is None:
-                kwargs = {"principal": self.principal, "keytab": self.keytab} if self.keytab else {}
-                with _hadoop_conf_env(self.conf_dir):
-                    self._client = skein.Client(**kwargs)
-            return self._client
+        """skein's client: the process's one driver for this cluster and login, started on first use."""
+        return shared_driver(self.conf, self.conf_dir, self.principal, self.keytab)
+
+    @property
+    def driver_started(self) -> bool:
+        """Whether this process already runs the driver :attr:`client` would use."""
+        return _driver_key(self.conf, self.principal, self.keytab) in _DRIVERS
+
+    @property
+    def rm(self):
+        """The ResourceManager's REST API, shared by the process."""
+        return resource_manager(self.rm_web)
 
     @property
     def rm_web(self) -> str:
@@ -147,19 +217,33 @@ class YarnBackend(Backend):
             raise ValueError(f"yarn.resourcemanager.webapp.address is not set in {self.conf_dir}/yarn-site.xml")
         return url
 
-    def _app_client(self, app_id: str):
-        app = self._apps.get(app_id)
-        if app is None:
-            app = self.client.connect(app_id, wait=False)
-            self._apps[app_id] = app
-        return app
+    def _app_client(self, report: AppReport):
+        """The skein ApplicationMaster's client, connected straight to the address the
+        ResourceManager reports, with the credentials skein keeps for this user (no driver)."""
+        import skein
+        with self._lock:
+            known = self._apps.get(report.id)
+            if known is None or known[0] != report.am_rpc_address:
+                known = (report.am_rpc_address, skein.ApplicationClient(report.am_rpc_address, report.id,
+                                                                        security=skein.Security.from_default()))
+                self._apps[report.id] = known
+            return known[1]
+
+    def _report(self, app_id: str) -> AppReport:
+        """The ResourceManager's report; KeyError for an application it does not know."""
+        try:
+            report = self.rm.app(app_id)
+        except RMError as e:
+            raise KeyError(app_id) from e
+        if report is None:
+            raise KeyError(app_id)
+        return report
 
     def inventory(self) -> tuple[dict, dict]:
         """(largest node, cluster total) of memory MB, vcores and GPUs, from the ResourceManager."""
-        nodes = requests.get(f"{self.rm_web}/ws/v1/cluster/nodes", timeout=30).json()
         biggest = {"memory_mb": 0, "vcores": 0, "gpus": 0}
         total = dict(biggest)
-        for node in (nodes.get("nodes") or {}).get("node", []):
+        for node in self.rm.nodes():
             if node.get("state") not in ("RUNNING", "NEW"):
                 continue
             gpus = 0
@@ -201,13 +285,14 @@ class YarnBackend(Backend):
                                                 type="archive")}
         python = spec.yarn_python or self.python
         base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1"}
+        am_env = {**base_env, **docker_env(spec.docker_image("am"), spec.docker_mounts)}
         conf_env = 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; '
         services = {
             AM_SERVICE: skein.Service(
                 resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
                 # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
                 script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
-                files={"spec.json": spec_file, **conf_files}, env=base_env, max_restarts=0),
+                files={"spec.json": spec_file, **conf_files}, env=am_env, max_restarts=0),
         }
         for ttype, task in spec.tasks.items():
             services[service_name(ttype)] = skein.Service(
@@ -215,7 +300,8 @@ class YarnBackend(Backend):
                                           gpus=task.resources.gpus),
                 script=f"{conf_env}exec {python} -m tony_workflow.executor",
                 files={"spec.json": spec_file, **conf_files, **task_files},
-                env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else "."},
+                env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
+                     **docker_env(task.docker_image, spec.docker_mounts)},
                 instances=0, max_restarts=0,
                 # The AM decides what a failed task means; skein must not fail the application.
                 allow_failures=True,
@@ -225,38 +311,46 @@ class YarnBackend(Backend):
                                     node_label=spec.node_label or "")
         app_id = self.client.submit(app)
         shutil.rmtree(staging, ignore_errors=True)
+        self._apply_limits(app_id, spec)
         return app_id
+
+    def _apply_limits(self, app_id: str, spec: JobSpec) -> None:
+        """What skein's application spec cannot say, set through the ResourceManager as soon as the
+        application exists: its lifetime (tony.application.timeout, so that YARN ends a job whose
+        AM hangs) and its priority. A refusal is logged, not raised: the job is already submitted."""
+        try:
+            if spec.application_timeout_ms > 0:
+                self.rm.set_lifetime(app_id, yarn_lifetime_s(spec.application_timeout_ms))
+            if spec.priority > 0:
+                self.rm.set_priority(app_id, spec.priority)
+        except RMError as e:
+            log.warning("%s: %s", app_id, e)
 
     def endpoint(self, app_id: str) -> AMEndpoint | None:
         try:
-            report = self.client.application_report(app_id)
-            if str(report.state) not in ("RUNNING",):
+            report = self.rm.app(app_id)
+            if report is None or report.state not in _YARN_RUNNING or not report.am_rpc_address:
                 return None
-            kv = self._app_client(app_id).kv
-            address = kv.get(KV_ADDRESS)
-            if address is None:
+            kv = self._app_client(report).kv.get_prefix("tony.am.")
+            if KV_ADDRESS not in kv:
                 return None
-            return AMEndpoint(address.decode(), kv.get(KV_TOKEN).decode(), kv.get(KV_VIEW).decode())
+            return AMEndpoint(kv[KV_ADDRESS].decode(), kv[KV_TOKEN].decode(), kv[KV_VIEW].decode())
         except Exception:  # the app or its AM is gone or not up yet: fall back to the RM report
-            self._apps.pop(app_id, None)
+            with self._lock:
+                self._apps.pop(app_id, None)
             return None
 
     def stored_status(self, app_id: str) -> JobStatus:
-        try:
-            report = self.client.application_report(app_id)
-        except Exception as e:
-            raise KeyError(app_id) from e
-        state = str(report.state)
-        final = str(report.final_status)
-        if state in ("FINISHED", "FAILED", "KILLED"):
+        report = self._report(app_id)
+        state, final = report.state, report.final_status
+        if state in _YARN_ENDED:
             saved = self._saved_status(app_id)
             if saved is not None:
                 return saved
         status = JobStatus(application_id=app_id, name=report.name, backend=self.name,
                            tracking_url=f"{self.rm_web}/cluster/app/{app_id}",
-                           diagnostics=report.diagnostics or "",
-                           started_at=report.start_time.timestamp() if report.start_time else None,
-                           finished_at=report.finish_time.timestamp() if report.finish_time else None)
+                           diagnostics=report.diagnostics, started_at=report.started_at,
+                           finished_at=report.finished_at)
         if state in ("NEW", "NEW_SAVING", "SUBMITTED"):
             status.state = JobState.SUBMITTED
         elif state == "ACCEPTED":
@@ -281,7 +375,10 @@ class YarnBackend(Backend):
             return None
 
     def force_kill(self, app_id: str) -> None:
-        self.client.kill_application(app_id)
+        try:
+            self.rm.kill(app_id)
+        except RMError:  # a ResourceManager whose web endpoints refuse us still takes the driver's word
+            self.client.kill_application(app_id)
 
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))
@@ -292,9 +389,7 @@ class YarnBackend(Backend):
         return {"yarn/logs": path}
 
     def list_applications(self) -> list[str]:
-        apps = self.client.get_applications(states=["SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED", "FAILED",
-                                                    "KILLED"])
-        return sorted(a.id for a in apps if "tony" in (a.tags or set()))
+        return [a.id for a in self.rm.apps(tags=("tony",)) if "tony" in a.tags]
 
 
 class YarnClusterManager(ClusterManager):

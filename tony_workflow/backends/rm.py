@@ -1,0 +1,162 @@
+"""The ResourceManager's REST API: what a client needs of YARN without starting a JVM.
+
+Following a job needs the application's state, its final status and diagnostics, and the address
+of its skein ApplicationMaster (whose key-value store holds the TonY AM's address and tokens); the
+ResourceManager's ``/ws/v1/cluster/apps/{id}`` answers all of that. Listing, the cluster's nodes,
+an application's lifetime and priority, and a kill are REST calls too. skein's Java driver is then
+needed only to submit, so a process that follows many jobs (an Airflow triggerer) starts no JVM
+for them, and a process that also submits starts one (:func:`tony_workflow.backends.yarn.shared_driver`).
+
+One :class:`ResourceManager` per web address per process: its HTTP session keeps connections
+alive across every job it follows, and retries connection errors and 5xx answers with backoff.
+Write calls name the caller with ``user.name``, which a ResourceManager with Hadoop's simple HTTP
+authentication takes as the user; a cluster that authenticates its web endpoints needs the
+session's own authentication (:attr:`ResourceManager.session`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ..process import user_name
+
+__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager"]
+
+_TIMEOUT = 30
+
+
+class RMError(RuntimeError):
+    """The ResourceManager refused a request, or could not be reached."""
+
+
+@dataclass(frozen=True)
+class AppReport:
+    """What the ResourceManager says of an application. ``state`` is YARN's (NEW, NEW_SAVING,
+    SUBMITTED, ACCEPTED, RUNNING, FINISHED, FAILED, KILLED), ``final_status`` what its AM
+    reported (UNDEFINED while it runs); times are epoch seconds, None when not reached."""
+
+    id: str
+    name: str
+    user: str
+    queue: str
+    state: str
+    final_status: str
+    diagnostics: str
+    started_at: float | None
+    finished_at: float | None
+    am_rpc_address: str | None
+    priority: int
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_json(cls, app: dict[str, Any]) -> "AppReport":
+        def seconds(key: str) -> float | None:
+            ms = int(app.get(key) or 0)
+            return ms / 1000.0 if ms > 0 else None
+
+        address = app.get("amRPCAddress") or ""
+        tags = frozenset(t for t in str(app.get("applicationTags") or "").split(",") if t)
+        return cls(id=app["id"], name=app.get("name", ""), user=app.get("user", ""), queue=app.get("queue", ""),
+                   state=app.get("state", ""), final_status=app.get("finalStatus", ""),
+                   diagnostics=app.get("diagnostics") or "", started_at=seconds("startedTime"),
+                   finished_at=seconds("finishedTime"),
+                   am_rpc_address=address if address and not address.startswith("N/A") else None,
+                   priority=int(app.get("priority") or 0), tags=tags)
+
+
+class ResourceManager:
+    """The REST API of the ResourceManager at ``url`` (``http://rm:8088``)."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+        retry = Retry(total=4, connect=4, read=2, backoff_factor=0.3, status_forcelist=(500, 502, 503, 504),
+                      allowed_methods=None, raise_on_status=False)
+        adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers["Accept"] = "application/json"
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            return self.session.request(method, f"{self.url}/ws/v1/cluster{path}", timeout=_TIMEOUT, **kwargs)
+        except requests.RequestException as e:
+            raise RMError(f"the ResourceManager at {self.url} did not answer: {e}") from e
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict:
+        r = self._call(method, path, **kwargs)
+        if r.status_code >= 400:
+            raise RMError(f"the ResourceManager at {self.url} refused {method} {path}: HTTP {r.status_code} "
+                          f"{_message(r)}")
+        return r.json() if r.content else {}
+
+    # ------------------------------------------------------------------ reading
+    def app(self, app_id: str) -> AppReport | None:
+        """The application's report; None when the ResourceManager does not know it."""
+        r = self._call("GET", f"/apps/{app_id}")
+        if r.status_code == 404:
+            return None
+        if r.status_code >= 400:
+            raise RMError(f"the ResourceManager at {self.url} refused GET /apps/{app_id}: HTTP {r.status_code} "
+                          f"{_message(r)}")
+        return AppReport.from_json(r.json()["app"])
+
+    def apps(self, *, tags: tuple[str, ...] = (), states: tuple[str, ...] = ()) -> list[AppReport]:
+        """Applications with any of ``tags`` in any of ``states`` (all when empty), oldest first."""
+        params = {}
+        if tags:
+            params["applicationTags"] = ",".join(tags)
+        if states:
+            params["states"] = ",".join(states)
+        apps = (self._json("GET", "/apps", params=params).get("apps") or {}).get("app") or []
+        return sorted((AppReport.from_json(a) for a in apps), key=lambda a: a.id)
+
+    def nodes(self) -> list[dict]:
+        """The NodeManagers as the ResourceManager lists them (``/ws/v1/cluster/nodes``)."""
+        return (self._json("GET", "/nodes").get("nodes") or {}).get("node") or []
+
+    # ------------------------------------------------------------------ changing
+    def _put(self, app_id: str, what: str, body: dict) -> dict:
+        return self._json("PUT", f"/apps/{app_id}/{what}", json=body, params={"user.name": user_name()})
+
+    def set_lifetime(self, app_id: str, seconds: float) -> str:
+        """Ends the application ``seconds`` from now, whatever its AM does; returns the expiry time."""
+        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
+        expiry = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}+0000"
+        reply = self._put(app_id, "timeout", {"timeout": {"type": "LIFETIME", "expiryTime": expiry}})
+        return (reply.get("timeout") or {}).get("expiryTime", expiry)
+
+    def set_priority(self, app_id: str, priority: int) -> int:
+        """Asks for ``priority``; returns what the ResourceManager granted (the cluster caps it at
+        ``yarn.cluster.max-application-priority``, and at the queue's own limit)."""
+        return int(self._put(app_id, "priority", {"priority": priority}).get("priority", 0))
+
+    def kill(self, app_id: str) -> None:
+        self._put(app_id, "state", {"state": "KILLED"})
+
+
+def _message(r: requests.Response) -> str:
+    try:
+        exc = r.json().get("RemoteException") or {}
+        return exc.get("message") or r.text[:300]
+    except ValueError:
+        return r.text[:300]
+
+
+_RMS: dict[str, ResourceManager] = {}
+_RMS_LOCK = threading.Lock()
+
+
+def resource_manager(url: str) -> ResourceManager:
+    """The process's one :class:`ResourceManager` for ``url``."""
+    with _RMS_LOCK:
+        rm = _RMS.get(url)
+        if rm is None:
+            rm = _RMS[url] = ResourceManager(url)
+        return rm

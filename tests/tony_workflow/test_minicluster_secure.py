@@ -17,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, minicluster_missing, run_tony
+from tests.conftest import REPO, minicluster_missing, run_tony, wait_for
 from tony_workflow.process import login_name
 
 pytestmark = pytest.mark.yarn
@@ -147,3 +147,38 @@ def test_web_servers_ask_for_spnego_and_accept_the_ticket(secure, monkeypatch):
     cluster = requests.get(urls[1], auth=auth, timeout=30, headers={"Accept": "application/json"})
     assert cluster.status_code == 200, cluster.text
     assert cluster.json()["clusterInfo"]["state"] == "STARTED"
+
+
+@pytest.mark.filterwarnings("ignore:Skein global security credentials not found")  # a fresh SKEIN_CONFIG
+def test_a_containers_hdfs_client_gets_by_on_the_delegation_tokens_yarn_hands_it(secure, monkeypatch, tmp_path):
+    """What a job on a Kerberized cluster relies on: the submitter logs in from its keytab, and the
+    container, which has no ticket, reaches HDFS with the tokens obtained at submission."""
+    skein = pytest.importorskip("skein")
+    from tony_workflow import minicluster
+    for k, v in minicluster.client_env(secure).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path / "skein"))
+    monkeypatch.setenv("KRB5CCNAME", str(tmp_path / "no-tickets-here"))  # the keytab alone logs in
+    hadoop = shlex.quote(str(Path(secure["bin_dir"]) / "hadoop"))
+    script = f"""set -e
+klist && exit 1 || echo "no ticket in the container"
+echo "written in $CONTAINER_ID" > local.txt
+{hadoop} fs -put -f local.txt /user/secure/from-container.txt
+"""
+    spec = skein.ApplicationSpec(
+        name="secure-hello", queue="default",
+        master=skein.Master(resources=skein.Resources(memory="256 MiB", vcores=1)),
+        services={"put": skein.Service(resources=skein.Resources(memory="256 MiB", vcores=1), script=script)})
+    with skein.Client(principal=secure["principal"], keytab=secure["keytab"], log=str(tmp_path / "driver.log"),
+                      java_options=[f"-Djava.security.krb5.conf={secure['krb5_conf']}"]) as client:
+        app_id = client.submit(spec)
+        report = wait_for(lambda: (lambda r: r if str(r.state) in ("FINISHED", "FAILED", "KILLED") else None)(
+            client.application_report(app_id)), timeout=240, interval=1)
+    assert (str(report.state), str(report.final_status)) == ("FINISHED", "SUCCEEDED"), report.diagnostics
+
+    minicluster.login(secure)
+    monkeypatch.setenv("KRB5CCNAME", secure["ccache"])
+    cat = subprocess.run([str(Path(secure["bin_dir"]) / "hadoop"), "fs", "-cat", "/user/secure/from-container.txt"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout.startswith(f"written in container_{app_id.removeprefix('application_')}_")

@@ -14,6 +14,10 @@ how, is what a Kerberized production cluster does, short of what needs root:
   SASL handshake is what then authenticates its clients.
 * Containers run as the NodeManager's own user (DefaultContainerExecutor): running them as the
   submitting user needs the setuid LinuxContainerExecutor, hence root.
+* No log aggregation, so no ``yarn logs``: on a secure cluster the NodeManager reads containers'
+  logs only through Hadoop's native library (to check each file's owner), which the jars from
+  Maven do not include. The logs stay in the NodeManager's log directory, under the cluster's
+  ``data/``.
 
 All daemons share one service principal, ``hadoop/localhost``: a JVM has a single Kerberos login,
 which every daemon in it serves as, and a client checks a server's principal against the setting
@@ -141,6 +145,13 @@ class Kerberos:
                 "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor",
             # Tools in containers that speak Kerberos (kinit, a JVM's GSS) find this KDC.
             "yarn.nodemanager.admin-env": f"MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,KRB5_CONFIG={self.krb5_conf}",
+            # Reading a container's log to upload it needs the native library on a secure cluster
+            # (see above); without it the upload thread dies on every application.
+            "yarn.log-aggregation-enable": False,
+            # Kept logs hold their application open in the NodeManager, which stopping then waits
+            # for; handed straight to deletion, they still stay for delete.debug-delay-sec, as the
+            # local copies of uploaded logs do.
+            "yarn.nodemanager.log.retain-seconds": 0,
         }
         return {"core-site.xml": core, "hdfs-site.xml": hdfs, "yarn-site.xml": yarn}
 
@@ -157,6 +168,11 @@ class Kerberos:
         yarn = {
             "yarn.resourcemanager.principal": SERVICE_PRINCIPAL,
             "yarn.nodemanager.principal": SERVICE_PRINCIPAL,
+            "yarn.log-aggregation-enable": False,
+            # Kept logs hold their application open in the NodeManager, which stopping then waits
+            # for; handed straight to deletion, they still stay for delete.debug-delay-sec, as the
+            # local copies of uploaded logs do.
+            "yarn.nodemanager.log.retain-seconds": 0,
         }
         return {"core-site.xml": core, "hdfs-site.xml": hdfs, "yarn-site.xml": yarn}
 

@@ -44,9 +44,11 @@ __all__ = ["ApplicationMaster", "main"]
 class SessionEnd(Exception):
     """The current session is over: how it ended, and whether another session may follow."""
 
-    def __init__(self, state: str, diagnostics: str, retryable: bool = True):
+    def __init__(self, state: str, diagnostics: str, retryable: bool = True, reclaimed: bool = False):
         super().__init__(diagnostics)
         self.state, self.diagnostics, self.retryable = state, diagnostics, retryable
+        #: the cluster took a container back: the next session does not spend tony.am.retry-count
+        self.reclaimed = reclaimed
 
 
 class ApplicationMaster(AMRoutes):
@@ -80,7 +82,8 @@ class ApplicationMaster(AMRoutes):
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=self.resume.started_at or time.time(),
                                 backend=type(cluster).__module__.rsplit(".", 1)[-1],
-                                retries=self.resume.retries, am_attempt=self.resume.attempt,
+                                retries=self.resume.retries, reclaims=self.resume.reclaims,
+                                am_attempt=self.resume.attempt,
                                 diagnostics=self.resume.diagnostics)
         self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
                                  series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
@@ -197,9 +200,36 @@ class ApplicationMaster(AMRoutes):
             return self._set_task_state(task, TaskState.KILLED, exit_code=code)
         if code == 0:
             return self._set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
+        cause = self.cluster.reclaimed(task.container)
+        decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics), cause,
+                                                          self.status.reclaims)
+        if decision:
+            return self._on_reclaimed(task, code, cause, decision)
         state = TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
         self._set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self._on_failure(task, code, diagnostics)
+
+    def _on_reclaimed(self, task: Task, code: int, cause: str, decision) -> None:
+        """The cluster took the task's container back: no failure of the job's. Called with the lock held."""
+        self.status.reclaims += 1
+        self._set_task_state(task, TaskState.KILLED, exit_code=code, diagnostics=decision.diagnostics)
+        self.events.emit("container_reclaimed", task=task.id, session=task.session_id, cause=cause)
+        if decision.action is Action.RESTART_TASK:
+            self._pending_task_restarts.append(task)
+        else:
+            raise SessionEnd(JobState.FAILED, decision.diagnostics, reclaimed=True)
+
+    def _awaiting_cluster(self, task: Task, code: int, now: float) -> bool:
+        """Whether to hold the verdict on a task killed by a signal or fallen silent while its
+        container still runs as far as the cluster knows: the cluster may yet say it took the
+        container back (:attr:`ClusterManager.reclaim_wait_s`)."""
+        wait = self.cluster.reclaim_wait_s
+        if not wait or not (code == LOST_EXIT_CODE or code > 128 or code < 0):
+            return False
+        if self.cluster.poll(task.container) is not None:
+            return False
+        task.held_since = task.held_since or now
+        return now - task.held_since < wait
 
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
         """Applies the policy's decision on a failed task. Called with the lock held."""
@@ -226,11 +256,11 @@ class ApplicationMaster(AMRoutes):
         """Restart policy ``task``: same index, same address, same reservation, same session."""
         self.cluster.kill(task.container, grace=1.0)
         container = self.cluster.new_container(task.container)
-        self.events.emit("task_restarted", task=task.id, session=self.session_id,
-                         restart=self.task_restarts[task.id], port=task.status.port)
+        restarts = self.task_restarts.get(task.id, 0)
+        self.events.emit("task_restarted", task=task.id, session=self.session_id, restart=restarts,
+                         port=task.status.port)
         with self.lock:
-            new = self._launch(task.id, container, self.session_id, fixed_port=task.status.port,
-                               restarts=self.task_restarts[task.id])
+            new = self._launch(task.id, container, self.session_id, fixed_port=task.status.port, restarts=restarts)
             new.status.host = task.status.host
 
     def _check(self) -> None:
@@ -249,7 +279,8 @@ class ApplicationMaster(AMRoutes):
             if task.final:
                 continue
             if task.reported is not None:
-                self._on_exit(task, *task.reported)
+                if not self._awaiting_cluster(task, task.reported[0], now):
+                    self._on_exit(task, *task.reported)
                 continue
             code = self.cluster.poll(task.container)
             if code is not None:
@@ -262,7 +293,7 @@ class ApplicationMaster(AMRoutes):
                 continue
             lost = self.liveness.silent(task.id, task.last_heartbeat, now) or (
                 task.status.state == TaskState.RUNNING and self.liveness.stalled(task.id, task.progress.updated_at, now))
-            if lost:
+            if lost and not self._awaiting_cluster(task, LOST_EXIT_CODE, now):
                 self.cluster.kill(task.container, grace=0.5)
                 self.events.emit("task_lost", task=task.id, session=task.session_id, reason=lost)
                 self._on_exit(task, LOST_EXIT_CODE, lost)
@@ -358,11 +389,12 @@ class ApplicationMaster(AMRoutes):
             end = self._run_session()
             self.events.emit("session_finished", session=session, state=end.state, diagnostics=end.diagnostics)
             self._teardown()
-            if end.state == JobState.FAILED and end.retryable and self.status.retries < self.retry_count:
+            if end.state == JobState.FAILED and end.retryable and (end.reclaimed or
+                                                                   self.status.retries < self.retry_count):
                 session += 1
                 with self.lock:
-                    self.status.retries += 1
-                    self.status.diagnostics = f"session {session - 1} failed: {end.diagnostics}"
+                    self.status.retries += 0 if end.reclaimed else 1
+                    self.status.diagnostics = f"session {session - 1} ended: {end.diagnostics}"
                 continue
             return end
 

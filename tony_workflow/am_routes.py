@@ -37,6 +37,8 @@ class Task:
     fixed_port: int | None = None
     stopping: bool = False
     reported: tuple[int, str] | None = None
+    #: since when the AM waits for the cluster to say how the task's container ended
+    held_since: float | None = None
     progress: TaskProgress = field(default_factory=TaskProgress)
 
     @property

@@ -60,6 +60,7 @@ class Resume:
     attempt: int = 1
     first_session: int = 0
     retries: int = 0
+    reclaims: int = 0
     started_at: float | None = None
     port: int = 0
     #: why the earlier attempt ended, for the status
@@ -82,8 +83,8 @@ def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
         pass
     # A session that started is over with its attempt: the next one takes its place.
     first = st.session_id + 1 if st.attempts else 0
-    return Resume(attempt=attempt, first_session=first, retries=st.retries, started_at=st.started_at, port=port,
-                  diagnostics=st.diagnostics)
+    return Resume(attempt=attempt, first_session=first, retries=st.retries, reclaims=st.reclaims,
+                  started_at=st.started_at, port=port, diagnostics=st.diagnostics)
 
 
 def finished_verdict(policy, spec, results: dict[str, int]) -> tuple[str, str] | None:

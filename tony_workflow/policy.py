@@ -16,6 +16,10 @@ The rules, in the order they apply (docs/architecture.md has the long form):
    ``tony.application.fail-on-worker-failure-enabled``) any failed tracked task fails the job at
    once; a failed untracked task ends the session and the verdict follows; any other worker
    failure is tolerated.
+
+Before them, a task whose container the cluster took back (:meth:`Policy.decide_reclaimed`: YARN
+preempted it, or lost it with its node) did not fail: it is relaunched as rules 2 and 3 would,
+without spending ``tony.am.retry-count``, up to ``tony.am.reclaim-retry-count`` times per job.
 """
 from __future__ import annotations
 
@@ -115,13 +119,15 @@ class Policy:
     task_restart_types: frozenset[str] = frozenset()
     retry_count: int = 0
     fail_on_worker_failure: bool = False
+    reclaim_retry_count: int = 0
 
     @classmethod
     def from_spec(cls, spec: "JobSpec") -> "Policy":
         return cls(chief=tuple(spec.chief), tracked=frozenset(spec.tracked_types),
                    sidecars=frozenset(spec.sidecar_types), stop_on_failure=frozenset(spec.stop_on_failure_types),
                    task_restart_types=frozenset(t for t, ts in spec.tasks.items() if ts.restart_policy == "task"),
-                   retry_count=spec.retry_count, fail_on_worker_failure=spec.fail_on_worker_failure)
+                   retry_count=spec.retry_count, fail_on_worker_failure=spec.fail_on_worker_failure,
+                   reclaim_retry_count=spec.reclaim_retry_count)
 
     def decide(self, failure: Failure, retries_used: int, task_restarts_used: int) -> Decision:
         """What ``failure`` means when the job has relaunched its session ``retries_used`` times
@@ -144,6 +150,21 @@ class Policy:
             # TonY stops the session when an untracked task dies; the verdict then follows the rules.
             return Decision(Action.END_SESSION, message)
         return Decision(Action.TOLERATE)
+
+    def decide_reclaimed(self, failure: Failure, cause: str, reclaims_used: int) -> Decision | None:
+        """What it means that the cluster took ``failure``'s container back (``cause``: "preempted
+        by the scheduler", ...) after ``reclaims_used`` such relaunches in this job: the task alone
+        or the session is relaunched for free; None once tony.am.reclaim-retry-count is spent (the
+        ordinary rules then apply), and for a sidecar, which is never relaunched."""
+        ttype = failure.type
+        if ttype in self.sidecars or reclaims_used >= self.reclaim_retry_count:
+            return None
+        why = (f"the container of {failure.task_id} was {cause}: relaunched without spending "
+               f"tony.am.retry-count ({reclaims_used + 1} of tony.am.reclaim-retry-count={self.reclaim_retry_count})")
+        if (ttype in self.task_restart_types and (ttype, failure.index) != self.chief
+                and ttype not in self.stop_on_failure):
+            return Decision(Action.RESTART_TASK, why)
+        return Decision(Action.RESTART_SESSION, why)
 
     def tracked_done(self, tasks: Iterable[TaskStatus]) -> bool:
         """Whether the session is over by itself: it has tracked tasks, and all of them ended."""

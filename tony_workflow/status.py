@@ -94,8 +94,9 @@ class JobStatus:
 
     ``state`` is one of :class:`JobState`; ``session_id`` is the current session (0 first);
     ``attempts`` counts sessions started; ``retries`` the session relaunches spent against
-    ``tony.am.retry-count``; ``am_attempt`` is the ApplicationMaster's attempt (1 first, see
-    ``tony.am.max-attempts``); ``warnings`` lists what is wrong but does not stop the job; ``tasks`` lists the current session's tasks.
+    ``tony.am.retry-count``; ``reclaims`` the relaunches after the cluster took a container back
+    (preempted, lost with its node), which spend ``tony.am.reclaim-retry-count`` instead;
+    ``am_attempt`` is the ApplicationMaster's attempt (1 first, see ``tony.am.max-attempts``); ``warnings`` lists what is wrong but does not stop the job; ``tasks`` lists the current session's tasks.
     """
 
     application_id: str
@@ -111,6 +112,7 @@ class JobStatus:
     name: str | None = None
     backend: str = "local"
     retries: int = 0
+    reclaims: int = 0
     am_attempt: int = 1
     #: problems that do not stop the job (the checkpoint store failing, steps lost on a resume)
     warnings: list[str] = field(default_factory=list)

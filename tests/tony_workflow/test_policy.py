@@ -240,3 +240,36 @@ def test_a_later_am_attempt_ends_the_job_only_when_training_had_completed():
     assert finished_verdict(rules, spec, {}) is None
     assert finished_verdict(rules, spec, {"worker:0": 0, "worker:1": 3}) is None  # failures: a new session decides
     assert finished_verdict(rules, spec, {"worker:0": 1, "worker:1": 0}) is None
+
+
+RECLAIMS = [
+    # (case, policy changes, task, reclaims used, action or None for "the ordinary rules apply")
+    ("a preempted worker relaunches the session, no retry left", {"reclaim_retry_count": 3}, "worker:1", 0,
+     Action.RESTART_SESSION),
+    ("a preempted ps relaunches the session: it did not fail", {"reclaim_retry_count": 3}, "ps:0", 2,
+     Action.RESTART_SESSION),
+    ("a preempted chief relaunches the session", {"reclaim_retry_count": 1}, "chief:0", 0, Action.RESTART_SESSION),
+    ("restart policy task relaunches the worker alone", {"reclaim_retry_count": 1, "task_restart_types": {"worker"}},
+     "worker:2", 0, Action.RESTART_TASK),
+    ("restart policy task never relaunches the chief alone",
+     {"reclaim_retry_count": 1, "task_restart_types": EVERY_TYPE}, "chief:0", 0, Action.RESTART_SESSION),
+    ("the reclaim cap spent: the ordinary rules", {"reclaim_retry_count": 2}, "worker:1", 2, None),
+    ("no reclaims allowed: the ordinary rules", {"reclaim_retry_count": 0}, "worker:1", 0, None),
+    ("a sidecar is never relaunched", {"reclaim_retry_count": 5}, "tensorboard:0", 0, None),
+]
+
+
+@pytest.mark.parametrize("case,changes,task_id,used,action", RECLAIMS, ids=[r[0] for r in RECLAIMS])
+def test_decide_reclaimed(case, changes, task_id, used, action):
+    decision = policy(**changes).decide_reclaimed(failure(task_id, code=143), "preempted by the scheduler", used)
+    if action is None:
+        assert decision is None
+    else:
+        assert decision.action is action
+        assert f"the container of {task_id} was preempted by the scheduler" in decision.diagnostics
+        assert "without spending tony.am.retry-count" in decision.diagnostics
+
+
+def test_the_spec_carries_the_reclaim_cap():
+    assert Policy.from_spec(load_spec(SPEC, overrides=["tony.am.reclaim-retry-count=4"])).reclaim_retry_count == 4
+    assert Policy.from_spec(load_spec(SPEC)).reclaim_retry_count == 10

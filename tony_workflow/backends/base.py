@@ -153,6 +153,10 @@ class ClusterManager(ABC):
 
     #: the command a container runs to start the TaskExecutor
     executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
+    #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
+    #: cluster has not yet said how its container ended: a cluster that can take containers back
+    #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.
+    reclaim_wait_s: float = 0.0
 
     def checkpoint_location(self, app_dir: Path) -> str:
         """Where the checkpoint mirror lives unless ``tony.checkpoint.location`` says otherwise."""
@@ -200,6 +204,12 @@ class ClusterManager(ABC):
     @abstractmethod
     def poll(self, container: Container) -> int | None:
         """The container's exit code, or None while it runs."""
+
+    def reclaimed(self, container: Container) -> str | None:
+        """Why the cluster took ``container`` back, when its end was the cluster's doing and not
+        the task's ("preempted by the scheduler", "lost with its node", ...); None otherwise, or
+        while the cluster has not said."""
+        return None
 
     @abstractmethod
     def kill(self, container: Container, grace: float = 5.0) -> None:

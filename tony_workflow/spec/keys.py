@@ -106,6 +106,10 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.am.liveness-timeout-ms``
 #:     An ApplicationMaster that does not answer for this long is killed and replaced; executors
 #:     that cannot reach their AM for this long stop their user processes.
+#: ``tony.am.reclaim-retry-count``
+#:     How many times tasks whose containers the cluster took back (preempted by the scheduler,
+#:     lost with their node, on failed disks) are relaunched; these relaunches do not spend
+#:     ``tony.am.retry-count``, which is for the job's own failures.
 #: ``tony.application.priority``
 #:     The YARN priority the application asks for (higher runs first within a queue); the cluster
 #:     caps it at ``yarn.cluster.max-application-priority``. 0: the queue's default.
@@ -117,6 +121,7 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #:     for this long is hung: it is LOST and the restart rules apply; 0: never.
 PROJECT_DEFAULTS: dict[str, str] = {
     "tony.application.priority": "0",
+    "tony.am.reclaim-retry-count": "10",
     "tony.docker.mounts": "",
     "tony.task.progress-timeout-ms": "0",
     "tony.checkpoint.on-store-failure": "warn",
@@ -195,6 +200,7 @@ RESERVED_TYPES = frozenset({
 BOOL_KEYS = tuple(k for k, v in TONY_DEFAULTS.items() if v in ("true", "false"))
 INT_MINIMUMS = {
     "tony.am.retry-count": 0,
+    "tony.am.reclaim-retry-count": 0,
     "tony.am.max-attempts": 1,
     "tony.am.liveness-timeout-ms": 1000,
     "tony.task.heartbeat-timeout-ms": 0,

@@ -268,6 +268,11 @@ class JobSpec:
         return self._text("tony.checkpoint.location")
 
     @cached_property
+    def reclaim_retry_count(self) -> int:
+        """tony.am.reclaim-retry-count: relaunches after the cluster took a container back."""
+        return self._typed("tony.am.reclaim-retry-count", lambda v: parse_int(v, 0))
+
+    @cached_property
     def priority(self) -> int:
         """tony.application.priority: the YARN priority asked for; 0 leaves the queue's default."""
         return self._typed("tony.application.priority", lambda v: parse_int(v, 0))

@@ -98,6 +98,9 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         elif kind == "am_attempt_failed":
             timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt')} failed",
                              "detail": str(e.get("reason") or "")[:500]})
+        elif kind == "container_reclaimed":
+            timeline.append({"ts": ts, "what": f"the container of task {e.get('task')} was {e.get('cause')}",
+                             "detail": "relaunched without spending tony.am.retry-count"})
         elif kind == "task_restarted":
             timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
         elif kind == "task_state" and "task" in e:
@@ -131,7 +134,7 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "state": status["state"], "started_at": status.get("started_at"), "finished_at": status.get("finished_at"),
         "diagnostics": status.get("diagnostics") or "", "backend": status.get("backend"),
         "tracking_url": status.get("tracking_url"), "tensorboard_url": status.get("tensorboard_url"),
-        "am_attempts": status.get("am_attempt", 1), "progress": status.get("progress"),
+        "am_attempts": status.get("am_attempt", 1), "reclaims": status.get("reclaims", 0), "progress": status.get("progress"),
         "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
         "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
         "requested": requested, "hints": sizing_hints(task_list, requested), "conf": conf,

@@ -8,6 +8,10 @@ into a fresh local directory before a session starts.
 Stores: :class:`LocalStorage` (a local or mounted directory) and :class:`WebHDFSStorage` (HDFS over
 its HTTP API, so no Hadoop client or JVM is needed where tasks run). :func:`open_storage` picks one
 from a location: a path, ``file://``, ``hdfs://`` or ``webhdfs://``.
+
+On a Kerberized cluster WebHDFS wants proof of who calls: a YARN container shows the HDFS delegation
+token YARN gave it (``delegation=``), anyone else a Kerberos ticket through SPNEGO (see
+:mod:`tony_workflow.kerberos`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import Callable, Sequence, TypeVar
 from urllib.parse import quote, urlsplit
 
 from .hadoop import read_conf
+from .kerberos import Login, hdfs_delegation_token, is_secure
 from .process import user_name
 
 __all__ = ["Storage", "LocalStorage", "WebHDFSStorage", "CheckpointMirror", "open_storage", "upload_order"]
@@ -160,6 +165,16 @@ class _Transient(ConnectionError):
 _RETRIABLE_REMOTE = ("RetriableException", "StandbyException", "SafeModeException")
 
 
+def _refused(where: str, kerberos: bool, login: Login | None) -> PermissionError:
+    """The error for a WebHDFS that turned the caller away as unauthenticated (HTTP 401)."""
+    if not kerberos:
+        why = (f"{where} asks for a Kerberos login (SPNEGO), but the Hadoop configuration does not say "
+               "hadoop.security.authentication=kerberos: point HADOOP_CONF_DIR at the cluster's own configuration")
+    else:
+        why = str((login or Login()).refused(where))
+    return PermissionError(errno.EACCES, why)
+
+
 class WebHDFSStorage(Storage):
     """A directory in HDFS, reached over WebHDFS with pyhdfs.
 
@@ -168,26 +183,51 @@ class WebHDFSStorage(Storage):
     backoff when the server cannot be reached or answers 5xx; other failures surface at once, as
     :class:`OSError` (``FileNotFoundError``, ``PermissionError`` ...), which is what the checkpoint
     mirror's callers handle.
+
+    With ``kerberos`` (a Kerberized HDFS) every call proves who makes it, and no ``user.name`` is
+    sent (a secure NameNode refuses one that differs from the proof): with the HDFS delegation
+    token ``delegation`` (default: the one YARN gave this container, if any; see
+    :func:`~tony_workflow.kerberos.hdfs_delegation_token`), else with ``login``'s Kerberos ticket
+    over SPNEGO (default: the ticket cache). ``namenode`` (``host:port`` of the NameNode's RPC
+    server, or an HA nameservice) picks that NameNode's token when the container has several.
     """
 
     def __init__(self, hosts: str | Sequence[str], root: str = "/", *, user: str | None = None,
                  https: bool = False, timeout: float = 30.0, attempts: int = 5, base_delay: float = 0.5,
-                 uri: str | None = None):
+                 uri: str | None = None, kerberos: bool = False, login: Login | None = None,
+                 delegation: str | None = None, namenode: str | None = None):
         try:
             import pyhdfs
             import requests
         except ImportError as e:
             raise ValueError(f"HDFS storage needs pyhdfs ({e}); install tony-workflow[yarn]") from None
 
+        token = (delegation or hdfs_delegation_token(namenode)) if kerberos else None
+        where = f"WebHDFS at {hosts if isinstance(hosts, str) else ','.join(hosts)}"
+
         class _Session(requests.Session):
-            # pyhdfs passes no timeout when it follows the NameNode's redirect to a DataNode; a
-            # stalled DataNode must not hang the mirror forever.
-            def request(self, *args, **kwargs):  # type: ignore[override]
+            def request(self, method, url, *args, **kwargs):  # type: ignore[override]
+                # pyhdfs passes no timeout when it follows the NameNode's redirect to a DataNode; a
+                # stalled DataNode must not hang the mirror forever.
                 kwargs.setdefault("timeout", timeout)
-                return super().request(*args, **kwargs)
+                params = kwargs.get("params")
+                if kerberos and isinstance(params, dict):
+                    # Calls to the NameNode carry parameters; the DataNode's redirect URL already
+                    # holds the token the NameNode put there.
+                    params = {k: v for k, v in params.items() if k != "user.name"}
+                    if token:
+                        params["delegation"] = token
+                    kwargs["params"] = params
+                response = super().request(method, url, *args, **kwargs)
+                if response.status_code == 401:
+                    raise _refused(where, kerberos, login)
+                return response
 
         self._pyhdfs = pyhdfs
         self._session = _Session()
+        if kerberos and not token:
+            self._session.auth = (login or Login()).http_auth()
+        self.kerberos, self.delegation = kerberos, token
         self.user = user or user_name()
         self.scheme = "https" if https else "http"
         self.timeout = timeout
@@ -365,23 +405,28 @@ def _namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = 
     return [f"{host}:{default_port}"]
 
 
-def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | None = None) -> Storage:
+def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | None = None,
+                 login: Login | None = None) -> Storage:
     """A store for ``location``: a local path or ``file://`` URI, ``webhdfs://host:port/path``
     (``swebhdfs://`` for HTTPS), or ``hdfs://namenode[:port]/path`` (``hdfs:///path`` means
     ``fs.defaultFS``). For ``hdfs://`` the WebHDFS address comes from the Hadoop configuration in
-    ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``)."""
+    ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``). When that configuration says
+    ``hadoop.security.authentication=kerberos``, HDFS is reached as ``login`` (default: the
+    ticket cache), or with the container's delegation token (see :class:`WebHDFSStorage`); a
+    missing login is a :class:`~tony_workflow.kerberos.LoginError`."""
     if location.startswith("file://"):
         location = location[len("file://"):]
     if "://" not in location:
         return LocalStorage(location)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
+    conf = _hadoop_conf(hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR"))
+    secure = {"kerberos": is_secure(conf), "login": login}
     if scheme in ("webhdfs", "swebhdfs"):
         if not parts.netloc:
             raise ValueError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
-        return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location)
+        return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location, **secure)
     if scheme == "hdfs":
-        conf = _hadoop_conf(hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR"))
         authority = parts.netloc
         if not authority:
             default = urlsplit(conf.get("fs.defaultFS", ""))
@@ -391,7 +436,7 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
             authority = default.netloc
         https = conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
         return WebHDFSStorage(_namenode_web_addresses(authority, conf, https), parts.path or "/", https=https,
-                              uri=location)
+                              uri=location, namenode=authority, **secure)
     raise ValueError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
                      "webhdfs:// URI")
 

@@ -7,11 +7,13 @@ an application's lifetime and priority, and a kill are REST calls too. skein's J
 needed only to submit, so a process that follows many jobs (an Airflow triggerer) starts no JVM
 for them, and a process that also submits starts one (:func:`tony_workflow.backends.yarn.shared_driver`).
 
-One :class:`ResourceManager` per web address per process: its HTTP session keeps connections
-alive across every job it follows, and retries connection errors and 5xx answers with backoff.
-Write calls name the caller with ``user.name``, which a ResourceManager with Hadoop's simple HTTP
-authentication takes as the user; a cluster that authenticates its web endpoints needs the
-session's own authentication (:attr:`ResourceManager.session`).
+One :class:`ResourceManager` per web address and login per process: its HTTP session keeps
+connections alive across every job it follows, and retries connection errors and 5xx answers with
+backoff. Write calls name the caller with ``user.name``, which a ResourceManager with Hadoop's simple
+HTTP authentication takes as the user. A Kerberized ResourceManager asks for SPNEGO instead (and
+ignores ``user.name``): given a :class:`~tony_workflow.kerberos.Login`, the session negotiates with
+its ticket, still without a JVM, and a refusal is a :class:`~tony_workflow.kerberos.LoginError`
+that says how to log in.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from ..kerberos import Login, LoginError
 from ..process import user_name
 
 __all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager"]
@@ -71,11 +74,15 @@ class AppReport:
 
 
 class ResourceManager:
-    """The REST API of the ResourceManager at ``url`` (``http://rm:8088``)."""
+    """The REST API of the ResourceManager at ``url`` (``http://rm:8088``), as ``login`` on a
+    Kerberized cluster (LoginError at once when it cannot log in)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, login: Login | None = None):
         self.url = url.rstrip("/")
+        self.login = login
         self.session = requests.Session()
+        if login is not None:
+            self.session.auth = login.http_auth()
         retry = Retry(total=4, connect=4, read=2, backoff_factor=0.3, status_forcelist=(500, 502, 503, 504),
                       allowed_methods=None, raise_on_status=False)
         adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
@@ -85,9 +92,21 @@ class ResourceManager:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
-            return self.session.request(method, f"{self.url}/ws/v1/cluster{path}", timeout=_TIMEOUT, **kwargs)
+            r = self.session.request(method, f"{self.url}/ws/v1/cluster{path}", timeout=_TIMEOUT, **kwargs)
         except requests.RequestException as e:
             raise RMError(f"the ResourceManager at {self.url} did not answer: {e}") from e
+        if r.status_code == 401:
+            raise self._refused()
+        return r
+
+    def _refused(self) -> LoginError:
+        """Why the ResourceManager turned this client away as unauthenticated."""
+        where = f"the ResourceManager at {self.url}"
+        if self.login is not None:
+            return self.login.refused(where)
+        return LoginError(f"{where} asks for a Kerberos login (SPNEGO), but the Hadoop configuration does not say "
+                          "hadoop.security.authentication=kerberos: point HADOOP_CONF_DIR at the cluster's own "
+                          "configuration")
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict:
         r = self._call(method, path, **kwargs)
@@ -149,14 +168,15 @@ def _message(r: requests.Response) -> str:
         return r.text[:300]
 
 
-_RMS: dict[str, ResourceManager] = {}
+_RMS: dict[tuple[str, Login | None], ResourceManager] = {}
 _RMS_LOCK = threading.Lock()
 
 
-def resource_manager(url: str) -> ResourceManager:
-    """The process's one :class:`ResourceManager` for ``url``."""
+def resource_manager(url: str, login: Login | None = None) -> ResourceManager:
+    """The process's one :class:`ResourceManager` for ``url`` and ``login`` (None: a cluster
+    without Kerberos)."""
     with _RMS_LOCK:
-        rm = _RMS.get(url)
+        rm = _RMS.get((url, login))
         if rm is None:
-            rm = _RMS[url] = ResourceManager(url)
+            rm = _RMS[(url, login)] = ResourceManager(url, login)
         return rm

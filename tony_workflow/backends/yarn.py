@@ -9,10 +9,17 @@ through the ResourceManager proxy, leads to it), and the final status and diagno
 the YARN application at shutdown. Once the AM is gone, status comes from the ResourceManager.
 
 Only submission needs skein's Java driver, and a process starts one driver per cluster and
-login (:func:`shared_driver`), however many backends, hooks or triggers it makes. Following a job
-needs no JVM: the ResourceManager's REST API (:mod:`tony_workflow.backends.rm`) gives the
-application's state and its skein AM's address, and the key-value store is read from that AM
-directly over gRPC.
+login (:mod:`tony_workflow.backends.driver`), however many backends, hooks or triggers it makes.
+Following a job needs no JVM: the ResourceManager's REST API (:mod:`tony_workflow.backends.rm`)
+gives the application's state and its skein AM's address, and the key-value store is read from that
+AM directly over gRPC.
+
+On a Kerberized cluster (``hadoop.security.authentication=kerberos``) the client logs in as the
+job's ``tony.keytab.user`` with its ``tony.keytab.location``, else as the backend's ``principal``
+and ``keytab`` (an Airflow connection's), else with the ticket ``kinit`` left; the driver submits as
+that login, and the REST API and WebHDFS are reached with SPNEGO. A missing or wrong login is a
+:class:`~tony_workflow.kerberos.LoginError` before anything is submitted. Containers reach HDFS
+with the delegation token YARN gives them (see :mod:`tony_workflow.storage`); no keytab is shipped.
 
 The cluster's addresses come from a Hadoop conf directory (``hadoop_conf_dir``, else
 ``HADOOP_CONF_DIR``) or are given directly (``rm_address``, ``rm_web_address``, ``webhdfs``: an
@@ -24,8 +31,6 @@ environment).
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import logging
 import os
@@ -41,11 +46,14 @@ from typing import Any
 
 
 from .. import hadoop
+from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ..process import user_name
-from ..spec import JobSpec
+from ..spec import JobSpec, SpecError, SpecIssue
+from ..spec.keys import TONY_XML_DEFAULTS
 from ..storage import open_storage
 from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
+from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, resource_manager
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
@@ -72,66 +80,6 @@ def service_name(task_type: str) -> str:
     return f"tony-{task_type}"
 
 
-_ENV_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _hadoop_conf_env(conf_dir: Path):
-    """HADOOP_CONF_DIR set to ``conf_dir`` while skein starts its driver. The driver finds the
-    cluster through ``yarn classpath``, run with this process's environment; setting the variable
-    only meanwhile lets backends for different clusters (two connections in one Airflow triggerer)
-    each reach their own."""
-    with _ENV_LOCK:
-        saved = os.environ.get("HADOOP_CONF_DIR")
-        os.environ["HADOOP_CONF_DIR"] = str(conf_dir)
-        try:
-            yield
-        finally:
-            if saved is None:
-                os.environ.pop("HADOOP_CONF_DIR", None)
-            else:
-                os.environ["HADOOP_CONF_DIR"] = saved
-
-
-_DRIVERS: dict[tuple, Any] = {}
-_DRIVERS_LOCK = threading.Lock()
-
-
-def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None, keytab: str | None = None):
-    """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
-    login. Backends of one cluster share it, whatever directory their configuration was written to:
-    a driver is a JVM of a few hundred MB, and an Airflow triggerer follows many jobs at once. A
-    driver that has died is replaced."""
-    import skein
-    key = _driver_key(conf, principal, keytab)
-    with _DRIVERS_LOCK:
-        client = _DRIVERS.get(key)
-        proc = getattr(client, "_proc", None)
-        if client is None or (proc is not None and proc.poll() is not None):
-            kwargs = {"principal": principal, "keytab": keytab} if keytab else {}
-            with _hadoop_conf_env(conf_dir):
-                client = _DRIVERS[key] = skein.Client(**kwargs)
-        return client
-
-
-def close_drivers() -> None:
-    """Stops the process's skein drivers (at exit, or when a caller is done with a cluster): their
-    gRPC channels must not outlive the interpreter's teardown, or a fork of this process."""
-    with _DRIVERS_LOCK:
-        clients = list(_DRIVERS.values())
-        _DRIVERS.clear()
-    for client in clients:
-        with contextlib.suppress(Exception):
-            client.close()
-
-
-atexit.register(close_drivers)
-
-
-def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None) -> tuple:
-    return tuple(sorted(conf.items())), principal, keytab
-
-
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     """The variables that make YARN's NodeManager run a container in ``image`` (none without one)."""
     if not image:
@@ -145,6 +93,27 @@ def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
 def app_store(app_id: str) -> str:
     """The application's own HDFS directory: checkpoints and the final status live there."""
     return f"hdfs:///user/{user_name()}/.tony/{app_id}"
+
+
+def job_login(spec: JobSpec) -> Login | None:
+    """The Kerberos login a job names with tony.keytab.user and tony.keytab.location; None when it
+    leaves both at tony-default.xml's placeholders. The keytab is read here, by the client that
+    submits: it is not shipped to the containers, which get delegation tokens instead."""
+    given = {k: v for k in (KEYTAB_USER, KEYTAB_LOCATION)
+             if (v := (spec.get(k) or "").strip()) and v != TONY_XML_DEFAULTS[k]}
+    if not given:
+        return None
+    issues = [SpecIssue(spec.display(k), None, f"must be set too: {KEYTAB_USER} names the principal a job is "
+                        f"submitted as, {KEYTAB_LOCATION} its keytab file", spec.source)
+              for k in (KEYTAB_USER, KEYTAB_LOCATION) if k not in given]
+    location = given.get(KEYTAB_LOCATION)
+    if location and not (os.path.isfile(os.path.expanduser(location))
+                         and os.access(os.path.expanduser(location), os.R_OK)):
+        issues.append(SpecIssue(spec.display(KEYTAB_LOCATION), location, "must be a readable keytab file on the "
+                                f"machine that submits (of the principal {KEYTAB_USER} names)", spec.source))
+    if issues:
+        raise SpecError(issues)
+    return Login(given[KEYTAB_USER], location)
 
 
 def _zip_dir(src: Path, dest: Path) -> Path:
@@ -166,7 +135,8 @@ class YarnBackend(Backend):
         ``rm_address``'s host).
     :param webhdfs: the NameNode's WebHDFS address ``http(s)://host[:port]``: where checkpoints and
         final statuses go.
-    :param principal: with ``keytab``, the Kerberos login of skein's driver.
+    :param principal: with ``keytab``, the Kerberos login on a Kerberized cluster (default: the
+        ticket cache); a job's own tony.keytab.user and tony.keytab.location win for submitting it.
 
     The addresses win over the conf directory's; see :func:`tony_workflow.hadoop.address_conf`.
     ``conf_dir`` is the directory in use, ``conf`` its properties.
@@ -189,6 +159,10 @@ class YarnBackend(Backend):
         self.conf = hadoop.read_conf(self.conf_dir)
         self.python = python or sys.executable
         self.principal, self.keytab = principal, keytab
+        # Who this backend is on a Kerberized cluster, for following and killing jobs and for
+        # submitting those that name no keytab of their own; None on a cluster without Kerberos.
+        self.login = (Login(principal, keytab, keys=("principal", "keytab")) if is_secure(self.conf) else None)
+        self._logins: dict[str, Login] = {}   # app id -> the login of a job submitted here
         self._apps: dict[str, tuple[str, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
         # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
         self._lock = threading.RLock()
@@ -202,12 +176,16 @@ class YarnBackend(Backend):
     @property
     def driver_started(self) -> bool:
         """Whether this process already runs the driver :attr:`client` would use."""
-        return _driver_key(self.conf, self.principal, self.keytab) in _DRIVERS
+        return driver_running(self.conf, self.principal, self.keytab)
 
     @property
     def rm(self):
-        """The ResourceManager's REST API, shared by the process."""
-        return resource_manager(self.rm_web)
+        """The ResourceManager's REST API, shared by the process (as :attr:`login`)."""
+        return resource_manager(self.rm_web, self.login)
+
+    def _rm(self, app_id: str):
+        """The REST API as the login ``app_id`` was submitted with here, else as :attr:`login`."""
+        return resource_manager(self.rm_web, self._logins.get(app_id, self.login))
 
     @property
     def rm_web(self) -> str:
@@ -232,18 +210,19 @@ class YarnBackend(Backend):
     def _report(self, app_id: str) -> AppReport:
         """The ResourceManager's report; KeyError for an application it does not know."""
         try:
-            report = self.rm.app(app_id)
+            report = self._rm(app_id).app(app_id)
         except RMError as e:
             raise KeyError(app_id) from e
         if report is None:
             raise KeyError(app_id)
         return report
 
-    def inventory(self) -> tuple[dict, dict]:
-        """(largest node, cluster total) of memory MB, vcores and GPUs, from the ResourceManager."""
+    def inventory(self, rm=None) -> tuple[dict, dict]:
+        """(largest node, cluster total) of memory MB, vcores and GPUs, from the ResourceManager
+        (``rm``: as another login than the backend's)."""
         biggest = {"memory_mb": 0, "vcores": 0, "gpus": 0}
         total = dict(biggest)
-        for node in self.rm.nodes():
+        for node in (rm or self.rm).nodes():
             if node.get("state") not in ("RUNNING", "NEW"):
                 continue
             gpus = 0
@@ -258,17 +237,23 @@ class YarnBackend(Backend):
                 total[key] += value
         return biggest, total
 
-    def check_fits(self, requests_: list[ContainerRequest]) -> None:
+    def check_fits(self, requests_: list[ContainerRequest], rm=None) -> None:
         """Raises NeverFits when a container is larger than the largest NodeManager, or the gang
         larger than the cluster: YARN would otherwise keep the job waiting forever."""
-        biggest, total = self.inventory()
+        biggest, total = self.inventory(rm)
         check_fits(requests_, Capacity(**biggest), Capacity(**total), node="the largest NodeManager",
                    cluster="the cluster")
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:
         import skein
-        self.check_fits(gang_requests(spec))
+        own = job_login(spec)  # its keys are checked on any cluster, and used on a Kerberized one
+        login = (own or self.login) if self.login is not None else None
+        try:
+            rm = resource_manager(self.rm_web, login)  # logs in: LoginError when it cannot
+        except LoginError as e:
+            raise LoginError(f"{e}; nothing was submitted") from None
+        self.check_fits(gang_requests(spec), rm)
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
         task_files: dict[str, Any] = {}
@@ -309,8 +294,11 @@ class YarnBackend(Backend):
         app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services,
                                     tags=set(spec.tags) | {"tony"}, max_attempts=1,
                                     node_label=spec.node_label or "")
-        app_id = self.client.submit(app)
+        principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
+        app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
         shutil.rmtree(staging, ignore_errors=True)
+        if login is not None:
+            self._logins[app_id] = login
         self._apply_limits(app_id, spec)
         return app_id
 
@@ -320,15 +308,15 @@ class YarnBackend(Backend):
         AM hangs) and its priority. A refusal is logged, not raised: the job is already submitted."""
         try:
             if spec.application_timeout_ms > 0:
-                self.rm.set_lifetime(app_id, yarn_lifetime_s(spec.application_timeout_ms))
+                self._rm(app_id).set_lifetime(app_id, yarn_lifetime_s(spec.application_timeout_ms))
             if spec.priority > 0:
-                self.rm.set_priority(app_id, spec.priority)
+                self._rm(app_id).set_priority(app_id, spec.priority)
         except RMError as e:
             log.warning("%s: %s", app_id, e)
 
     def endpoint(self, app_id: str) -> AMEndpoint | None:
         try:
-            report = self.rm.app(app_id)
+            report = self._rm(app_id).app(app_id)
             if report is None or report.state not in _YARN_RUNNING or not report.am_rpc_address:
                 return None
             kv = self._app_client(report).kv.get_prefix("tony.am.")
@@ -367,7 +355,8 @@ class YarnBackend(Backend):
 
     def _saved_status(self, app_id: str) -> JobStatus | None:
         try:
-            store = open_storage(app_store(app_id), hadoop_conf_dir=str(self.conf_dir))
+            store = open_storage(app_store(app_id), hadoop_conf_dir=str(self.conf_dir),
+                                 login=self._logins.get(app_id, self.login))
             with tempfile.TemporaryDirectory() as tmp:
                 store.get("status.json", Path(tmp) / "status.json")
                 return JobStatus.from_dict(json.loads((Path(tmp) / "status.json").read_text()))
@@ -376,15 +365,21 @@ class YarnBackend(Backend):
 
     def force_kill(self, app_id: str) -> None:
         try:
-            self.rm.kill(app_id)
+            self._rm(app_id).kill(app_id)
         except RMError:  # a ResourceManager whose web endpoints refuse us still takes the driver's word
             self.client.kill_application(app_id)
 
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))
+        path = out_dir / "yarn-logs.txt"
+        if self.conf.get("yarn.log-aggregation-enable", "").strip().lower() == "false":
+            # `yarn logs` reads only what log aggregation uploaded to HDFS.
+            path.write_text(f"{app_id}: this cluster does not aggregate logs (yarn.log-aggregation-enable=false), "
+                            "so `yarn logs` has none: each container's log stays in its NodeManager's log "
+                            "directory (yarn.nodemanager.log-dirs) while the NodeManager keeps it\n")
+            return {"yarn/logs": path}
         done = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True,
                               timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)})
-        path = out_dir / "yarn-logs.txt"
         path.write_text(done.stdout + done.stderr)
         return {"yarn/logs": path}
 

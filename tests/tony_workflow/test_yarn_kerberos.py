@@ -1,0 +1,314 @@
+"""The YARN backend on a Kerberized cluster: the secure mini cluster (a KDC, Kerberized YARN and HDFS,
+SPNEGO on the ResourceManager's REST API and on WebHDFS), started once for the module.
+
+The client logs in with the ticket ``kinit`` left, or with a job's tony.keytab.user and
+tony.keytab.location; containers have neither and reach HDFS with the delegation token YARN hands
+them. Everything the tests read back from the cluster they read as a user would: over SPNEGO."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import REPO, minicluster_missing, run_tony, user_process, wait_for
+from tony_workflow.client import TonyClient, load_job
+
+pytestmark = [pytest.mark.yarn]
+
+MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
+SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
+SLEEPER = {
+    "name": "secure-sleeper", "framework": "standalone",
+    "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1,
+                         "command": "python -c 'import time; time.sleep(600)'"}},
+    "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"},
+}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """A secure mini cluster, with this process's environment that of a user who ran
+    ``eval "$(tony minicluster env)"``: the cluster's configuration, and a ticket in its cache."""
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    if not shutil.which("kinit"):
+        pytest.skip("no kinit (MIT Kerberos's client tools: make kerberos)")
+    pytest.importorskip("requests_gssapi")
+    pytest.importorskip("skein")
+    from tony_workflow import minicluster
+    from tony_workflow.backends.driver import close_drivers
+
+    d = tmp_path_factory.mktemp("secure-yarn")
+    info = minicluster.start(d, secure=True)
+    saved = dict(os.environ)
+    os.environ.update(minicluster.client_env(info))
+    try:
+        minicluster.login(info)
+        yield info
+    finally:
+        close_drivers()
+        os.environ.clear()
+        os.environ.update(saved)
+        minicluster.stop(d)
+
+
+def spnego():
+    from requests_gssapi import HTTPSPNEGOAuth
+    return HTTPSPNEGOAuth()
+
+
+def rm_get(cluster, path: str) -> dict:
+    r = requests.get(f"{cluster['rm_web']}/ws/v1/cluster{path}", auth=spnego(), timeout=60,
+                     headers={"Accept": "application/json"})
+    assert r.status_code == 200, r.text[:500]
+    return r.json()
+
+
+def rm_app_ids(cluster) -> set[str]:
+    return {a["id"] for a in (rm_get(cluster, "/apps").get("apps") or {}).get("app") or []}
+
+
+def webhdfs_files(cluster, path: str) -> list[str]:
+    """Every file below ``path``, listed through WebHDFS with this process's ticket."""
+    r = requests.get(f"{cluster['webhdfs']}/webhdfs/v1{path}", params={"op": "LISTSTATUS"}, auth=spnego(),
+                     timeout=60)
+    if r.status_code == 404:
+        return []
+    assert r.status_code == 200, r.text[:500]
+    out = []
+    for st in r.json()["FileStatuses"]["FileStatus"]:
+        child = f"{path}/{st['pathSuffix']}"
+        out += webhdfs_files(cluster, child) if st["type"] == "DIRECTORY" else [child]
+    return out
+
+
+def webhdfs_read(cluster, path: str) -> str:
+    r = requests.get(f"{cluster['webhdfs']}/webhdfs/v1{path}", params={"op": "OPEN"}, auth=spnego(), timeout=60)
+    assert r.status_code == 200, r.text[:500]
+    return r.text
+
+
+def tony_dir(cluster) -> str:
+    return f"/user/{cluster['principal'].split('@')[0]}/.tony"
+
+
+def no_tickets(tmp_path: Path) -> dict[str, str]:
+    """The environment of a user who has not run kinit: an empty ticket cache."""
+    return {"KRB5CCNAME": str(tmp_path / "no-tickets-here")}
+
+
+def test_without_a_login_nothing_is_submitted_and_the_error_says_how_to_log_in(secure, tmp_path):
+    before = rm_app_ids(secure)
+    submit = ("--backend", "yarn", "submit", str(MWMS), *[a for c in SMALL for a in ("--conf", c)])
+
+    r = run_tony(*submit, env=no_tickets(tmp_path), timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    message = r.stderr.strip()
+    assert "Traceback" not in r.stderr and message.startswith("tony: ") and "\n" not in message, r.stderr
+    for words in ("hadoop.security.authentication=kerberos", "no Kerberos ticket", "kinit",
+                  "tony.keytab.user", "tony.keytab.location", "nothing was submitted"):
+        assert words in message, message
+
+    # A principal the keytab does not hold: the keys and their values are named.
+    r = run_tony(*submit, "--conf", "tony.keytab.user=nobody@EXAMPLE.COM", "--conf",
+                 f"tony.keytab.location={secure['keytab']}", env=no_tickets(tmp_path), timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "tony.keytab.user='nobody@EXAMPLE.COM'" in r.stderr and secure["keytab"] in r.stderr
+    assert "nothing was submitted" in r.stderr
+
+    # Half a keytab login, or a keytab that is not there, is a bad spec.
+    r = run_tony(*submit, "--conf", f"tony.keytab.user={secure['principal']}", env=no_tickets(tmp_path))
+    assert r.returncode == 2 and "invalid job spec, nothing was submitted" in r.stderr, r.stderr
+    assert "tony.keytab.location: must be set too" in r.stderr
+    r = run_tony(*submit, "--conf", f"tony.keytab.user={secure['principal']}", "--conf",
+                 f"tony.keytab.location={tmp_path / 'missing.keytab'}", env=no_tickets(tmp_path))
+    assert r.returncode == 2 and "must be a readable keytab file" in r.stderr, r.stderr
+
+    # Following needs a login too, and says so the same way.
+    r = run_tony("--backend", "yarn", "list", env=no_tickets(tmp_path))
+    assert r.returncode == 2 and "kinit" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+    assert rm_app_ids(secure) == before
+
+
+JVMS = """
+import psutil
+def jvms():
+    return sorted(p.pid for p in psutil.Process().children(recursive=True) if "java" in p.name())
+"""
+
+
+def follow_elsewhere(code: str, env: dict[str, str]) -> dict:
+    """Runs ``code`` in a fresh interpreter and returns the JSON object it prints last."""
+    done = subprocess.run([sys.executable, "-c", JVMS + textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=600, cwd=REPO, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_without_a_jvm(secure, tmp_path):
+    spec = tmp_path / "sleeper.json"
+    spec.write_text(json.dumps(SLEEPER))
+    # Submitted by a user with no ticket: the job's own keys log the client in.
+    r = run_tony("--backend", "yarn", "submit", str(spec), "--conf", f"tony.keytab.user={secure['principal']}",
+                 "--conf", f"tony.keytab.location={secure['keytab']}", env=no_tickets(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    app_id = r.stdout.strip().splitlines()[-1]
+    assert app_id.startswith("application_")
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["user"] == secure["principal"].split("@")[0]
+
+    # Another process follows it with the user's ticket, and one more, with no ticket, with a
+    # principal and keytab as an Airflow connection gives them: neither starts a JVM.
+    follow = """
+        import json, os, time
+        from tony_workflow.backends.driver import _DRIVERS
+        from tony_workflow.client import TonyClient
+        client = TonyClient("yarn", **json.loads(os.environ.get("BACKEND_ARGS", "{}")))
+        handle = client.attach("%s")
+        deadline = time.time() + 300
+        while not ((st := handle.status()).state == "RUNNING" and st.tasks and st.tasks[0].state == "RUNNING"):
+            assert time.time() < deadline, st.to_dict()
+            time.sleep(1)
+        auth = type(client.backend.rm.session.auth).__name__
+        print(json.dumps({"state": st.state, "task": st.tasks[0].state, "tracking": st.tracking_url, "auth": auth,
+                          "listed": "%s" in [s.application_id for s in client.list()], "jvms": jvms(),
+                          "drivers": len(_DRIVERS)}))
+    """ % (app_id, app_id)
+    with_ticket = follow_elsewhere(follow, {})
+    assert with_ticket["state"] == "RUNNING" and with_ticket["task"] == "RUNNING", with_ticket
+    assert with_ticket["auth"] == "HTTPSPNEGOAuth" and with_ticket["listed"]
+    assert with_ticket["jvms"] == [] and with_ticket["drivers"] == 0
+    assert f"/proxy/{app_id}/" in with_ticket["tracking"]
+
+    connection = {"principal": secure["principal"], "keytab": secure["keytab"]}
+    with_keytab = follow_elsewhere(follow, {**no_tickets(tmp_path), "BACKEND_ARGS": json.dumps(connection)})
+    assert with_keytab["state"] == "RUNNING" and with_keytab["jvms"] == [] and with_keytab["drivers"] == 0
+
+    # Killed from a third process, through the AM and the ResourceManager's REST API.
+    killed = follow_elsewhere(f"""
+        import json
+        from tony_workflow.client import TonyClient
+        st = TonyClient("yarn").attach("{app_id}").kill()
+        print(json.dumps({{"state": st.state, "jvms": jvms()}}))
+    """, {})
+    assert killed == {"state": "KILLED", "jvms": []}
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
+
+
+WRITE_TOKENS = """
+import java.io.DataOutputStream;
+import java.io.FileOutputStream;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.security.Credentials;
+
+/** Gets an HDFS delegation token as the logged-in user, as a job's submission does, and writes it
+ *  in both of Hadoop's token file formats; prints it as WebHDFS takes it. */
+public class WriteTokens {
+  public static void main(String[] args) throws Exception {
+    Credentials credentials = new Credentials();
+    FileSystem.get(new Configuration()).addDelegationTokens("hadoop", credentials);
+    try (DataOutputStream out = new DataOutputStream(new FileOutputStream(args[0]))) {
+      credentials.writeTokenStorageToStream(out, Credentials.SerializedFormat.WRITABLE);
+    }
+    try (DataOutputStream out = new DataOutputStream(new FileOutputStream(args[1]))) {
+      credentials.writeTokenStorageToStream(out, Credentials.SerializedFormat.PROTOBUF);
+    }
+    System.out.println(credentials.getAllTokens().iterator().next().encodeToUrlString());
+  }
+}
+"""
+
+
+def test_a_token_file_in_either_format_lets_webhdfs_in_without_a_ticket(secure, tmp_path, monkeypatch):
+    from tony_workflow.kerberos import read_token_file
+    from tony_workflow.storage import open_storage
+
+    source = tmp_path / "WriteTokens.java"
+    source.write_text(WRITE_TOKENS)
+    hadoop = str(Path(secure["bin_dir"]) / "hadoop")
+    classpath = subprocess.run([hadoop, "classpath", "--glob"], capture_output=True, text=True, check=True,
+                               timeout=120).stdout.strip()
+    java = [str(Path(secure["java_home"]) / "bin" / "java"), f"-Djava.security.krb5.conf={secure['krb5_conf']}"]
+    written = subprocess.run([*java, "-cp", classpath, str(source), str(tmp_path / "writable"),
+                              str(tmp_path / "protobuf")], capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0, written.stderr[-3000:]
+    encoded_by_hadoop = written.stdout.strip().splitlines()[-1]
+
+    for fmt in ("writable", "protobuf"):
+        [token] = read_token_file(tmp_path / fmt)
+        assert token.kind == "HDFS_DELEGATION_TOKEN" and token.service.endswith(secure["fs_default"].rsplit(":", 1)[1])
+        assert token.url_string() == encoded_by_hadoop
+
+        # A process with the token file and no ticket, as in a container.
+        monkeypatch.setenv("KRB5CCNAME", str(tmp_path / "no-tickets-here"))
+        monkeypatch.setenv("HADOOP_TOKEN_FILE_LOCATION", str(tmp_path / fmt))
+        store = open_storage(f"hdfs:///user/{secure['principal'].split('@')[0]}/token-test")
+        assert store.delegation == encoded_by_hadoop and store._session.auth is None
+        local = tmp_path / f"{fmt}.txt"
+        local.write_text(f"written with the {fmt} token\n")
+        store.put(local, f"{fmt}.txt")
+        store.get(f"{fmt}.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == f"written with the {fmt} token\n"
+        monkeypatch.undo()
+
+    # Without the token file or a ticket, the store says how to log in.
+    monkeypatch.setenv("KRB5CCNAME", str(tmp_path / "no-tickets-here"))
+    monkeypatch.delenv("HADOOP_TOKEN_FILE_LOCATION", raising=False)
+    with pytest.raises(ValueError, match="kinit"):
+        open_storage("hdfs:///user/token-test")
+
+
+@pytest.mark.tf
+def test_mwms_with_a_killed_worker_resumes_from_hdfs_on_the_secure_cluster(secure):
+    yarn = TonyClient("yarn")
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
+                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.4")
+    h = yarn.submit(spec)
+    ckpt = f"{tony_dir(secure)}/{h.app_id}/checkpoints"
+    # The chief's executor, which has no ticket, mirrors its checkpoints to HDFS with the token.
+    wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_files(secure, ckpt)), timeout=600, interval=2)
+    before = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=300)
+    assert before.session_id == 0 and "/proxy/" in before.tensorboard_url
+
+    container_group = os.getpgid(user_process(before.task("worker:1").pid).pid)
+    assert container_group != os.getpgid(0)
+    os.killpg(container_group, signal.SIGKILL)
+
+    # The relaunched session's TensorBoard takes the same proxied address over, behind SPNEGO.
+    def tensorboard_again():
+        st = h.status()
+        if st.session_id != 1 or st.state != "RUNNING" or st.tensorboard_url != before.tensorboard_url:
+            return None
+        page = requests.get(st.tensorboard_url, auth=spnego(), timeout=60)
+        return page.status_code == 200 and "tensorboard" in page.text.lower()
+    assert wait_for(tensorboard_again, timeout=400, interval=2)
+
+    st = h.wait(poll_interval=2, timeout=900)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 1 and st.attempts == 2
+    assert {t.container_id for t in st.tasks}.isdisjoint({t.container_id for t in before.tasks})
+    assert not st.warnings, st.warnings  # no checkpoint store trouble
+
+    files = webhdfs_files(secure, ckpt)
+    assert any(f.endswith("/final/metrics.json") for f in files), files
+    # The final status and the history record, both written from the AM's container with the token.
+    assert json.loads(webhdfs_read(secure, f"{tony_dir(secure)}/{h.app_id}/status.json"))["state"] == "SUCCEEDED"
+    [events] = [f for f in webhdfs_files(secure, f"{tony_dir(secure)}/history") if f.endswith(f"{h.app_id}/events.jsonl")]
+    restored = [json.loads(line) for line in webhdfs_read(secure, events).splitlines()
+                if '"checkpoint_restored"' in line]
+    resumed = [e for e in restored if e.get("task") == "worker:0" and e.get("session") == 1]
+    assert resumed and resumed[0]["step"] > 0, restored
+    # `tony history` reads that record back over SPNEGO too.
+    listed = run_tony("--backend", "yarn", "history", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert [r["state"] for r in json.loads(listed.stdout) if r["application_id"] == h.app_id] == ["SUCCEEDED"]

@@ -252,9 +252,10 @@ def minicluster_missing() -> str | None:
 
 
 @contextlib.contextmanager
-def minicluster(reuse: str | None = None) -> Iterator[dict]:
+def minicluster(reuse: str | None = None, **start: Any) -> Iterator[dict]:
     """A running mini cluster with the client environment set: the one in ``reuse`` (a directory
-    given by --minicluster or TONY_BENCH_MINICLUSTER) if it runs, else a fresh one, stopped after."""
+    given by --minicluster or TONY_BENCH_MINICLUSTER) if it runs, else a fresh one (``start``: the
+    arguments of :func:`tony_workflow.minicluster.start`), stopped after."""
     from tony_workflow import minicluster as mc
     reuse = reuse or os.environ.get("TONY_BENCH_MINICLUSTER")
     info = mc.status(reuse) if reuse else None
@@ -263,7 +264,7 @@ def minicluster(reuse: str | None = None) -> Iterator[dict]:
         started = Path(tempfile.mkdtemp(prefix="tony-bench-mc-"))
         log(f"starting a mini cluster in {started}")
         t0 = time.time()
-        info = mc.start(started)
+        info = mc.start(started, **start)
         log(f"mini cluster up in {time.time() - t0:.1f} s")
     saved = dict(os.environ)
     os.environ.update(mc.client_env(info))

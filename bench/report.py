@@ -16,7 +16,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "chaos", "chaos_yarn"]
+ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -178,6 +178,22 @@ def plots(res: dict[str, dict], out: Path) -> dict[str, Path]:
         a.legend(fontsize=8)
         save(fig, "yarn_submit")
 
+    if "follow_many" in res and res["follow_many"].get("runtime"):
+        r = res["follow_many"]
+        runs = [("floor: RM REST\nreport only", r["floor_run"]), ("runtime:\nJobHandle.status()", r["runtime"])]
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+        a.bar([n for n, _ in runs], [100 * x["cpu_share"] for _, x in runs], color=["tab:blue", "tab:orange"])
+        a.axhline(100 * 0.05, color="red", ls=":", label="goal <= 5 %")
+        a.set_ylabel("% of one core")
+        a.set_title(f"following {r['params']['n']} jobs, a read every {r['params']['poll_s']:g} s each")
+        a.legend(fontsize=8)
+        b.bar([n for n, _ in runs], [x["mb_per_job"] for _, x in runs], color=["tab:blue", "tab:orange"])
+        b.axhline(5, color="red", ls=":", label="goal <= 5 MB")
+        b.set_ylabel("MB of memory per followed job")
+        b.set_title(f"JVMs started: floor {runs[0][1]['jvms']}, runtime {runs[1][1]['jvms']}")
+        b.legend(fontsize=8)
+        save(fig, "follow_many")
+
     if "chaos" in res:
         r = res["chaos"]
         fig, a = plt.subplots(figsize=(7, 4.5))
@@ -237,6 +253,8 @@ def goal_parts(name: str, r: dict) -> str:
     if name == "am_scale" and "am" in r:
         spec, cpu = r["am"]["spec_all_s"], r["am"]["steady_cpu_share"]
         return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
+    if name == "follow_many" and "runtime" in r:
+        return f"{r['jvms']} JVM, {r['mb_per_job']} MB per job, {round(100 * r['value'], 1)} % of a core"
     if name.startswith("chaos") and "rows" in r:
         return (f"{r['value']}/{r['trials']} SUCCEEDED; {r['trials_with_loss']} lost steps, at most "
                 f"{r['max_steps_lost']}; {r.get('processes_left', 'n/a')} processes left")
@@ -304,6 +322,13 @@ def details(name: str, r: dict) -> list[str]:
             out[-1] += f" The tony AM's own event log starts (am_started) at {r['am_started_s']} s."
         if r.get("pair_ratios"):
             out[-1] += f" Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))}."
+    elif name == "follow_many" and r.get("runtime"):
+        out += ["| follower | JVMs | RSS after one job (MB) | after all (MB) | MB per job | CPU | reads |",
+                "|---|---|---|---|---|---|---|"]
+        for label, x in (("floor: ResourceManager REST only", r["floor_run"]), ("runtime: JobHandle.status()",
+                                                                                 r["runtime"])):
+            out.append(f"| {label} | {x['jvms']} | {x['rss_one_mb']} | {x['rss_all_mb']} | {x['mb_per_job']} | "
+                       f"{fmt(100 * x['cpu_share'])} % | {x['polls']} in {x['window_s']} s |")
     elif name.startswith("chaos"):
         if r.get("by_target"):
             out += ["| target | trials | SUCCEEDED | struck | max steps lost | processes left | resume (median / max s) |",
@@ -333,10 +358,10 @@ def document(res: dict[str, dict], made: dict[str, Path], doc: Path) -> str:
              "[--quick] [--json]`, that writes `bench/results/<name>.json`; see each script's docstring for "
              "exactly what it times and against what floor.", "",
              "Running them: the plots need `matplotlib`, the launch profile `pyinstrument` (both in the "
-             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra, `yarn_submit` and the "
-             "mini cluster part of `recovery` the `yarn` extra plus Java 17 (they start a mini cluster, or reuse "
-             "the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of all six takes about "
-             "40 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
+             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra, `yarn_submit`, `follow_many` "
+             "and the mini cluster part of `recovery` the `yarn` extra plus Java 17 (they start a mini cluster, "
+             "or reuse the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of them all takes "
+             "about 50 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
              "am_scale) adds the profiles quoted below.", ""]
     hosts = {json.dumps({k: r["host"].get(k) for k in ("cores", "cpu", "memory_gb")}) for r in res.values()}
     for h in hosts:

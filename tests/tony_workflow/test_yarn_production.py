@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, app_processes, wait_for
-from tony_workflow.backends.yarn import yarn_lifetime_s
+from tony_workflow.backends.yarn import reclaim_cause, yarn_lifetime_s
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -89,10 +89,15 @@ def test_one_process_submits_through_one_driver_and_follows_with_none(cluster, y
         assert set(out["states"]) <= {"ALLOCATING", "RUNNING"}, out
         # Another process follows the running job with three clients, and starts no JVM at all.
         followed = run_python(JVMS + f"""
-            import json
+            import json, time
             from tony_workflow.client import TonyClient
             handles = [TonyClient("yarn").attach("{app_id}") for _ in range(3)]
-            st = [h.status() for h in handles]
+            deadline = time.time() + 240
+            while True:
+                st = [h.status() for h in handles]
+                if all(s.state == "RUNNING" and s.tasks for s in st) or time.time() > deadline:
+                    break
+                time.sleep(1)
             print(json.dumps({{"states": [s.state for s in st], "tracking": st[0].tracking_url,
                               "tasks": [t.task_id for t in st[0].tasks], "listed": "{app_id}" in
                               [s.application_id for s in TonyClient("yarn").list()], "jvms": jvms()}}))
@@ -151,3 +156,14 @@ def test_docker_settings_reach_the_environment_of_every_container(cluster, yarn_
     assert worker["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
     assert worker["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tony/tf:2.21"
     assert worker["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] == "/etc/passwd:/etc/passwd:ro"
+
+
+@pytest.mark.parametrize("message,cause", [
+    ("Container preempted by scheduler", "preempted by the scheduler"),
+    ("Container released on a *lost* node", "lost with its node"),
+    ("Container killed on a decommissioned node", "lost: its node was decommissioned"),
+    ("Container failed during execution, see logs for more information.", None),
+    ("Completed successfully.", None),
+])
+def test_yarn_diagnostics_say_when_the_cluster_took_a_container_back(message, cause):
+    assert reclaim_cause(message) == cause

@@ -90,6 +90,19 @@ def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     return env
 
 
+#: YARN's diagnostics for containers it took back (PREEMPTED, ABORTED, DISKS_FAILED exit statuses),
+#: which skein's AM keeps as the container's exit message, and what the AM says of each.
+_RECLAIM_CAUSES = (("preempted", "preempted by the scheduler"), ("lost* node", "lost with its node"),
+                   ("lost node", "lost with its node"), ("decommission", "lost: its node was decommissioned"),
+                   ("disk", "lost: its node's disks failed"))
+
+
+def reclaim_cause(exit_message: str) -> str | None:
+    """What the AM says of a container YARN ended with ``exit_message``, if YARN took it back."""
+    text = exit_message.lower()
+    return next((cause for marker, cause in _RECLAIM_CAUSES if marker in text), None)
+
+
 def app_store(app_id: str) -> str:
     """The application's own HDFS directory: checkpoints and the final status live there."""
     return f"hdfs:///user/{user_name()}/.tony/{app_id}"
@@ -390,6 +403,13 @@ class YarnBackend(Backend):
 class YarnClusterManager(ClusterManager):
     """AM side: containers are skein containers added to the task type's service."""
 
+    # The NodeManager sees a preempted container's processes end before the ResourceManager tells
+    # skein's AM why (a heartbeat each way), and a lost node is declared only after
+    # yarn.nm.liveness-monitor.expiry-interval-ms (10 minutes by default; far less on clusters
+    # tuned for it). Past this, a silent task is judged a failure like any other: a hung task must
+    # not wait for a node loss that may never be declared.
+    reclaim_wait_s = 30.0
+
     def __init__(self, app_client=None):
         import skein
         self.app = app_client or skein.ApplicationClient.from_current()
@@ -441,6 +461,13 @@ class YarnClusterManager(ClusterManager):
         if state == "KILLED":
             return 137
         return None
+
+    def reclaimed(self, container: Container) -> str | None:
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        if c is None or str(c.state) != "FAILED":
+            return None
+        return reclaim_cause(c.exit_message or "")
 
     def kill(self, container: Container, grace: float = 5.0) -> None:
         sid = self._containers.get(container.id)

@@ -73,6 +73,19 @@ def _gss_reason(error: Exception) -> str:
     return text.strip()
 
 
+def _gssapi() -> Any:
+    """The ``gssapi`` module, or a LoginError saying what to install: a secure cluster cannot be
+    reached without it."""
+    try:
+        import gssapi
+        import requests_gssapi  # noqa: F401  (SPNEGO for every HTTP call to the cluster)
+    except ImportError as e:
+        raise LoginError(f"the cluster is secure (hadoop.security.authentication=kerberos) and its clients need "
+                         f"requests-gssapi ({e}): install tony-workflow[yarn], after MIT Kerberos's headers "
+                         "(make kerberos)") from None
+    return gssapi
+
+
 _CREDENTIALS: dict[tuple[str, str], Any] = {}
 _CREDENTIALS_LOCK = threading.Lock()
 
@@ -117,8 +130,7 @@ class Login:
         """GSSAPI credentials for this login, with a ticket in them; LoginError saying why not.
         A keytab login's credentials are made once per process and refresh themselves from the
         keytab; the ticket cache is read again on every call, so a new ``kinit`` is seen."""
-        import gssapi
-
+        gssapi = _gssapi()
         self.check_keytab()
         try:
             if not self.keytab:
@@ -161,9 +173,8 @@ class Login:
 
     def http_auth(self) -> Any:
         """SPNEGO for a ``requests`` session, as this login. Checks the login first (LoginError)."""
-        from requests_gssapi import HTTPSPNEGOAuth
-
         creds = self.credentials()
+        from requests_gssapi import HTTPSPNEGOAuth  # present: _gssapi() found it
         # The ticket cache's credentials are left for GSSAPI to find on each negotiation, so a
         # later kinit into the same cache is picked up; a keytab's are this login's own.
         return HTTPSPNEGOAuth(creds=creds if self.keytab else None)

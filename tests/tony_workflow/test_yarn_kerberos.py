@@ -203,6 +203,10 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     assert killed == {"state": "KILLED", "jvms": []}
     assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
 
+    # This cluster aggregates no logs: `tony logs` says so instead of running `yarn logs` for nothing.
+    logs = run_tony("--backend", "yarn", "logs", app_id)
+    assert logs.returncode == 0 and "yarn.log-aggregation-enable=false" in logs.stdout, logs.stdout + logs.stderr
+
 
 WRITE_TOKENS = """
 import java.io.DataOutputStream;

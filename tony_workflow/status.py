@@ -186,7 +186,7 @@ def progress_text(progress: dict[str, Any], metrics: int = 3) -> str:
     text = "step=" + ("?" if step is None else str(step)) + (f"/{total}" if total else "")
     if progress.get("fraction") is not None:
         text += f" ({100 * progress['fraction']:.1f}%)"
-    if progress.get("eta_seconds") is not None:
+    if progress.get("eta_seconds") is not None and (progress.get("fraction") or 0) < 1:  # none left at 100 %
         text += f" eta={_duration(progress['eta_seconds'])}"
     for name, value in list((progress.get("metrics") or {}).items())[:metrics]:
         text += f" {name}={value:.4g}"

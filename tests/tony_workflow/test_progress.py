@@ -142,6 +142,8 @@ def test_progress_shows_in_the_status_line_and_the_follower_paces_it():
     now[0] = 40.0
     assert follower.poll() is None, "the step did not move"
     assert progress_text({"step": 3}) == "step=3"
+    # A finished run has nothing left to wait for.
+    assert progress_text({"step": 200, "total": 200, "fraction": 1.0, "eta_seconds": 0}) == "step=200/200 (100.0%)"
 
 
 # ----------------------------------------------------------------- the sampler

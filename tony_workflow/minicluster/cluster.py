@@ -3,7 +3,8 @@ stopping it, and the environment its clients need.
 
 A cluster lives in one directory::
 
-    cluster.json        where everything listens (written last: its presence means "ready")
+    cluster.json        where everything listens and what the cluster offers (written last: its
+                        presence means "ready")
     conf/               a HADOOP_CONF_DIR for clients
     bin/yarn, bin/hadoop   enough of Hadoop's commands for clients (``yarn classpath --glob``, ...)
     server-conf/        the daemons' settings, first on their classpath
@@ -36,7 +37,8 @@ import requests
 from ..process import alive, login_name, start_time, user_name
 from .build import (HADOOP_VERSION, JAVA_MODULE_OPTIONS, MAIN_CLASS, MiniClusterError, Progress,
                     ensure_hadoop_jars, ensure_launcher_classes, find_java, quiet, tail)
-from .config import write_client_conf, write_file, write_server_conf
+from .config import Settings, merged, write_client_conf, write_file, write_server_conf
+from .scheduling import Scheduling
 from .secure import Kerberos, find_kinit, kinit
 
 __all__ = ["start", "stop", "status", "client_env", "login"]
@@ -128,12 +130,23 @@ def _get_json(url: str) -> dict | None:
         return None
 
 
-def _yarn_ready(rm_web: str, nodemanagers: int) -> bool:
+def rm_nodes(rm_web: str) -> list[dict] | None:
+    """The ResourceManager's report of every node it knows, LOST and SHUTDOWN ones included, or
+    None when it does not answer."""
+    got = _get_json(f"{rm_web}/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,DECOMMISSIONING,DECOMMISSIONED,"
+                    "LOST,REBOOTED,SHUTDOWN")
+    return None if got is None else ((got.get("nodes") or {}).get("node") or [])
+
+
+def _yarn_ready(rm_web: str, nodemanagers: int, labels: dict[str, str]) -> bool:
+    """Whether the ResourceManager runs with ``nodemanagers`` RUNNING nodes, those named in
+    ``labels`` (node id -> label) carrying their label."""
     info = _get_json(f"{rm_web}/ws/v1/cluster/info")
     if not info or info.get("clusterInfo", {}).get("state") != "STARTED":
         return False
-    nodes = ((_get_json(f"{rm_web}/ws/v1/cluster/nodes") or {}).get("nodes") or {}).get("node") or []
-    return sum(1 for n in nodes if n.get("state") == "RUNNING") >= nodemanagers
+    running = {n.get("id"): n for n in rm_nodes(rm_web) or [] if n.get("state") == "RUNNING"}
+    return len(running) >= nodemanagers and all(
+        label in (running.get(node, {}).get("nodeLabels") or []) for node, label in labels.items())
 
 
 def _hdfs_ready(webhdfs: str) -> bool:
@@ -168,7 +181,8 @@ def _check_ports(ports: dict[str, int]) -> None:
 def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int = 1, gpus_per_nm: int = 4,
           nm_memory_mb: int = 16384, nm_vcores: int = 16, timeout: float = 180.0, rm_port: int = 0,
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
-          progress: Progress = quiet) -> dict:
+          preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
+          node_expiry_s: float | None = None, progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
@@ -178,8 +192,16 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     ResourceManager's RPC and web ports and the NameNode's RPC and HTTP (WebHDFS) ports are free
     ones unless given. ``secure`` runs a KDC too and puts every daemon behind Kerberos (see
     :mod:`.secure`); its ``cluster.json`` then names the submitting user's principal and keytab,
-    whom :func:`login` logs in. Raises :class:`MiniClusterError` when a cluster already runs there or it
-    cannot start.
+    whom :func:`login` logs in.
+
+    What the scheduler offers beyond one queue is off unless asked for (see :mod:`.scheduling`):
+    ``preemption`` (the queues ``default`` and ``urgent`` and the preemption monitor),
+    ``node_labels`` (label -> indexes of the NodeManagers carrying it, as an exclusive label),
+    ``max_priority`` (the highest application priority granted) and ``node_expiry_s`` (how soon a
+    silent NodeManager is declared LOST; see :func:`.nodes.stop_nodemanager`). ``cluster.json``
+    says what the cluster offers, and lists the NodeManagers by index.
+
+    Raises :class:`MiniClusterError` when a cluster already runs there or it cannot start.
     """
     for name, value, least in (("nodemanagers", nodemanagers, 1), ("gpus_per_nm", gpus_per_nm, 0),
                                ("nm_memory_mb", nm_memory_mb, 1024), ("nm_vcores", nm_vcores, 1),
@@ -189,6 +211,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
             raise MiniClusterError(f"{name} must be an integer >= {least}, got {value!r}")
     if timeout <= 0:
         raise MiniClusterError(f"timeout must be positive, got {timeout!r}")
+    scheduling = Scheduling(preemption=bool(preemption), node_labels=dict(node_labels or {}),
+                            max_priority=max_priority, node_expiry_s=node_expiry_s)
+    scheduling.check(nodemanagers)
     ports = {"ResourceManager RPC": rm_port, "ResourceManager web": rm_web_port, "NameNode RPC": namenode_port,
              "WebHDFS": webhdfs_port}
     if any(p > 65535 for p in ports.values()):
@@ -216,8 +241,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     krb = Kerberos(d, login_name()) if secure else None
     if krb:
         krb.prepare()
+    server_extra: list[Settings] = [scheduling.server_settings(d), krb.server_settings() if krb else {}]
     write_server_conf(server_conf, d, lib, gpus=gpus_per_nm, memory_mb=nm_memory_mb, vcores=nm_vcores,
-                      rm_port=rm_port, rm_web_port=rm_web_port, extra=krb.server_settings() if krb else None)
+                      rm_port=rm_port, rm_web_port=rm_web_port, extra=merged(*server_extra))
     for p in (run, logs, d / "data"):
         p.mkdir(parents=True, exist_ok=True)
 
@@ -266,8 +292,10 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
             # SPNEGO asks for HTTP/<the host in the URL>, and the KDC only knows HTTP/localhost.
             addresses["namenode_http"] = addresses["namenode_http"].replace("127.0.0.1:", "localhost:", 1)
 
-        write_client_conf(conf, bin_dir, d, lib, java, addresses, extra=krb.client_settings() if krb else None,
+        client_extra: list[Settings] = [scheduling.client_settings(), krb.client_settings() if krb else {}]
+        write_client_conf(conf, bin_dir, d, lib, java, addresses, extra=merged(*client_extra),
                           java_options=krb.java_options() if krb else ())
+        nodes = _nodes(addresses, nodemanagers, scheduling)
 
         rm_web = f"http://{addresses['rm_webapp_address']}"
         webhdfs = f"http://{addresses['namenode_http']}"
@@ -281,7 +309,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
             if krb:
                 return (_asks_for_spnego(f"{rm_web}/ws/v1/cluster/info")
                         and _asks_for_spnego(f"{webhdfs}/webhdfs/v1/?op=GETFILESTATUS"))
-            return _yarn_ready(rm_web, nodemanagers) and _hdfs_ready(webhdfs)
+            labels = {n["node_id"]: n["label"] for n in nodes if n["label"]}
+            return _yarn_ready(rm_web, nodemanagers, labels) and _hdfs_ready(webhdfs)
 
         while not ready():
             if proc.poll() is not None:
@@ -296,6 +325,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         raise
 
     info = {
+        "dir": str(d),
         "rm_web": rm_web,
         "webhdfs": webhdfs,
         "fs_default": addresses["fs_default"],
@@ -313,6 +343,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         "nm_memory_mb": nm_memory_mb,
         "nm_vcores": nm_vcores,
         "secure": krb is not None,
+        **scheduling.describe(),
+        "nodes": nodes,
         **({"realm": addresses["realm"], "kdc": addresses["kdc"], "krb5_conf": str(krb.krb5_conf),
             "principal": krb.principal, "keytab": str(krb.keytab), "ccache": str(krb.ccache)} if krb else {}),
         "started_in_s": round(time.monotonic() - t0, 1),
@@ -320,6 +352,15 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")
     progress(f"ready in {info['started_in_s']} s: ResourceManager {rm_web}, WebHDFS {webhdfs}")
     return info
+
+
+def _nodes(addresses: dict[str, str], nodemanagers: int, scheduling: Scheduling) -> list[dict]:
+    """The NodeManagers by index: their node ids (what the ResourceManager and containers' reports
+    name a node by), web addresses and labels; ``stopped`` turns true when one is stopped."""
+    label_of = {i: label for label, indexes in scheduling.node_labels.items() for i in indexes}
+    return [{"index": i, "node_id": addresses[f"nodemanager.{i}.node_id"],
+             "http_address": addresses[f"nodemanager.{i}.http_address"], "label": label_of.get(i, ""),
+             "stopped": False} for i in range(nodemanagers)]
 
 
 def stop(directory: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> bool:

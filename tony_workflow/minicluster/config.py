@@ -18,7 +18,7 @@ from typing import Mapping
 from ..hadoop import site_xml
 from .build import JAVA_MODULE_OPTIONS, Java
 
-__all__ = ["write_file", "write_server_conf", "write_client_conf"]
+__all__ = ["Settings", "merged", "write_file", "write_server_conf", "write_client_conf"]
 
 
 def _site_xml(props: dict[str, object]) -> str:
@@ -26,6 +26,15 @@ def _site_xml(props: dict[str, object]) -> str:
 
 
 Settings = Mapping[str, Mapping[str, object]]
+
+
+def merged(*layers: Settings) -> dict[str, dict[str, object]]:
+    """The ``layers`` of settings laid one over the other, file by file, the last on top."""
+    out: dict[str, dict[str, object]] = {}
+    for layer in layers:
+        for name, props in layer.items():
+            out.setdefault(name, {}).update(props)
+    return out
 
 
 def _with(base: dict[str, dict[str, object]], extra: Settings | None) -> dict[str, dict[str, object]]:

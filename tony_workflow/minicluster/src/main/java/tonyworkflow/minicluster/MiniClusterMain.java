@@ -7,11 +7,15 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 
 import org.apache.hadoop.conf.Configuration;
@@ -22,8 +26,12 @@ import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.minikdc.MiniKdc;
 import org.apache.hadoop.net.NetUtils;
 import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.yarn.api.records.NodeId;
+import org.apache.hadoop.yarn.api.records.NodeLabel;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
+import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
+import org.apache.hadoop.yarn.server.resourcemanager.nodelabels.RMNodeLabelsManager;
 import org.apache.hadoop.yarn.webapp.util.WebAppUtils;
 
 import sun.misc.Signal;
@@ -42,6 +50,14 @@ import sun.misc.Signal;
  * for this JVM and for clients, and the keytabs the launcher asks for; the site files already name
  * those keytabs and principals. The realm and the KDC's port join the addresses.
  *
+ * <p>Two things can be asked of a running cluster besides stopping it, both set up here because
+ * only this JVM holds the daemons. The setting {@code tony.minicluster.node-labels}
+ * ({@code LABEL=INDEX[,LABEL=INDEX...]}) gives NodeManager INDEX the exclusive node label LABEL once
+ * the NodeManagers have registered. And one NodeManager can be stopped as if its machine had died
+ * (see {@link #serveControlRequests}), so that the ResourceManager loses it. The NodeManagers'
+ * addresses join the addresses, as {@code nodemanager.INDEX.node_id} and
+ * {@code nodemanager.INDEX.http_address}.
+ *
  * <p>Usage: {@code MiniClusterMain STATE_DIR NODEMANAGERS NAMENODE_PORT NAMENODE_HTTP_PORT
  * [REALM KEYTAB=PRINCIPAL[,PRINCIPAL...]...]} (a port of 0 means any free one; a realm makes the
  * cluster secure, and each KEYTAB is written with the keys of its principals, named without the
@@ -55,6 +71,12 @@ public final class MiniClusterMain {
   private static MiniKdc kdc;
   private static MiniDFSCluster dfs;
   private static MiniYARNCluster yarn;
+  private static int nodeManagerCount;
+
+  /** Where the launcher asks for a NodeManager to stop, relative to the state directory. */
+  private static final String CONTROL_DIR = "run/control";
+  private static final String STOP_NODEMANAGER = "stop-nodemanager-";
+  private static final String NODE_LABELS_KEY = "tony.minicluster.node-labels";
 
   public static void main(String[] args) {
     if (args.length < 4 || args.length == 5) {
@@ -78,6 +100,9 @@ public final class MiniClusterMain {
       start(stateDir, Integer.parseInt(args[1]), Integer.parseInt(args[2]), Integer.parseInt(args[3]), addresses);
       System.out.println("tony-minicluster: ready");
       System.out.flush();
+      Thread control = new Thread(() -> serveControlRequests(stateDir), "tony-minicluster-control");
+      control.setDaemon(true);
+      control.start();
       stopRequested.await();
       System.out.println("tony-minicluster: stopping");
     } catch (Throwable t) {
@@ -178,12 +203,14 @@ public final class MiniClusterMain {
     // The YARN daemons and the containers must agree with clients on the default filesystem.
     conf.set(CommonConfigurationKeysPublic.FS_DEFAULT_NAME_KEY, dfs.getURI().toString());
 
+    nodeManagerCount = nodeManagers;
     yarn = new MiniYARNCluster("tony", 1, nodeManagers, 1, 1);
     yarn.init(conf);
     yarn.start();
     if (!yarn.waitForNodeManagersToConnect(60_000)) {
       throw new IOException("the NodeManagers did not register with the ResourceManager within 60 s");
     }
+    labelNodes(conf.get(NODE_LABELS_KEY, ""), nodeManagers);
 
     Configuration rm = yarn.getResourceManager().getConfig();
     addresses.put("fs_default", dfs.getURI().toString());
@@ -193,7 +220,102 @@ public final class MiniClusterMain {
     addresses.put("rm_resource_tracker_address", rm.get(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS));
     addresses.put("rm_admin_address", rm.get(YarnConfiguration.RM_ADMIN_ADDRESS));
     addresses.put("rm_webapp_address", WebAppUtils.getRMWebAppURLWithoutScheme(rm));
+    for (int i = 0; i < nodeManagers; i++) {
+      NodeManager nm = yarn.getNodeManager(i);
+      NodeId id = nm.getNMContext().getNodeId();
+      addresses.put("nodemanager." + i + ".node_id", id.toString());
+      addresses.put("nodemanager." + i + ".http_address", id.getHost() + ":" + nm.getNMContext().getHttpPort());
+    }
     writeJson(new File(stateDir, "run/addresses.json").toPath(), addresses);
+  }
+
+  /**
+   * Gives NodeManagers exclusive node labels, as {@code yarn rmadmin -addToClusterNodeLabels} and
+   * {@code -replaceLabelsOnNode} would ("centralized" labels): a label belongs to the
+   * ResourceManager's view of a node, and every NodeManager here shares one configuration, so a
+   * NodeManager could not announce a label of its own. {@code spec} is {@code LABEL=INDEX,...}.
+   */
+  private static void labelNodes(String spec, int nodeManagers) throws IOException {
+    if (spec.trim().isEmpty()) {
+      return;
+    }
+    Map<NodeId, Set<String>> labelsOfNode = new HashMap<>();
+    Map<String, NodeLabel> labels = new LinkedHashMap<>();
+    for (String item : spec.split(",")) {
+      String[] parts = item.trim().split("=", 2);
+      int index = parts.length == 2 ? Integer.parseInt(parts[1].trim()) : -1;
+      if (parts[0].trim().isEmpty() || index < 0 || index >= nodeManagers) {
+        throw new IllegalArgumentException(NODE_LABELS_KEY + " takes LABEL=INDEX with 0 <= INDEX < "
+            + nodeManagers + ", not " + item);
+      }
+      String label = parts[0].trim();
+      labels.put(label, NodeLabel.newInstance(label, true));
+      NodeId id = yarn.getNodeManager(index).getNMContext().getNodeId();
+      labelsOfNode.computeIfAbsent(id, k -> new HashSet<>()).add(label);
+    }
+    RMNodeLabelsManager manager = yarn.getResourceManager().getRMContext().getNodeLabelManager();
+    manager.addToCluserNodeLabels(new ArrayList<>(labels.values()));
+    manager.replaceLabelsOnNode(labelsOfNode);
+  }
+
+  /**
+   * Stops a NodeManager when the launcher asks: it writes {@code run/control/stop-nodemanager-INDEX}
+   * and this renames the file to {@code ...done}, holding "stopped NODE_ID" or why not.
+   *
+   * <p>A file rather than a port: only who may write the cluster's directory can ask (as only they
+   * can stop the whole cluster), there is no port to pick, publish or guard, a secure cluster needs
+   * nothing more, and a request written while this JVM is busy waits instead of being refused.
+   * Polling twice a second is quick enough for a request that is made once per test.
+   */
+  private static void serveControlRequests(File stateDir) {
+    File control = new File(stateDir, CONTROL_DIR);
+    while (true) {
+      File[] requests = control.listFiles((dir, name) -> name.startsWith(STOP_NODEMANAGER) && !name.contains("."));
+      for (File request : requests == null ? new File[0] : requests) {
+        String outcome;
+        try {
+          outcome = "stopped " + loseNodeManager(Integer.parseInt(request.getName().substring(STOP_NODEMANAGER.length())));
+        } catch (Throwable t) {
+          outcome = "error: " + t;
+          t.printStackTrace();
+        }
+        try {
+          writeAtomically(new File(control, request.getName() + ".done").toPath(), outcome + "\n");
+          Files.deleteIfExists(request.toPath());
+        } catch (IOException e) {
+          e.printStackTrace();
+        }
+      }
+      try {
+        Thread.sleep(500);
+      } catch (InterruptedException e) {
+        return;
+      }
+    }
+  }
+
+  /**
+   * Stops NodeManager {@code index} the way a machine dies: its containers' processes are killed
+   * and the ResourceManager is not told, so it declares the node LOST once
+   * {@code yarn.nm.liveness-monitor.expiry-interval-ms} passes without a heartbeat, and reports
+   * the node's containers as ABORTED ("Container released on a *lost* node").
+   *
+   * <p>A NodeManager that stops normally unregisters (the node turns SHUTDOWN at once) and kills
+   * its containers. One marked decommissioned skips the unregistering, and still kills its
+   * containers because it expects no restart to recover them; the mark has no other effect on a
+   * NodeManager without a recovery store, as here. Returns the node's id.
+   */
+  private static String loseNodeManager(int index) {
+    if (index < 0 || index >= nodeManagerCount) {
+      throw new IllegalArgumentException("no NodeManager " + index + "; there are " + nodeManagerCount);
+    }
+    NodeManager nm = yarn.getNodeManager(index);
+    System.out.println("tony-minicluster: stopping NodeManager " + index + " (" + nm.getNMContext().getNodeId()
+        + ") without telling the ResourceManager");
+    System.out.flush();
+    nm.getNMContext().setDecommissioned(true);
+    nm.stop();
+    return nm.getNMContext().getNodeId().toString();
   }
 
   /**

@@ -8,8 +8,9 @@ in tests and by hand, without installing Hadoop. The jars come from Maven Centra
 
 The parts, each its own module: :mod:`.build` (Java, the jars, the launcher), :mod:`.config` (the
 files Hadoop and its clients read), :mod:`.secure` (a KDC and Kerberos for every daemon, as on a
-production cluster), :mod:`.cluster` (starting, watching and stopping the JVM) and :mod:`.cli`
-(``tony minicluster``). Nothing else in tony_workflow imports this package: the ``tony``
+production cluster), :mod:`.scheduling` (queues with preemption, node labels, priorities),
+:mod:`.cluster` (starting, watching and stopping the JVM), :mod:`.nodes` (its NodeManagers, and
+losing one while it runs) and :mod:`.cli` (``tony minicluster``). Nothing else in tony_workflow imports this package: the ``tony``
 command loads it only for ``tony minicluster``, and tests and benchmarks use the names below.
 """
 from __future__ import annotations
@@ -18,9 +19,11 @@ from .build import (HADOOP_VERSION, JAVA_MODULE_OPTIONS, Java, MiniClusterError,
                     ensure_hadoop_jars, ensure_launcher_classes, find_java, hadoop_lib_dir)
 from .cli import add_parser, main
 from .cluster import client_env, login, start, status, stop
+from .nodes import nodemanager_of, nodemanagers, stop_nodemanager
+from .scheduling import URGENT_QUEUE
 
 __all__ = [
     "HADOOP_VERSION", "MiniClusterError", "start", "stop", "status", "client_env", "login", "hadoop_lib_dir",
     "add_parser", "main", "find_java", "Java", "JAVA_MODULE_OPTIONS", "Progress", "ensure_hadoop_jars",
-    "ensure_launcher_classes",
+    "ensure_launcher_classes", "nodemanagers", "nodemanager_of", "stop_nodemanager", "URGENT_QUEUE",
 ]

@@ -1,4 +1,4 @@
-"""``tony minicluster start|stop|status|env``: the mini cluster's command line.
+"""``tony minicluster start|stop|status|env|nodemanager``: the mini cluster's command line.
 
 The ``tony`` command hands everything after ``minicluster`` to :func:`main` and imports this
 module only then, so that no other command pays for loading the mini cluster. :func:`add_parser`
@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 
 from .build import HADOOP_VERSION, MiniClusterError
 from .cluster import client_env, login, start, status, stop
+from .nodes import nodemanagers, stop_nodemanager
+from .scheduling import parse_node_labels
 
 __all__ = ["add_parser", "build_parser", "main"]
 
@@ -32,6 +34,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
     info = start(args.dir, nodemanagers=args.nodemanagers, gpus_per_nm=args.gpus, nm_memory_mb=args.memory_mb,
                  nm_vcores=args.vcores, timeout=args.timeout, rm_port=args.rm_port, rm_web_port=args.rm_web_port,
                  namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port, secure=args.secure,
+                 preemption=args.preemption, node_labels=parse_node_labels(args.node_labels),
+                 max_priority=args.max_priority, node_expiry_s=args.node_expiry_s,
                  progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(info, indent=1))
     return 0
@@ -74,6 +78,20 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_nodemanager_list(args: argparse.Namespace) -> int:
+    info = _running(args.dir)
+    if info is None:
+        return 1
+    print(json.dumps(nodemanagers(info), indent=1))
+    return 0
+
+
+def _cmd_nodemanager_stop(args: argparse.Namespace) -> int:
+    node = stop_nodemanager(args.dir, args.index, timeout=args.timeout, wait_lost=args.wait_lost)
+    print(json.dumps(node, indent=1))
+    return 0
+
+
 def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -100,6 +118,19 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--secure", action="store_true",
                    help="Kerberos everywhere: run a KDC, secure every daemon, and make the user a principal and "
                         "keytab (needs kinit)")
+    s.add_argument("--preemption", action="store_true",
+                   help="two queues, default and urgent, each guaranteed half the cluster and allowed all of it, and "
+                        "the preemption monitor, which takes containers back within seconds for the queue under "
+                        "its share")
+    s.add_argument("--node-labels", default="", metavar="LABEL=INDEX[,...]",
+                   help="give NodeManager INDEX (from 0) the exclusive node label LABEL, usable by every queue; "
+                        "e.g. gpu=1")
+    s.add_argument("--max-priority", type=int, default=0, metavar="N",
+                   help="yarn.cluster.max-application-priority: the highest priority an application may be given "
+                        "(default 0: none above the queues' default of 0)")
+    s.add_argument("--node-expiry-s", type=float, default=None, metavar="S",
+                   help="declare a silent NodeManager LOST after S seconds (default: Hadoop's 600), so that "
+                        "'nodemanager stop' loses a node quickly")
     for flag, what in (("--rm-port", "ResourceManager RPC"), ("--rm-web-port", "ResourceManager web/REST"),
                        ("--namenode-port", "NameNode RPC"), ("--webhdfs-port", "NameNode HTTP (WebHDFS)")):
         s.add_argument(flag, type=int, default=0, metavar="PORT", help=f"{what} port (default: any free port)")
@@ -114,11 +145,22 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
     with_dir(sub.add_parser("env", help="print shell exports for Hadoop clients (eval them); on a secure cluster, "
                                         "also log the user in to the cluster's ticket cache")).set_defaults(
         fn=_run(_cmd_env))
+
+    nm = sub.add_parser("nodemanager", help="list the NodeManagers, or stop one as if its machine had died")
+    nm_sub = nm.add_subparsers(dest="nodemanager_command", required=True)
+    with_dir(nm_sub.add_parser("list", help="print each NodeManager's index, node id, state and containers")
+             ).set_defaults(fn=_run(_cmd_nodemanager_list))
+    ns = with_dir(nm_sub.add_parser("stop", help="stop a NodeManager and kill its containers without telling the "
+                                                 "ResourceManager, which then declares the node LOST"))
+    ns.add_argument("--index", type=int, required=True, help="which NodeManager, from 0 (see 'nodemanager list')")
+    ns.add_argument("--wait-lost", action="store_true", help="also wait until the ResourceManager declares it LOST")
+    ns.add_argument("--timeout", type=float, default=60.0, help="seconds each wait may take")
+    ns.set_defaults(fn=_run(_cmd_nodemanager_stop))
     return mc
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Adds ``minicluster start|stop|status|env`` to another command's ``subparsers``; the parsed
+    """Adds ``minicluster start|stop|status|env|nodemanager`` to another command's ``subparsers``; the parsed
     arguments' ``fn(args)`` runs the command and returns its exit status."""
     return _add_commands(subparsers.add_parser("minicluster", help=_HELP, description=_DESCRIPTION))
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,9 +16,10 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, minicluster_missing, run_tony, wait_for
+from tests.conftest import REPO, app_processes, minicluster_missing, run_tony, wait_for
 from tony_workflow import minicluster
 from tony_workflow.minicluster.build import _POM, _sha256
+from tony_workflow.minicluster.scheduling import Scheduling
 
 
 
@@ -46,7 +48,7 @@ def site(conf_dir: str, name: str) -> dict[str, str]:
 @pytest.mark.yarn
 def test_cluster_json_and_client_conf_describe_the_running_cluster(cluster):
     d = Path(cluster["hadoop_conf_dir"]).parent
-    assert json.loads((d / "cluster.json").read_text()) == cluster
+    assert json.loads((d / "cluster.json").read_text()) == cluster and cluster["dir"] == str(d)
     assert psutil.pid_exists(cluster["pid"])
     for key, scheme in (("rm_web", "http://"), ("webhdfs", "http://"), ("fs_default", "hdfs://")):
         assert cluster[key].startswith(scheme) and cluster[key].rsplit(":", 1)[1].isdigit()
@@ -159,6 +161,250 @@ def test_cli_start_recovers_from_a_crashed_cluster_and_stop_stops_it(tmp_path):
     assert r.returncode == 0 and "no mini cluster was running" in r.stderr
 
 
+@pytest.mark.yarn
+def test_a_plain_cluster_offers_one_queue_no_labels_and_hadoops_defaults(cluster):
+    assert cluster["queues"] == {"default": {"capacity": 100, "maximum_capacity": 100}}
+    assert (cluster["preemption"], cluster["node_labels"], cluster["max_application_priority"],
+            cluster["node_expiry_s"]) == (False, {}, 0, None)
+    [node] = cluster["nodes"]
+    assert node["index"] == 0 and node["label"] == "" and not node["stopped"]
+    assert node["node_id"].startswith("localhost:") and node["http_address"].startswith("localhost:")
+    # The daemons run with the settings a plain cluster always had: nothing of scheduling.py.
+    server = Path(cluster["hadoop_conf_dir"]).parent / "server-conf"
+    assert Scheduling().server_settings(server.parent) == {}
+    assert not any(k.startswith(("yarn.resourcemanager.scheduler.monitor", "yarn.node-labels", "yarn.nm.liveness",
+                                 "yarn.cluster.max-application-priority")) for k in site(server, "yarn-site.xml"))
+    assert site(server, "capacity-scheduler.xml")["yarn.scheduler.capacity.root.queues"] == "default"
+
+
+# -- a cluster that takes containers back: preemption, node loss, node labels, priorities ----------
+
+def rm_get(info: dict, path: str) -> dict:
+    return requests.get(f"{info['rm_web']}/ws/v1/cluster/{path}", timeout=10).json()
+
+
+def queue(info: dict, name: str) -> dict:
+    queues = rm_get(info, "scheduler")["scheduler"]["schedulerInfo"]["queues"]["queue"]
+    return next(q for q in queues if q["queueName"] == name)
+
+
+def rm_node(info: dict, node_id: str) -> dict:
+    return rm_get(info, f"nodes/{node_id}")["node"]
+
+
+def cluster_processes(d: Path) -> list[psutil.Process]:
+    """Live processes started for the mini cluster in ``d``, its JVM and containers alike (their
+    command lines name the cluster's directory), found by scanning the machine."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and str(d) in " ".join(p.cmdline()):
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def scheduling_cluster(tmp_path_factory):
+    """A mini cluster that takes containers back, as a shared production cluster does: two
+    NodeManagers of 4 GiB, 4 vcores and 2 GPUs each, NodeManager 1 carrying the exclusive node
+    label ``gpu``; the queues ``default`` and ``urgent`` (half the cluster each, all of it when
+    the other is idle) with preemption; priorities up to 10; and a silent NodeManager declared
+    LOST after 8 s. A test stops NodeManager 1 for good; nothing of the cluster may outlive the
+    module."""
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    d = tmp_path_factory.mktemp("scheduling-minicluster")
+    info = minicluster.start(d, nodemanagers=2, nm_memory_mb=4096, nm_vcores=4, gpus_per_nm=2, preemption=True,
+                             node_labels={"gpu": [1]}, max_priority=10, node_expiry_s=8)
+    yield info
+    assert minicluster.stop(d)
+    # Killed processes may take a moment to go.
+    wait_for(lambda: not cluster_processes(d), timeout=30, interval=0.5)
+
+
+@pytest.fixture(scope="module")
+def skein_client(scheduling_cluster, tmp_path_factory):
+    """A skein driver for the scheduling cluster, with the client environment it needs."""
+    skein = pytest.importorskip("skein")
+    saved = dict(os.environ)
+    os.environ.update(minicluster.client_env(scheduling_cluster))
+    tmp = tmp_path_factory.mktemp("skein")
+    os.environ["SKEIN_CONFIG"] = str(tmp / "config")  # skein writes its credentials there
+    try:
+        with warnings.catch_warnings():  # a fresh SKEIN_CONFIG has none yet
+            warnings.filterwarnings("ignore", "Skein global security credentials not found")
+            client = skein.Client(log=str(tmp / "driver.log"))
+        with client:
+            yield client
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def sleepers(name: str, queue_name: str, instances: int = 1, **services) -> "skein.ApplicationSpec":
+    """An application of ``instances`` containers that sleep, plus ``services`` (name -> node label).
+    A container that YARN takes back fails without failing the application (allow_failures)."""
+    import skein
+    def service(n: int, label: str = "") -> skein.Service:
+        return skein.Service(resources=skein.Resources(memory="512 MiB", vcores=1), instances=n, script="sleep 600",
+                             allow_failures=True, node_label=label)
+    return skein.ApplicationSpec(
+        name=name, queue=queue_name, master=skein.Master(resources=skein.Resources(memory="256 MiB", vcores=1)),
+        services={"sleep": service(instances), **{s: service(1, label) for s, label in services.items()}})
+
+
+def containers(app, service: str, *states: str) -> list:
+    return app.get_containers(services=[service], states=list(states or ["RUNNING"]))
+
+
+@pytest.mark.yarn
+def test_the_scheduling_cluster_says_what_it_offers(scheduling_cluster):
+    info = scheduling_cluster
+    d = Path(info["hadoop_conf_dir"]).parent
+    assert json.loads(run_tony("minicluster", "status", "--dir", str(d)).stdout) == info
+    assert info["queues"] == {"default": {"capacity": 50, "maximum_capacity": 100},
+                              "urgent": {"capacity": 50, "maximum_capacity": 100}}
+    assert (info["preemption"], info["node_labels"], info["max_application_priority"], info["node_expiry_s"]) == (
+        True, {"gpu": [1]}, 10, 8)
+    assert [(n["index"], n["label"], n["stopped"]) for n in info["nodes"]] == [(0, "", False), (1, "gpu", False)]
+
+    # The ResourceManager agrees: both nodes run, NodeManager 1 carrying gpu, each with 2 GPUs.
+    for node in info["nodes"]:
+        report = rm_node(info, node["node_id"])
+        assert report["state"] == "RUNNING" and report["nodeHTTPAddress"] == node["http_address"]
+        assert (report.get("nodeLabels") or [""]) == [node["label"]]
+        gpus = {r["name"]: r["value"] for r in report["totalResource"]["resourceInformations"]["resourceInformation"]}
+        assert gpus["yarn.io/gpu"] == 2 and gpus["memory-mb"] == 4096
+    labels = rm_get(info, "get-node-labels")["nodeLabelInfo"]
+    assert [(label["name"], label["exclusivity"]) for label in labels] == [("gpu", True)]
+    for name in ("default", "urgent"):
+        q = queue(info, name)
+        assert (q["capacity"], q["maxCapacity"], q["defaultPriority"]) == (50, 100, 0)
+        by_partition = {p["partitionName"]: p for p in q["capacities"]["queueCapacitiesByPartition"]}
+        assert (by_partition["gpu"]["capacity"], by_partition["gpu"]["maxCapacity"]) == (50, 100)
+    conf = site(d / "server-conf", "yarn-site.xml")
+    assert conf["yarn.resourcemanager.scheduler.monitor.enable"] == "true"
+    assert conf["yarn.nm.liveness-monitor.expiry-interval-ms"] == "8000"
+    # As a plain cluster: GPUs counted by the DominantResourceCalculator.
+    assert "DominantResourceCalculator" in site(d / "server-conf", "capacity-scheduler.xml")[
+        "yarn.scheduler.capacity.resource-calculator"]
+
+    listed = json.loads(run_tony("minicluster", "nodemanager", "list", "--dir", str(d)).stdout)
+    assert [(n["index"], n["node_id"], n["state"]) for n in listed] == [
+        (n["index"], n["node_id"], "RUNNING") for n in info["nodes"]]
+
+
+@pytest.mark.yarn
+def test_a_queue_under_its_share_takes_containers_back_by_preemption(scheduling_cluster, skein_client):
+    info = scheduling_cluster
+    # The default partition is NodeManager 0 (1 holds the exclusive label): 4 vcores, which an
+    # ApplicationMaster and three containers fill; five more stay pending.
+    filler = skein_client.submit(sleepers("filler", "default", instances=8))
+    urgent = None
+    try:
+        wait_for(lambda: queue(info, "default")["absoluteUsedCapacity"] >= 100, timeout=120, interval=0.5)
+        # Guaranteed half of the partition, the urgent queue gets its ApplicationMaster and one
+        # container only by taking two of the filler's.
+        urgent = skein_client.submit(sleepers("urgent", minicluster.URGENT_QUEUE, instances=1))
+        report = wait_for(lambda: (lambda a: a if a["numNonAMContainerPreempted"] >= 1 else None)(
+            rm_get(info, f"apps/{filler}")["app"]), timeout=120, interval=0.5)
+        assert report["preemptedResourceMB"] >= 512 and report["numAMContainerPreempted"] == 0
+        assert report["state"] == "RUNNING"
+        urgent_app = skein_client.connect(urgent)
+        wait_for(lambda: containers(urgent_app, "sleep"), timeout=120, interval=0.5)
+
+        # skein's ApplicationMaster reports YARN's diagnostics for a container it did not end itself.
+        filler_app = skein_client.connect(filler)
+        preempted = wait_for(lambda: containers(filler_app, "sleep", "FAILED"), timeout=60, interval=0.5)
+        assert {(str(c.state), c.exit_message) for c in preempted} == {("FAILED", "Container preempted by scheduler")}
+        assert len(preempted) == rm_get(info, f"apps/{filler}")["app"]["numNonAMContainerPreempted"]
+    finally:
+        for app_id in (filler, urgent):
+            if app_id:
+                skein_client.kill_application(app_id)
+
+
+@pytest.mark.yarn
+def test_an_application_priority_can_be_raised_up_to_the_clusters_maximum(scheduling_cluster, skein_client):
+    info = scheduling_cluster
+    app_id = skein_client.submit(sleepers("prioritised", "default"))
+    try:
+        wait_for(lambda: rm_get(info, f"apps/{app_id}")["app"]["state"] in ("ACCEPTED", "RUNNING"), timeout=60)
+        assert rm_get(info, f"apps/{app_id}")["app"]["priority"] == 0
+
+        def put(priority: int) -> int:
+            r = requests.put(f"{info['rm_web']}/ws/v1/cluster/apps/{app_id}/priority", json={"priority": priority},
+                             params={"user.name": "tony"}, timeout=10)
+            assert r.status_code == 200, r.text
+            return r.json()["priority"]
+        assert put(5) == 5
+        assert rm_get(info, f"apps/{app_id}")["app"]["priority"] == 5
+        assert put(50) == 10  # capped at yarn.cluster.max-application-priority
+    finally:
+        skein_client.kill_application(app_id)
+
+
+@pytest.fixture(scope="module")
+def labelled_app(scheduling_cluster, skein_client):
+    """An application with one container on the gpu label and one without, both running."""
+    app_id = skein_client.submit(sleepers("labelled", "default", instances=1, gpu="gpu"))
+    app = skein_client.connect(app_id)
+    wait_for(lambda: containers(app, "sleep") and containers(app, "gpu"), timeout=120, interval=0.5)
+    yield app_id, app
+    skein_client.kill_application(app_id)
+
+
+@pytest.mark.yarn
+def test_a_service_asking_for_the_gpu_label_runs_on_the_labelled_nodemanager(scheduling_cluster, labelled_app):
+    info = scheduling_cluster
+    app_id, app = labelled_app
+    [gpu] = containers(app, "gpu")
+    [plain] = containers(app, "sleep")
+    assert minicluster.nodemanager_of(info, gpu.yarn_node_http_address) == 1
+    assert minicluster.nodemanager_of(info, plain.yarn_node_http_address) == 0
+    attempt = rm_get(info, f"apps/{app_id}/appattempts")["appAttempts"]["appAttempt"][0]
+    assert minicluster.nodemanager_of(info, attempt["nodeId"]) == 0  # an AM asks for no label
+    # Each NodeManager lists what it holds.
+    held = {n["index"]: n["containers"] for n in minicluster.nodemanagers(info)}
+    assert gpu.yarn_container_id in held[1] and plain.yarn_container_id in held[0]
+
+
+@pytest.mark.yarn
+def test_a_lost_nodemanager_takes_its_containers_with_it(scheduling_cluster, labelled_app, skein_client):
+    """Last of the module: NodeManager 1 stays stopped."""
+    info = scheduling_cluster
+    d = Path(info["hadoop_conf_dir"]).parent
+    app_id, app = labelled_app
+    [gpu] = containers(app, "gpu")
+    [plain] = containers(app, "sleep")
+    node_id = info["nodes"][1]["node_id"]
+    wait_for(lambda: app_processes(gpu.yarn_container_id), timeout=60)
+
+    r = run_tony("minicluster", "nodemanager", "stop", "--dir", str(d), "--index", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {**info["nodes"][1], "stopped": True}
+    # Its containers' processes are killed with it, as when a machine dies.
+    wait_for(lambda: not app_processes(gpu.yarn_container_id), timeout=30, interval=0.5)
+    assert minicluster.status(d)["nodes"][1]["stopped"] is True
+
+    # The ResourceManager was not told: it declares the node LOST when node_expiry_s has passed,
+    # and the container ends as ABORTED, which skein reports as YARN's diagnostics.
+    wait_for(lambda: rm_node(info, node_id)["state"] == "LOST", timeout=60, interval=0.5)
+    [lost] = wait_for(lambda: containers(app, "gpu", "FAILED"), timeout=60, interval=0.5)
+    assert lost.exit_message == "Container released on a *lost* node"
+    # The rest of the application carries on, on the other node.
+    assert [c.id for c in containers(app, "sleep")] == [plain.id]
+    assert rm_get(info, f"apps/{app_id}")["app"]["state"] == "RUNNING"
+    listed = {n["index"]: n for n in minicluster.nodemanagers(minicluster.status(d))}
+    assert (listed[1]["state"], listed[1]["containers"], listed[0]["state"]) == ("LOST", {}, "RUNNING")
+
+    with pytest.raises(minicluster.MiniClusterError, match="already stopped"):
+        minicluster.stop_nodemanager(d, 1)
+
+
 # -- bad input: a clear message and exit status 2, never a traceback ------------------------------
 
 def fake_jdk(tmp_path: Path, version: str = "17") -> Path:
@@ -240,6 +486,28 @@ def test_start_with_bad_sizes_fails_cleanly(tmp_path):
     assert_clean_failure(r, "nodemanagers must be an integer >= 1")
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--node-labels", "gpu"], "LABEL=INDEX"),
+    (["--node-labels", "gpu=1"], "numbered 0 to 0"),
+    (["--nodemanagers", "2", "--node-labels", "gpu=0,gpu=1"], "leaving none for ApplicationMasters"),
+    (["--nodemanagers", "2", "--node-labels", "gpu=1,big=1"], "one label at most"),
+    (["--node-labels", "g/pu=0", "--nodemanagers", "2"], "letters, digits"),
+    (["--max-priority", "-1"], "max_priority must be an integer >= 0"),
+    (["--node-expiry-s", "1"], "at least 3 seconds"),
+])
+def test_start_with_bad_scheduling_options_fails_cleanly(tmp_path, args, message):
+    r = run_tony("minicluster", "start", "--dir", str(tmp_path / "mc"), *args)
+    assert_clean_failure(r, message)
+    assert not (tmp_path / "mc").exists()  # refused before anything was written
+
+
+def test_nodemanager_commands_without_a_cluster(tmp_path):
+    r = run_tony("minicluster", "nodemanager", "stop", "--dir", str(tmp_path), "--index", "1")
+    assert_clean_failure(r, f"no mini cluster is running in {tmp_path}")
+    r = run_tony("minicluster", "nodemanager", "list", "--dir", str(tmp_path))
+    assert r.returncode == 1 and "no mini cluster is running" in r.stderr
+
+
 def test_stop_and_status_without_a_cluster(tmp_path):
     assert run_tony("minicluster", "stop", "--dir", str(tmp_path)).returncode == 0
     r = run_tony("minicluster", "status", "--dir", str(tmp_path))
@@ -254,4 +522,4 @@ def test_the_tony_command_loads_the_mini_cluster_only_for_tony_minicluster():
     # The help `tony` shows for the command it does not load is the command's own.
     assert minicluster.cli._HELP in run_tony("--help", env={"COLUMNS": "200"}).stdout
     r = run_tony("minicluster", "--help")
-    assert r.returncode == 0 and r.stdout.startswith("usage: tony minicluster [-h] {start,stop,status,env}")
+    assert r.returncode == 0 and r.stdout.startswith("usage: tony minicluster [-h] {start,stop,status,env,nodemanager}")

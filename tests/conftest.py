@@ -122,6 +122,14 @@ def _no_driver_outlives_its_module():
         sys.modules["tony_workflow.backends.yarn"].close_drivers()
 
 
+def sleeper_job(name: str = "sleeper", conf: dict | None = None, *, seconds: int = 600, workers: int = 1,
+                memory: str = "512m") -> dict:
+    """A small job for the YARN tests: ``workers`` tasks that sleep, an AM of 512 MB, no TensorBoard."""
+    return {"name": name, "framework": "standalone",
+            "tasks": {"worker": {"instances": workers, "memory": memory, "vcores": 1, "command": f"sleep {seconds}"}},
+            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", **(conf or {})}}
+
+
 def user_process(pid: int, script: str = "train.py") -> psutil.Process:
     """The process running ``script`` in the tree under ``pid`` (the task's user process)."""
     root = psutil.Process(pid)
@@ -132,14 +140,16 @@ def user_process(pid: int, script: str = "train.py") -> psutil.Process:
 
 
 def app_processes(app_id: str) -> list[psutil.Process]:
-    """Live processes whose command line or environment names the application: what a finished job
-    must not leave behind, found by scanning the machine rather than asking the runtime."""
+    """Live processes whose command line, environment or working directory names the application:
+    what a finished job must not leave behind, found by scanning the machine rather than asking the
+    runtime."""
     found = []
     for p in psutil.process_iter():
         try:
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if app_id in " ".join(p.cmdline()) or any(app_id in v for v in p.environ().values()):
+            if (app_id in " ".join(p.cmdline()) or any(app_id in v for v in p.environ().values())
+                    or app_id in p.cwd()):  # a YARN container's directory names its application
                 found.append(p)
         except (psutil.Error, OSError):
             continue

@@ -18,19 +18,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REPO, minicluster_missing, run_tony, user_process, wait_for
+from tests.conftest import REPO, minicluster_missing, run_tony, sleeper_job, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
 
 MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
 SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
-SLEEPER = {
-    "name": "secure-sleeper", "framework": "standalone",
-    "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1,
-                         "command": "python -c 'import time; time.sleep(600)'"}},
-    "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"},
-}
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +151,7 @@ def follow_elsewhere(code: str, env: dict[str, str]) -> dict:
 
 def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_without_a_jvm(secure, tmp_path):
     spec = tmp_path / "sleeper.json"
-    spec.write_text(json.dumps(SLEEPER))
+    spec.write_text(json.dumps(sleeper_job("secure-sleeper")))
     # Submitted by a user with no ticket: the job's own keys log the client in.
     r = run_tony("--backend", "yarn", "submit", str(spec), "--conf", f"tony.keytab.user={secure['principal']}",
                  "--conf", f"tony.keytab.location={secure['keytab']}", env=no_tickets(tmp_path), timeout=300)

@@ -13,18 +13,12 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, app_processes, wait_for
+from tests.conftest import REPO, app_processes, sleeper_job, wait_for
 from tony_workflow.backends.yarn import reclaim_cause, yarn_lifetime_s
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
 
-SLEEPER = {
-    "name": "sleeper", "framework": "standalone",
-    "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1,
-                         "command": "python -c 'import time; time.sleep(600)'"}},
-    "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"},
-}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ def yarn_jobs(cluster):
     handles = []
 
     def submit(conf: dict | None = None):
-        spec = load_job({**SLEEPER, "conf": {**SLEEPER["conf"], **(conf or {})}})
+        spec = load_job(sleeper_job(conf=conf))
         handles.append(client.submit(spec))
         return handles[-1]
 
@@ -112,23 +106,33 @@ def test_one_process_submits_through_one_driver_and_follows_with_none(cluster, y
     wait_for(lambda: not app_processes(app_id), timeout=120)
 
 
+def supervisor_of(app_id: str) -> psutil.Process | None:
+    """The job's supervisor: it runs in the AM's container, whose directory names the application."""
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+                return p
+        except (psutil.Error, OSError):
+            continue
+    return None
+
+
 def test_the_application_timeout_is_the_yarn_lifetime_and_ends_a_hung_am(cluster, yarn_jobs):
-    h = yarn_jobs({"tony.application.timeout": "4000"})
-    timeouts = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}/timeouts", timeout=30).json()
-    lifetime = [t for t in timeouts["timeouts"]["timeout"] if t["type"] == "LIFETIME"]
-    assert lifetime and 0 < int(lifetime[0]["remainingTimeInSeconds"]) <= yarn_lifetime_s(4000), timeouts
-    # Stop the AM container's processes (the supervisor and the AM): nothing of the job can end it now.
-    wait_for(lambda: h.status().state == "RUNNING", timeout=120)
-    am_container = [p for p in app_processes(h.app_id) if "tony_workflow.supervisor" in " ".join(p.cmdline())]
-    assert am_container, [p.cmdline() for p in app_processes(h.app_id)]
-    stopped = [q for p in am_container for q in [p, *p.children(recursive=True)]]
+    h = yarn_jobs({"tony.application.timeout": "60000"})
+    # Stop the AM's container (the supervisor and the AM) as soon as it runs: nothing of the job
+    # can end it now, so only YARN's lifetime can.
+    supervisor = wait_for(lambda: supervisor_of(h.app_id), timeout=60)
+    stopped = [supervisor, *supervisor.children(recursive=True)]
     for p in stopped:
         p.send_signal(signal.SIGSTOP)
     try:
-        app = wait_for(lambda: (a := rm_app(cluster, h.app_id))["state"] == "KILLED" and a, timeout=120, interval=1)
+        timeouts = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}/timeouts", timeout=30).json()
+        lifetime = [t for t in timeouts["timeouts"]["timeout"] if t["type"] == "LIFETIME"]
+        assert lifetime and 0 < int(lifetime[0]["remainingTimeInSeconds"]) <= yarn_lifetime_s(60000), timeouts
+        app = wait_for(lambda: (a := rm_app(cluster, h.app_id))["state"] == "KILLED" and a, timeout=180, interval=1)
         assert "lifetime" in app["diagnostics"].lower(), app["diagnostics"]
         # YARN's kill reaches stopped processes too: nothing of the job is left on the machine.
-        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+        wait_for(lambda: not app_processes(h.app_id) and not supervisor_of(h.app_id), timeout=120)
     finally:
         for p in stopped:
             try:

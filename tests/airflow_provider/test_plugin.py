@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -104,73 +103,58 @@ def test_job_pages_show_tasks_timeline_progress_and_charts(jobs):
     assert bad.status_code == 404
 
 
-def test_the_plugin_in_chromium_jobs_list_job_page_and_task_instance_view(jobs):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
+def test_the_plugin_in_chromium_jobs_list_job_page_and_task_instance_view(jobs, browser):
     from selenium.webdriver.common.by import By
 
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "Debian's chromium and chromium-driver are installed by `make test`"
-    opts = Options()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--window-size=1400,1100"):
-        opts.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(driver), options=opts)
     base = jobs["base"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        # Logged in as the UI is after its login form: Airflow's JWT in its session cookie.
-        browser.get(base + "/api/v2/version")
-        browser.add_cookie({"name": "_token", "value": _token(base), "path": "/"})
+    # Logged in as the UI is after its login form: Airflow's JWT in its session cookie.
+    browser.get(base + "/api/v2/version")
+    browser.add_cookie({"name": "_token", "value": _token(base), "path": "/"})
+    browser.get(base + "/tony/")
+    deadline = time.time() + 60
+    while jobs["finished"] not in browser.page_source and time.time() < deadline:
+        time.sleep(0.5)
         browser.get(base + "/tony/")
-        deadline = time.time() + 60
-        while jobs["finished"] not in browser.page_source and time.time() < deadline:
-            time.sleep(0.5)
-            browser.get(base + "/tony/")
-        assert jobs["finished"] in browser.page_source and jobs["running"].app_id in browser.page_source
-        browser.save_screenshot(str(ARTIFACTS / "airflow-tony-jobs.png"))
+    assert jobs["finished"] in browser.page_source and jobs["running"].app_id in browser.page_source
+    browser.save_screenshot(str(ARTIFACTS / "airflow-tony-jobs.png"))
 
-        browser.find_element(By.LINK_TEXT, jobs["finished"]).click()
-        assert browser.find_element(By.ID, "progress").text.startswith("Progress: step=30/30")
-        rows = browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
-        assert len(rows) == 3, "a header and two tasks"
-        assert browser.find_elements(By.CSS_SELECTOR, "svg polyline")
-        browser.save_screenshot(str(ARTIFACTS / "airflow-tony-job.png"))
+    browser.find_element(By.LINK_TEXT, jobs["finished"]).click()
+    assert browser.find_element(By.ID, "progress").text.startswith("Progress: step=30/30")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
+    assert len(rows) == 3, "a header and two tasks"
+    assert browser.find_elements(By.CSS_SELECTOR, "svg polyline")
+    browser.save_screenshot(str(ARTIFACTS / "airflow-tony-job.png"))
 
-        # The task instance's page in Airflow's own UI has the plugin's "TonY job" view.
-        run = urllib.parse.quote(jobs["run_id"])
-        browser.get(f"{base}/dags/tony_plugin/runs/{run}/tasks/train")
-        found = False
-        deadline = time.time() + 90
-        while not found and time.time() < deadline:
-            for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='TonY job']"):
-                try:
-                    tab.click()
-                    found = True
-                    break
-                except Exception:
-                    continue
-            if not found:
-                time.sleep(1)
-        assert found, "no 'TonY job' view on the task instance page"
-        frame = None
-        deadline = time.time() + 60
-        while frame is None and time.time() < deadline:
-            frames = browser.find_elements(By.CSS_SELECTOR, "iframe")
-            frame = frames[0] if frames else None
-            if frame is None:
-                time.sleep(0.5)
-        assert frame is not None, "the view is shown in a frame"
-        assert "/tony/ti/tony_plugin/" in frame.get_attribute("src")
-        browser.switch_to.frame(frame)
-        deadline = time.time() + 60
-        while jobs["finished"] not in browser.page_source and time.time() < deadline:
+    # The task instance's page in Airflow's own UI has the plugin's "TonY job" view.
+    run = urllib.parse.quote(jobs["run_id"])
+    browser.get(f"{base}/dags/tony_plugin/runs/{run}/tasks/train")
+    found = False
+    deadline = time.time() + 90
+    while not found and time.time() < deadline:
+        for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='TonY job']"):
+            try:
+                tab.click()
+                found = True
+                break
+            except Exception:
+                continue
+        if not found:
+            time.sleep(1)
+    assert found, "no 'TonY job' view on the task instance page"
+    frame = None
+    deadline = time.time() + 60
+    while frame is None and time.time() < deadline:
+        frames = browser.find_elements(By.CSS_SELECTOR, "iframe")
+        frame = frames[0] if frames else None
+        if frame is None:
             time.sleep(0.5)
-        assert jobs["finished"] in browser.page_source and "worker:1" in browser.page_source
-        browser.switch_to.default_content()
-        browser.save_screenshot(str(ARTIFACTS / "airflow-tony-task-instance-view.png"))
-    finally:
-        browser.quit()
+    assert frame is not None, "the view is shown in a frame"
+    assert "/tony/ti/tony_plugin/" in frame.get_attribute("src")
+    browser.switch_to.frame(frame)
+    deadline = time.time() + 60
+    while jobs["finished"] not in browser.page_source and time.time() < deadline:
+        time.sleep(0.5)
+    assert jobs["finished"] in browser.page_source and "worker:1" in browser.page_source
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(ARTIFACTS / "airflow-tony-task-instance-view.png"))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -48,47 +47,32 @@ def test_links_come_back_from_the_api_server(finished_run, api_server):
         assert links[name] == x[key] and links[name].startswith("http://127.0.0.1:")
 
 
-def test_task_instance_page_shows_the_tensorboard_link(finished_run, api_server):
-    from selenium import webdriver
+def test_task_instance_page_shows_the_tensorboard_link(finished_run, api_server, browser):
     from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "Debian's chromium and chromium-driver are installed by `make test`"
     run_id, x = finished_run
-    opts = Options()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--window-size=1600,1000"):
-        opts.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(driver), options=opts)
-    try:
-        browser.get(f"{api_server}/dags/tony_ui/runs/{urllib.parse.quote(run_id)}/tasks/train")
-        href = None
-        deadline = time.time() + 90
-        # The page is a React app that re-renders as data arrives: an element found a moment ago can
-        # be gone (stale) by the time it is read, so every read is retried on the next pass.
-        while href is None and time.time() < deadline:
-            for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='Details']"):
-                try:
-                    tab.click()
-                except Exception:
-                    continue
-            for a in browser.find_elements(By.XPATH, "//a[normalize-space(.)='TensorBoard']"):
-                try:
-                    href = a.get_attribute("href")
-                except StaleElementReferenceException:
-                    continue
-                if href:
-                    break
-            if href is None:
-                time.sleep(1)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(ARTIFACTS / "airflow-task-instance-links.png"))
-        assert href is not None, "no TensorBoard link on the Task Instance page"
-        assert href.rstrip("/") == x["tensorboard_url"].rstrip("/")
-    finally:
-        browser.quit()
+    browser.get(f"{api_server}/dags/tony_ui/runs/{urllib.parse.quote(run_id)}/tasks/train")
+    href = None
+    deadline = time.time() + 90
+    # The page is a React app that re-renders as data arrives: an element found a moment ago can
+    # be gone (stale) by the time it is read, so every read is retried on the next pass.
+    while href is None and time.time() < deadline:
+        for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='Details']"):
+            try:
+                tab.click()
+            except Exception:
+                continue
+        for a in browser.find_elements(By.XPATH, "//a[normalize-space(.)='TensorBoard']"):
+            try:
+                href = a.get_attribute("href")
+            except StaleElementReferenceException:
+                continue
+            if href:
+                break
+        if href is None:
+            time.sleep(1)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "airflow-task-instance-links.png"))
+    assert href is not None, "no TensorBoard link on the Task Instance page"
+    assert href.rstrip("/") == x["tensorboard_url"].rstrip("/")

@@ -278,6 +278,9 @@ class ApplicationMaster(AMRoutes):
         for task in list(self.tasks.values()):
             if task.final:
                 continue
+            if task.status.log_url is None and task.registered_at:
+                # A cluster that places a container as it grants it (YARN) knows its log's node later.
+                task.status.log_url = self.cluster.log_url(task.container)
             if task.reported is not None:
                 if not self._awaiting_cluster(task, task.reported[0], now):
                     self._on_exit(task, *task.reported)

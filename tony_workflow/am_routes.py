@@ -106,8 +106,6 @@ class AMRoutes:
                 return 409, {"error": f"relaunched task must keep port {task.fixed_port}", "action": "stop"}
             task.status.host, task.status.port = str(body["host"]), port
             task.status.pid = body.get("pid")
-            # A cluster that places containers as it grants them (YARN) knows the log's node only now.
-            task.status.log_url = task.status.log_url or self.cluster.log_url(task.container)
             task.registered_at = task.last_heartbeat = time.time()
             self._set_task_state(task, TaskState.REGISTERED, host=task.status.host, port=port)
             self._cluster = None

@@ -31,6 +31,7 @@ environment).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -376,11 +377,22 @@ class YarnBackend(Backend):
         except (OSError, ValueError):
             return None
 
-    def force_kill(self, app_id: str) -> None:
+    def force_kill(self, app_id: str, timeout: float = 60.0) -> None:
+        """Kills the application through the ResourceManager and returns once it has ended there (the
+        REST call only asks; the driver's kill waits the same way)."""
+        rm = self._rm(app_id)
         try:
-            self._rm(app_id).kill(app_id)
+            rm.kill(app_id)
         except RMError:  # a ResourceManager whose web endpoints refuse us still takes the driver's word
             self.client.kill_application(app_id)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RMError):
+                report = rm.app(app_id)
+                if report is None or report.state in _YARN_ENDED:
+                    return
+            time.sleep(0.2)
 
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))

@@ -1,0 +1,133 @@
+"""Containers YARN takes back, on mini clusters that can: a queue with a better claim preempts a
+running job's worker, and a NodeManager dies under a worker. Neither is the job's failure: with
+``tony.am.retry-count=0`` the job still SUCCEEDS, relaunched for free, and the status says why.
+Also on these clusters: task types on labelled nodes, and the application's priority.
+
+The jobs are small commands, not TensorFlow: what is tested is YARN's and the AM's part."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.conftest import app_processes, minicluster_missing, sleeper_job, wait_for
+from tony_workflow import minicluster
+from tony_workflow.backends.yarn import close_drivers
+from tony_workflow.client import TonyClient, load_job
+
+pytestmark = [pytest.mark.yarn]
+
+
+def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512m") -> dict:
+    """Sleeping workers, with no session retry to spend: a reclaim that costs one fails the job."""
+    return sleeper_job("reclaim", {"tony.am.memory": "256m", "tony.am.retry-count": "0", **(conf or {})},
+                       seconds=seconds, workers=workers, memory=memory)
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """Starts mini clusters on demand (one per kind), each with its client environment while used."""
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    started: list[Path] = []
+    saved = dict(os.environ)
+
+    def use(**options) -> dict:
+        d = tmp_path_factory.mktemp("reclaim-mc")
+        info = minicluster.start(d, **options)
+        started.append(d)
+        close_drivers()  # a driver of an earlier cluster must not serve this one
+        os.environ.clear()
+        os.environ.update(saved)
+        os.environ.update(minicluster.client_env(info))
+        return {**info, "dir": str(d)}
+
+    yield use
+    close_drivers()
+    os.environ.clear()
+    os.environ.update(saved)
+    for d in started:
+        minicluster.stop(d)
+
+
+def reclaimed(app_id: str) -> list[str]:
+    """What the job's record (the AM's while it runs, the history after) says it lost to the cluster."""
+    record = TonyClient("yarn").record(app_id) or {}
+    return [t["what"] for t in record.get("timeline") or [] if t["what"].startswith("the container of task")]
+
+
+def rm_app(info: dict, app_id: str) -> dict:
+    return requests.get(f"{info['rm_web']}/ws/v1/cluster/apps/{app_id}", timeout=30).json()["app"]
+
+
+def node_of_task(info: dict, status, task_id: str) -> int:
+    """The NodeManager running the task: its container's log address names the node."""
+    return minicluster.nodemanager_of(info, urlsplit(status.task(task_id).log_url).netloc)
+
+
+def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
+    info = clusters(nm_memory_mb=4096, nm_vcores=16, preemption=True)
+    yarn = TonyClient("yarn")
+    # Three 1 GB workers, the AM and skein's master fill the one 4 GB NodeManager from queue default.
+    h = yarn.submit(load_job(job(3, 40, {"tony.yarn.queue": "default"}, memory="1g")))
+    wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 3 and
+             all(t.state == "RUNNING" for t in s.tasks), timeout=240, interval=1)
+    # A job in queue urgent claims its guaranteed half: the monitor takes containers from default.
+    import skein
+    urgent = yarn.backend.client.submit(skein.ApplicationSpec(
+        name="urgent", queue="urgent", max_attempts=1,
+        services={"claim": skein.Service(resources=skein.Resources(memory=1024, vcores=1), instances=2,
+                                         script="sleep 20")}))
+    st = h.wait(poll_interval=1, timeout=600)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.retries == 0 and st.reclaims >= 1, (st.retries, st.reclaims)
+    assert int(rm_app(info, h.app_id)["numNonAMContainerPreempted"]) >= 1
+    lost = reclaimed(h.app_id)
+    assert lost and lost[0].endswith("was preempted by the scheduler"), lost
+    # Once its own containers were gone, default was under its share in turn: urgent may have lost
+    # its containers the same way, which is YARN's business, not this job's.
+    if rm_app(info, urgent)["state"] not in ("FINISHED", "FAILED", "KILLED"):
+        yarn.backend.client.kill_application(urgent)
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relaunched(clusters):
+    # NodeManagers 1 and 2 carry the exclusive label "work"; 0 has none, for skein's master and the AM.
+    info = clusters(nodemanagers=3, nm_memory_mb=2048, nm_vcores=8, node_labels={"work": [1, 2]}, node_expiry_s=5)
+    yarn = TonyClient("yarn")
+    h = yarn.submit(load_job(job(1, 45, {"tony.worker.node-label": "work"})))
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and
+                  s.tasks[0].state == "RUNNING" and s.tasks[0].log_url and s, timeout=240, interval=1)
+    lost = node_of_task(info, st, "worker:0")
+    assert lost in (1, 2), st.tasks[0].log_url
+    am_nodes = {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
+                for p in app_processes(h.app_id) if "tony_workflow.supervisor" in " ".join(p.cmdline())}
+    assert am_nodes == {0}, am_nodes
+    before = {p.pid for p in app_processes(h.app_id) if "tony_workflow.executor" in " ".join(p.cmdline())}
+    minicluster.stop_nodemanager(info["dir"], lost)
+    # The lost node's processes are gone with it, and the worker comes back on the other labelled node.
+    wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=60)
+    again = wait_for(lambda: (s := h.status()).session_id >= 1 and s.tasks and s.tasks[0].log_url and
+                     s.tasks[0].state == "RUNNING" and s, timeout=240, interval=1)
+    assert node_of_task(info, again, "worker:0") == 3 - lost
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.retries == 0 and st.reclaims == 1, (st.retries, st.reclaims)
+    assert reclaimed(h.app_id) == ["the container of task worker:0 was lost with its node"]
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_the_application_priority_is_asked_of_the_resource_manager(clusters):
+    info = clusters(nm_memory_mb=4096, max_priority=10)
+    h = TonyClient("yarn").submit(load_job(job(1, 600, {"tony.application.priority": "5"})))
+    try:
+        assert wait_for(lambda: int(rm_app(info, h.app_id)["priority"]) == 5, timeout=60)
+    finally:
+        st = h.kill()
+    assert st.state == "KILLED"
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+

@@ -70,7 +70,7 @@ def calm_collector() -> None:
     (700 allocations) that sets off a young collection every few milliseconds, and with them full
     collections over a heap that holds a thread and its frames per connection: measured, a quarter
     more CPU than the same server without the AM's logic. Those bodies hold no cycles (reference
-    counting frees them), so collecting a hundred times less often costs nothing in memory, and what
+    counting frees them), so collecting seventy times less often costs nothing in memory, and what
     the process allocated while starting is frozen out of every later collection.
     """
     gc.freeze()

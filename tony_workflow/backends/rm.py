@@ -56,6 +56,9 @@ class AppReport:
     am_rpc_address: str | None
     priority: int
     tags: frozenset[str] = field(default_factory=frozenset)
+    #: YARN's log aggregation of a finished application: NOT_START, RUNNING, SUCCEEDED, FAILED,
+    #: TIME_OUT, DISABLED, ... (empty when the ResourceManager does not say)
+    log_aggregation: str = ""
 
     @classmethod
     def from_json(cls, app: dict[str, Any]) -> "AppReport":
@@ -70,7 +73,8 @@ class AppReport:
                    diagnostics=app.get("diagnostics") or "", started_at=seconds("startedTime"),
                    finished_at=seconds("finishedTime"),
                    am_rpc_address=address if address and not address.startswith("N/A") else None,
-                   priority=int(app.get("priority") or 0), tags=tags)
+                   priority=int(app.get("priority") or 0), tags=tags,
+                   log_aggregation=app.get("logAggregationStatus") or "")
 
 
 class ResourceManager:

@@ -403,10 +403,25 @@ class YarnBackend(Backend):
                             "so `yarn logs` has none: each container's log stays in its NodeManager's log "
                             "directory (yarn.nodemanager.log-dirs) while the NodeManager keeps it\n")
             return {"yarn/logs": path}
+        self._await_log_aggregation(app_id)
         done = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True,
                               timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)})
         path.write_text(done.stdout + done.stderr)
         return {"yarn/logs": path}
+
+    def _await_log_aggregation(self, app_id: str, timeout: float = 60.0) -> None:
+        """Waits (a few seconds, usually) while the NodeManagers of an application that just ended
+        still upload its logs: `yarn logs` finds nothing before they are done."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                report = self._rm(app_id).app(app_id)
+            except RMError:
+                return
+            if report is None or report.state not in _YARN_ENDED or report.log_aggregation not in (
+                    "NOT_START", "RUNNING", "RUNNING_WITH_FAILURE"):
+                return
+            time.sleep(0.5)
 
     def list_applications(self) -> list[str]:
         return [a.id for a in self.rm.apps(tags=("tony",)) if "tony" in a.tags]

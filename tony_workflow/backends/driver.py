@@ -24,6 +24,13 @@ from ..kerberos import Login, is_secure
 
 __all__ = ["shared_driver", "close_drivers", "driver_running"]
 
+# skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
+# polling threads in every child this process forks. A child that then closes its descriptors
+# before exec (subprocess with preexec_fn; an Airflow worker forking a task) kills that thread's
+# epoll descriptor under it, and gRPC aborts the child. No channel is ever used across a fork here,
+# so the children are spared that machinery. Read by gRPC when it starts: set before skein loads it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 _ENV_LOCK = threading.Lock()
 
 

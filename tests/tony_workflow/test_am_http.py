@@ -1,0 +1,161 @@
+"""The AM's HTTP transport on a real socket: what its own request reading must get right that the
+standard handler did for it (keep-alive, pipelining, malformed requests, closing rules), and the
+tokens. The handlers are a test's: the transport is tested alone."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from tony_workflow import protocol
+from tony_workflow.am_http import AMHttpServer
+from tony_workflow.rpc import AMClient, AMError
+
+TOKEN, VIEW = "secret-token", "view-token"
+
+
+@pytest.fixture
+def server():
+    seen: list[tuple[str, dict]] = []
+    gang = threading.Event()
+
+    def record(name):
+        def handler(fields):
+            seen.append((name, fields))
+            return 200, {"route": name, "echo": fields}
+        return handler
+
+    def cluster_spec(q):
+        seen.append(("cluster_spec", q))
+        return (200, {"cluster": {"worker": ["h:1"]}, "session_id": 0, "chief": ["worker", 0]}) \
+            if gang.wait(q["wait"]) else (204, None)
+
+    handlers = {r.name: record(r.name) for r in protocol.ROUTES}
+    handlers[protocol.CLUSTER_SPEC.name] = cluster_spec
+    handlers[protocol.STATUS.name] = lambda _: (200, {"state": "RUNNING", "name": "<b>x</b>"})
+    srv = AMHttpServer("127.0.0.1", token=TOKEN, view_token=VIEW, handlers=handlers,
+                       status=lambda: {"application_id": "application_1_0001", "state": "RUNNING", "tasks": []},
+                       task_logs=lambda: {})
+    address = srv.start()
+    host, port = address.split(":")
+    yield {"address": address, "host": host, "port": int(port), "seen": seen, "gang": gang}
+    srv.shutdown()
+
+
+def raw(server, data: bytes, read_until_close: bool = True) -> bytes:
+    """Sends ``data`` as is and returns what comes back until the server closes (or 2 s pass)."""
+    with socket.create_connection((server["host"], server["port"]), timeout=2) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except socket.timeout:
+            if read_until_close:
+                raise AssertionError(f"the server kept the connection open after {out!r}")
+        return out
+
+
+def replies(data: bytes) -> list[tuple[int, dict, bytes]]:
+    """Splits a byte stream into (status, headers, body) replies by their Content-Length."""
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        n = int(headers.get("content-length", 0))
+        out.append((int(lines[0].split(" ")[1]), headers, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def post(path: str, body: dict, token: str = TOKEN, extra: str = "") -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Tony-Token: {token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}\r\n").encode() + data
+
+
+def test_the_real_client_is_answered_request_after_request(server):
+    am = AMClient(server["address"], TOKEN, timeout=5)
+    for i in range(50):
+        reply = am.heartbeat("worker:0", 0, metrics={"rss_mb": float(i)})
+        assert reply["route"] == "heartbeat" and reply["echo"]["metrics"] == {"rss_mb": float(i)}
+    assert am.status()["state"] == "RUNNING"
+    server["gang"].set()
+    assert am.cluster_spec("worker:0", 0, wait=1.0)["cluster"] == {"worker": ["h:1"]}
+    assert len([s for s in server["seen"] if s[0] == "heartbeat"]) == 50
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
+    data = (post("/v1/heartbeat", {"task_id": "a", "session_id": 0})
+            + post("/v1/started", {"task_id": "b", "session_id": 0, "pid": 7})
+            + post("/v1/result", {"task_id": "c", "session_id": 0, "exit_code": 0}, extra="Connection: close\r\n"))
+    got = replies(raw(server, data))
+    assert [(code, json.loads(body)["route"]) for code, _, body in got] == [
+        (200, "heartbeat"), (200, "started"), (200, "result")]
+    assert got[-1][1].get("connection") == "close" and "connection" not in got[0][1]
+    assert all(h["content-type"] == "application/json" and h.get("date") for _, h, _ in got)
+
+
+def test_headers_are_matched_without_regard_to_case(server):
+    data = post("/v1/heartbeat", {"task_id": "a", "session_id": 0}).replace(b"X-Tony-Token", b"x-TONY-token")
+    [(code, _, body)] = replies(raw(server, data.replace(b"Host: x", b"Connection: close")))
+    assert code == 200 and json.loads(body)["route"] == "heartbeat"
+
+
+@pytest.mark.parametrize("request_bytes, code", [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /v1/status\r\n\r\n", 400),                                   # no version
+    (b"GET /v1/status HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+    (b"GET /v1/status HTTP/1.1\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(101)) + b"\r\n", 431),
+    (b"GET /v1/status HTTP/1.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", 431),
+    (b"POST /v1/heartbeat HTTP/1.1\r\nX-Tony-Token: secret-token\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411),
+    (b"DELETE /v1/status HTTP/1.1\r\nX-Tony-Token: secret-token\r\n\r\n", 501),
+])
+def test_a_malformed_request_is_refused_and_the_connection_closed(server, request_bytes, code):
+    got = replies(raw(server, request_bytes))
+    assert [c for c, _, _ in got] == [code], got
+    assert got[0][1].get("connection") == "close"
+    assert "error" in json.loads(got[0][2])
+    assert not [s for s in server["seen"] if s[0] != "status"]  # no handler ran
+
+
+def test_an_http_1_0_request_gets_its_reply_and_the_connection_closes(server):
+    got = replies(raw(server, b"GET /v1/status HTTP/1.0\r\nX-Tony-Token: view-token\r\n\r\n"))
+    assert [c for c, _, _ in got] == [200] and json.loads(got[0][2])["state"] == "RUNNING"
+
+
+def test_expect_100_continue_is_answered_before_the_body(server):
+    body = json.dumps({"task_id": "a", "session_id": 0}).encode()
+    head = (f"POST /v1/heartbeat HTTP/1.1\r\nX-Tony-Token: {TOKEN}\r\nExpect: 100-continue\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection((server["host"], server["port"]), timeout=2) as s:
+        s.sendall(head)
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    [(code, _, reply)] = replies(out)
+    assert code == 200 and json.loads(reply)["route"] == "heartbeat"
+
+
+def test_tokens_open_only_their_routes(server):
+    assert AMClient(server["address"], VIEW, timeout=5).status()["state"] == "RUNNING"
+    with pytest.raises(AMError) as e:
+        AMClient(server["address"], VIEW, timeout=5).heartbeat("worker:0", 0)
+    assert e.value.status == 401
+    with pytest.raises(AMError) as e:
+        AMClient(server["address"], "wrong", timeout=5).status()
+    assert e.value.status == 401
+    got = replies(raw(server, b"GET /nowhere HTTP/1.1\r\nX-Tony-Token: secret-token\r\nConnection: close\r\n\r\n"))
+    assert got[0][0] == 404
+
+
+def test_the_tracking_page_escapes_what_the_job_says(server):
+    got = replies(raw(server, f"GET /ui/{VIEW} HTTP/1.1\r\nConnection: close\r\n\r\n".encode()))
+    assert got[0][0] == 200 and got[0][1]["content-type"].startswith("text/html")
+    assert b"application_1_0001" in got[0][2]
+    assert replies(raw(server, b"GET /ui/guess HTTP/1.1\r\n\r\n"))[0][0] == 401

@@ -103,7 +103,7 @@ class ApplicationMaster(AMRoutes):
     def _publish(self, force: bool = False) -> None:
         """Marks the status changed and wakes the monitor, which persists it outside the lock (see
         :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
-        self.board.changed((t.status for t in self.tasks.values()), force)
+        self.board.changed(force)
         self.cond.notify_all()
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
@@ -147,6 +147,14 @@ class ApplicationMaster(AMRoutes):
         status = TaskStatus(type=ttype, index=int(idx), state=TaskState.NEW, container_id=container.id,
                             host=container.host, restarts=restarts)
         task = Task(status=status, container=container, session_id=session_id, fixed_port=fixed_port)
+        # The status lists the session's tasks in launch order, kept here as tasks come and go
+        # rather than rebuilt on every change (a gang of a thousand registering is a thousand changes).
+        old, roster = self.tasks.get(task_id), self.status.tasks
+        where = next((i for i, t in enumerate(roster) if t is old.status), None) if old else None
+        if where is None:
+            roster.append(status)
+        else:
+            roster[where] = status
         self.tasks[task_id] = task
         return task
 
@@ -168,6 +176,7 @@ class ApplicationMaster(AMRoutes):
             self.status.session_id = session_id
             self.status.attempts = session_id + 1
             self.tasks = {}
+            self.status.tasks = []
             self._cluster = None
             self._gang_ready = threading.Event()
             chief = f"{self.chief[0]}:{self.chief[1]}"

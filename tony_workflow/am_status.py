@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .progress import TaskProgress, job_progress
-from .status import JobStatus, StatusFile, TaskStatus
+from .status import JobStatus, StatusFile
 
 __all__ = ["StatusBoard", "Series", "SERIES_FILE"]
 
@@ -83,9 +83,8 @@ class StatusBoard:
         self._progressed = False  # a task reported progress: the job's is due to be worked out again
         self._told = (0.0, None)  # when the cluster was last told the fraction done, and what
 
-    def changed(self, tasks: Iterable[TaskStatus], force: bool = False) -> None:
-        """Marks the status changed with the session's ``tasks``; with ``force``, persists it now."""
-        self.status.tasks = list(tasks)
+    def changed(self, force: bool = False) -> None:
+        """Marks the status changed; with ``force``, persists it now."""
         self._dirty = True
         if force:
             self.persist(self.snapshot())

@@ -11,9 +11,10 @@ Measured: the time from the moment every client starts registering until all N h
 cluster spec, and the AM process's CPU time over wall time (share of one core), during the
 registration burst and in the steady state of N heartbeats per second.
 
-The floor is the same clients against a null gang server: the same ``http.server`` stack, the same
-token check, a counter and an event instead of the AM's logic. It shows what the HTTP stack alone
-costs, so the ratio is what the AM adds.
+Two floors, the same clients against a null gang server (a counter and an event instead of the
+AM's logic, the same token check): once on the standard library's ``http.server``, once on the AM's
+own transport (:class:`tony_workflow.am_http.AMHttpServer`). The AM against the second is what its
+logic adds; the second against the first is what its wire saves.
 
 Goal: all N hold the spec in < 2 s; the AM uses < 25 % of one core at N heartbeats per second.
 """
@@ -217,6 +218,49 @@ def serve_null(d: Path, n: int) -> int:
     return 0
 
 
+def serve_null_transport(d: Path, n: int) -> int:
+    """The same null gang server's logic on the AM's own transport (``AMHttpServer``): what the
+    AM's wire costs without the AM, so that the AM's ratio to it is what its logic adds."""
+    from tony_workflow import protocol
+    from tony_workflow.am_http import AMHttpServer
+
+    secret = json.loads((d / "secret.json").read_text())
+    lock = threading.Lock()
+    registered: dict[str, str] = {}
+    ready = threading.Event()
+    done = threading.Event()
+
+    def register(body):
+        with lock:
+            registered[body["task_id"]] = f"{body['host']}:{body['port']}"
+            if len(registered) == n:
+                ready.set()
+        return 200, {"ok": True}
+
+    def cluster_spec(q):
+        if ready.wait(min(q["wait"], 60.0)):
+            with lock:
+                cluster = {"worker": [registered[f"worker:{i}"] for i in range(n)]}
+            return 200, {"cluster": cluster, "session_id": 0, "chief": ["worker", 0]}
+        return 204, None
+
+    def kill(_):
+        done.set()
+        return 200, {"ok": True}
+
+    handlers = {r.name: (lambda _: (200, {"action": "continue"})) for r in protocol.ROUTES}
+    handlers.update({protocol.REGISTER.name: register, protocol.CLUSTER_SPEC.name: cluster_spec,
+                     protocol.KILL.name: kill})
+    server = AMHttpServer("127.0.0.1", token=secret["token"], view_token=secret["view_token"], handlers=handlers,
+                          status=lambda: {"state": "RUNNING"}, task_logs=dict)
+    address = server.start()
+    (d / "status.json").write_text(json.dumps({"state": "RUNNING"}))
+    (d / "am.json").write_text(json.dumps({"address": address, "pid": os.getpid()}))
+    done.wait()
+    server.shutdown()
+    return 0
+
+
 # ------------------------------------------------------------------ simulated executors
 
 def note_error(r: dict, e: Exception) -> None:
@@ -330,7 +374,7 @@ def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | No
     d = Path(tempfile.mkdtemp(prefix=f"am-scale-{kind}-"))
     (d / "secret.json").write_text(json.dumps({"token": secrets.token_urlsafe(24),
                                                "view_token": secrets.token_urlsafe(12)}))
-    role = ["--role", "null" if kind == "null" else "am", "--dir", str(d), "--n", str(n)]
+    role = ["--role", kind, "--dir", str(d), "--n", str(n)]
     if profile_out is not None:
         role += ["--profile-out", str(profile_out)]
     server = subprocess.Popen([sys.executable, str(SCRIPT), *role], stdin=subprocess.DEVNULL,
@@ -445,7 +489,7 @@ def profile_am(args, n: int, window: float) -> dict:
 def main() -> int:
     if "--role" in sys.argv:
         ap = argparse.ArgumentParser()
-        ap.add_argument("--role", choices=["am", "null", "clients"])
+        ap.add_argument("--role", choices=["am", "null", "transport", "clients"])
         ap.add_argument("--dir", type=Path)
         ap.add_argument("--n", type=int)
         ap.add_argument("--address")
@@ -458,6 +502,8 @@ def main() -> int:
             return serve_am(a.dir, a.n, a.profile_out)
         if a.role == "null":
             return serve_null(a.dir, a.n)
+        if a.role == "transport":
+            return serve_null_transport(a.dir, a.n)
         return run_clients(a.dir, a.address, a.first, a.count, a.proc)
 
     ap = common.parser("am_scale", __doc__)
@@ -483,9 +529,12 @@ def main() -> int:
         os.replace(tmp, path)
         log(f"profile added to {path}")
         return 0
-    log(f"floor: null gang server, {n} clients")
+    log(f"floor: null gang server on the standard library's http.server, {n} clients")
     floor = measure("null", n, args.procs, window)
     log(f"  {floor}")
+    log(f"floor: null gang server on the AM's transport, {n} clients")
+    transport = measure("transport", n, args.procs, window)
+    log(f"  {transport}")
     log(f"AM: {n} simulated executors")
     am = measure("am", n, args.procs, window)
     log(f"  {am}")
@@ -498,8 +547,12 @@ def main() -> int:
         "goal": f"< {GOAL_SPEC_S} s to the spec and AM < {int(GOAL_CPU * 100)} % of one core at {n} heartbeats/s",
         "goal_met": bool(ok),
         "am_cpu_share": am["steady_cpu_share"], "floor_cpu_share": floor["steady_cpu_share"],
+        # What the AM's logic adds over its own wire, and what its wire costs against http.server.
+        "transport_cpu_share": transport["steady_cpu_share"],
+        "logic_cpu_ratio": rnd(am["steady_cpu_share"] / max(1e-6, transport["steady_cpu_share"]), 2),
+        "transport_cpu_ratio": rnd(transport["steady_cpu_share"] / max(1e-6, floor["steady_cpu_share"]), 2),
         "params": {"n": n, "client_processes": args.procs, "window_s": window, "heartbeat_interval_s": 1.0},
-        "am": am, "null_server": floor,
+        "am": am, "null_server": floor, "null_transport": transport,
     }
     if args.profile:
         result.update(profile_am(args, n, window))

@@ -48,7 +48,6 @@ from typing import Any
 
 from .. import hadoop
 from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
-from ..process import user_name
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..storage import open_storage
@@ -56,12 +55,12 @@ from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, resource_manager
+from .yarn_containers import AM_SERVICE, app_store, reclaim_cause, service_name
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
 
 log = logging.getLogger("tony.yarn")
 
-AM_SERVICE = "tony-am"
 KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
 KV_STATUS = "tony.status"
 
@@ -77,10 +76,6 @@ _YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
 _SKEIN_FINAL = {JobState.SUCCEEDED: "SUCCEEDED", JobState.FAILED: "FAILED", JobState.KILLED: "KILLED"}
 
 
-def service_name(task_type: str) -> str:
-    return f"tony-{task_type}"
-
-
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     """The variables that make YARN's NodeManager run a container in ``image`` (none without one)."""
     if not image:
@@ -89,24 +84,6 @@ def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     if mounts:
         env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(mounts)
     return env
-
-
-#: YARN's diagnostics for containers it took back (PREEMPTED, ABORTED, DISKS_FAILED exit statuses),
-#: which skein's AM keeps as the container's exit message, and what the AM says of each.
-_RECLAIM_CAUSES = (("preempted", "preempted by the scheduler"), ("lost* node", "lost with its node"),
-                   ("lost node", "lost with its node"), ("decommission", "lost: its node was decommissioned"),
-                   ("disk", "lost: its node's disks failed"))
-
-
-def reclaim_cause(exit_message: str) -> str | None:
-    """What the AM says of a container YARN ended with ``exit_message``, if YARN took it back."""
-    text = exit_message.lower()
-    return next((cause for marker, cause in _RECLAIM_CAUSES if marker in text), None)
-
-
-def app_store(app_id: str) -> str:
-    """The application's own HDFS directory: checkpoints and the final status live there."""
-    return f"hdfs:///user/{user_name()}/.tony/{app_id}"
 
 
 def job_login(spec: JobSpec) -> Login | None:

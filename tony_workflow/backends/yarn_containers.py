@@ -1,0 +1,34 @@
+"""What the YARN backend's containers are called, where a YARN job keeps its files, and how YARN
+says that it took a container back. Shared by the client, the AM's cluster manager and a new AM
+container taking over (:mod:`.yarn_attempts`), without skein."""
+from __future__ import annotations
+
+from ..process import user_name
+
+__all__ = ["AM_SERVICE", "service_name", "reclaim_cause", "app_store"]
+
+#: The skein service whose container runs the job's supervisor and ApplicationMaster.
+AM_SERVICE = "tony-am"
+
+
+def service_name(task_type: str) -> str:
+    """The skein service of a task type: the AM adds one container to it per task."""
+    return f"tony-{task_type}"
+
+
+#: YARN's diagnostics for containers it took back (PREEMPTED, ABORTED, DISKS_FAILED exit statuses),
+#: which skein's AM keeps as the container's exit message, and what the AM says of each.
+_RECLAIM_CAUSES = (("preempted", "preempted by the scheduler"), ("lost* node", "lost with its node"),
+                   ("lost node", "lost with its node"), ("decommission", "lost: its node was decommissioned"),
+                   ("disk", "lost: its node's disks failed"))
+
+
+def reclaim_cause(exit_message: str) -> str | None:
+    """What the AM says of a container YARN ended with ``exit_message``, if YARN took it back."""
+    text = exit_message.lower()
+    return next((cause for marker, cause in _RECLAIM_CAUSES if marker in text), None)
+
+
+def app_store(app_id: str) -> str:
+    """The application's own HDFS directory: checkpoints and the final status live there."""
+    return f"hdfs:///user/{user_name()}/.tony/{app_id}"

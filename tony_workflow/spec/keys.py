@@ -116,12 +116,17 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.docker.mounts``
 #:     With ``tony.docker.enabled``, what every container mounts: comma-separated
 #:     ``host path:container path:ro|rw`` entries (YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS).
+#: ``tony.am.node-label``
+#:     On YARN, the node label expression of the ApplicationMaster's container; empty: the
+#:     application's (``tony.application.node-label``). A job whose AM must survive the loss of
+#:     nodes that run its tasks can keep it on other machines.
 #: ``tony.task.progress-timeout-ms``
 #:     A task whose user code has reported progress (``tony_workflow.report``) and then reports none
 #:     for this long is hung: it is LOST and the restart rules apply; 0: never.
 PROJECT_DEFAULTS: dict[str, str] = {
     "tony.application.priority": "0",
     "tony.am.reclaim-retry-count": "10",
+    "tony.am.node-label": "",
     "tony.docker.mounts": "",
     "tony.task.progress-timeout-ms": "0",
     "tony.checkpoint.on-store-failure": "warn",

@@ -213,6 +213,12 @@ class JobSpec:
         return self._text("tony.application.node-label")
 
     @cached_property
+    def am_node_label(self) -> str | None:
+        """tony.am.node-label: where the ApplicationMaster's container goes, None when empty (the
+        application's label, if any)."""
+        return self._text("tony.am.node-label")
+
+    @cached_property
     def tags(self) -> list[str]:
         """tony.application.tags, comma-separated."""
         return parse_list(self.get("tony.application.tags") or "")

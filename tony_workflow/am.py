@@ -28,7 +28,7 @@ from typing import Any
 
 from .am_http import AMHttpServer, calm_collector
 from .am_routes import AMRoutes, Task
-from .attempts import Resume, finished_verdict, mark_am_stopped, resume_point, write_am_info
+from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
 from .events import EventLog, log_tail
 from .liveness import Liveness
@@ -199,6 +199,8 @@ class ApplicationMaster(AMRoutes):
             for task in tasks:
                 task.status.log_url = self.cluster.log_url(task.container)
             self._publish()
+            state = attempt_state(self.status, self.resume)
+        self.cluster.save_attempt_state(state, self.app_dir)
 
     def _on_exit(self, task: Task, code: int, diagnostics: str = "") -> None:
         """Records a task's end and applies the failure rules. Called with the lock held."""
@@ -368,6 +370,8 @@ class ApplicationMaster(AMRoutes):
                          attempt=self.resume.attempt)
         with self.lock:
             self._publish(force=True)
+            state = attempt_state(self.status, self.resume)
+        self.cluster.save_attempt_state(state, self.app_dir)  # this attempt is the one a lost container ran
         try:
             end = self._allocate_and_run()
         except Exception as e:  # the AM must always leave a final status behind

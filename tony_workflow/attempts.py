@@ -17,8 +17,8 @@ from pathlib import Path
 
 from .status import JobState, JobStatus, TaskState, TaskStatus
 
-__all__ = ["Resume", "resume_point", "finished_verdict", "write_am_info", "mark_am_stopped", "ATTEMPT_ENV",
-           "OWNER_ENV", "RESULT_FILE"]
+__all__ = ["Resume", "resume_point", "finished_verdict", "write_am_info", "mark_am_stopped", "attempt_state",
+           "status_from_state", "ATTEMPT_ENV", "COUNTED_ENV", "OWNER_ENV", "RESULT_FILE"]
 
 #: What an executor writes in its container when its user process ended by itself, before it tells
 #: the AM: an attempt that dies before hearing it finds the outcome there.
@@ -26,6 +26,9 @@ RESULT_FILE = "result.json"
 
 #: The attempt number the supervisor gives each AM it starts (1 first).
 ATTEMPT_ENV = "TONY_AM_ATTEMPT"
+#: How many earlier attempts count against tony.am.max-attempts (one whose container the cluster
+#: took back does not).
+COUNTED_ENV = "TONY_AM_COUNTED"
 #: ``pid:start time`` of the process that holds the job's resources across attempts.
 OWNER_ENV = "TONY_AM_OWNER"
 
@@ -58,6 +61,8 @@ class Resume:
     """Where attempt ``attempt`` of the AM starts."""
 
     attempt: int = 1
+    #: earlier attempts that count against tony.am.max-attempts
+    counted: int = 0
     first_session: int = 0
     retries: int = 0
     reclaims: int = 0
@@ -70,12 +75,13 @@ class Resume:
 def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
     """How attempt ``attempt`` (default: from the environment) of the AM in ``app_dir`` starts."""
     attempt = attempt if attempt is not None else int(os.environ.get(ATTEMPT_ENV) or 1)
+    counted = int(os.environ.get(COUNTED_ENV) or max(0, attempt - 1))
     if attempt <= 1:
         return Resume()
     try:
         st = JobStatus.from_dict(json.loads((app_dir / "status.json").read_text()))
     except (OSError, ValueError):
-        return Resume(attempt=attempt)
+        return Resume(attempt=attempt, counted=counted)
     port = 0
     try:
         port = int(json.loads((app_dir / "am.json").read_text())["address"].rsplit(":", 1)[1])
@@ -83,8 +89,30 @@ def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
         pass
     # A session that started is over with its attempt: the next one takes its place.
     first = st.session_id + 1 if st.attempts else 0
-    return Resume(attempt=attempt, first_session=first, retries=st.retries, reclaims=st.reclaims,
+    return Resume(attempt=attempt, counted=counted, first_session=first, retries=st.retries, reclaims=st.reclaims,
                   started_at=st.started_at, port=port, diagnostics=st.diagnostics)
+
+
+def attempt_state(status: JobStatus, resume: Resume) -> dict:
+    """What a later attempt in another container needs of this one (the job's status file stays
+    behind with the container): kept by the cluster (:meth:`ClusterManager.save_attempt_state`)."""
+    started = bool(status.attempts)  # this attempt has started a session (else: where it will)
+    return {"attempt": resume.attempt, "counted": resume.counted,
+            "session_id": status.session_id if started else max(0, resume.first_session - 1),
+            "attempts": status.attempts if started else resume.first_session,
+            "retries": status.retries, "reclaims": status.reclaims,
+            "started_at": status.started_at, "diagnostics": status.diagnostics, "name": status.name,
+            "backend": status.backend, "tracking_url": status.tracking_url}
+
+
+def status_from_state(app_id: str, state: dict) -> JobStatus:
+    """The status an :func:`attempt_state` stands for, as :func:`resume_point` reads it."""
+    return JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=state.get("name"),
+                     session_id=int(state.get("session_id", 0)), attempts=int(state.get("attempts", 0)),
+                     retries=int(state.get("retries", 0)), reclaims=int(state.get("reclaims", 0)),
+                     started_at=state.get("started_at"), diagnostics=state.get("diagnostics") or "",
+                     backend=state.get("backend") or "yarn", tracking_url=state.get("tracking_url"),
+                     am_attempt=int(state.get("attempt", 1)))
 
 
 def finished_verdict(policy, spec, results: dict[str, int]) -> tuple[str, str] | None:

@@ -96,8 +96,10 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         elif kind == "am_started":
             timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt', 1)} started"})
         elif kind == "am_attempt_failed":
-            timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt')} failed",
-                             "detail": str(e.get("reason") or "")[:500]})
+            what = f"ApplicationMaster attempt {e.get('attempt')} failed"
+            if e.get("counted") is False:  # the cluster took its container back, as YARN does not count it
+                what += " (not counted against tony.am.max-attempts)"
+            timeline.append({"ts": ts, "what": what, "detail": str(e.get("reason") or "")[:500]})
         elif kind == "container_reclaimed":
             timeline.append({"ts": ts, "what": f"the container of task {e.get('task')} was {e.get('cause')}",
                              "detail": "relaunched without spending tony.am.retry-count"})

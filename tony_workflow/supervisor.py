@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from . import process
-from .attempts import ATTEMPT_ENV, OWNER_ENV, mark_am_stopped
+from .attempts import ATTEMPT_ENV, COUNTED_ENV, OWNER_ENV, mark_am_stopped
 from .events import EventLog
 from .status import JobState, JobStatus, StatusFile
 
@@ -52,10 +52,12 @@ def become_subreaper() -> bool:
 
 class Supervisor:
     def __init__(self, backend: str, app_dir: Path, *, max_attempts: int, liveness_s: float,
-                 python: str = sys.executable):
+                 python: str = sys.executable, carried: dict | None = None):
         self.backend = backend
         self.app_dir = app_dir
         self.max_attempts = max(1, max_attempts)
+        #: what an earlier container of the job's AM left (YARN: :mod:`.backends.yarn_attempts`)
+        self.carried = carried or {}
         self.liveness_s = liveness_s
         self.python = python
         self.events = EventLog(app_dir / "events.jsonl")
@@ -64,12 +66,13 @@ class Supervisor:
         self.am: _Child | None = None
 
     # -------------------------------------------------------------- one attempt
-    def _start(self, attempt: int) -> "_Child":
-        """Starts attempt ``attempt``: a fork of this process (which imported the AM before it
-        started anything, so a restart costs no interpreter start and no imports) that runs the
-        AM's main with the attempt's environment and the AM's log files as stdout and stderr."""
+    def _start(self, attempt: int, counted: int) -> "_Child":
+        """Starts attempt ``attempt`` (``counted`` earlier ones count against the limit): a fork of
+        this process (which imported the AM before it started anything, so a restart costs no
+        interpreter start and no imports) that runs the AM's main with the attempt's environment
+        and the AM's log files as stdout and stderr."""
         me = os.getpid()
-        env = {ATTEMPT_ENV: str(attempt), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
+        env = {ATTEMPT_ENV: str(attempt), COUNTED_ENV: str(counted), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
         out = os.open(self.app_dir / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err = os.open(self.app_dir / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         sys.stdout.flush()
@@ -195,25 +198,38 @@ class Supervisor:
     def run(self) -> int:
         me = os.getpid()
         (self.app_dir / INFO_FILE).write_text(json.dumps({"pid": me, "started": process.start_time(me)}))
-        attempt = 1
+        # Attempts are numbered across the job's AM containers; those that count are its failures.
+        attempt, counted = int(self.carried.get("attempt", 0)) + 1, int(self.carried.get("counted", 0))
         try:
+            if attempt > 1:  # a new container: the one before it was lost with what ran in it
+                why = self.carried.get("why") or "the ApplicationMaster's container ended"
+                reclaimed = bool(self.carried.get("reclaimed"))
+                self.events.emit("am_attempt_failed", attempt=attempt - 1, reason=why, counted=not reclaimed)
+                if reclaimed:
+                    why += " (which does not count against tony.am.max-attempts)"
+                if counted >= self.max_attempts:
+                    self._final_status(JobState.FAILED, f"{why}; no attempts left "
+                                       f"(tony.am.max-attempts={self.max_attempts})")
+                    return 1
+                self._note(f"{why}; starting attempt {attempt}", attempt)
             while True:
-                self.am = self._start(attempt)
+                self.am = self._start(attempt, counted)
                 why = self._watch(self.am, attempt)
                 if why is None:
                     self._mark_stopped()
                     return 0 if self._state() == JobState.SUCCEEDED else 1
                 self.clear()
-                self.events.emit("am_attempt_failed", attempt=attempt, reason=why)
+                counted += 1
+                self.events.emit("am_attempt_failed", attempt=attempt, reason=why, counted=True)
                 if self.stop_reason:
                     self._final_status(JobState.KILLED, f"{self.stop_reason}; {why}")
                     return 1
-                if attempt >= self.max_attempts:
+                if counted >= self.max_attempts:
                     self._final_status(JobState.FAILED, f"{why}; no attempts left "
                                        f"(tony.am.max-attempts={self.max_attempts})")
                     return 1
                 attempt += 1
-                self._note(f"{why}; starting attempt {attempt} of {self.max_attempts}", attempt)
+                self._note(f"{why}; starting attempt {attempt} ({counted} of {self.max_attempts} spent)", attempt)
         finally:
             self.clear()
             self.events.close()
@@ -296,6 +312,27 @@ class _Child:
             os.kill(self.pid, sig)
 
 
+def carried_over(app_dir: Path) -> dict | None:
+    """On YARN, in a container that skein started again after the AM's container before it ended
+    (its node lost, say), what that container left: :func:`tony_workflow.backends.yarn_attempts.carry_over`,
+    asked in a process of its own (skein's gRPC must not start in a process that forks the AM).
+    None in the job's first AM container, which costs nothing."""
+    import subprocess
+
+    instance = os.environ.get("SKEIN_CONTAINER_ID", "").rpartition("_")[2]
+    if not instance.isdigit() or int(instance) == 0:
+        return None
+    done = subprocess.run([sys.executable, "-m", "tony_workflow.backends.yarn_attempts", "--app-dir", str(app_dir)],
+                          capture_output=True, text=True, timeout=300)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        sys.stderr.write(f"tony-supervisor: could not read what the earlier AM container left:\n{done.stderr}\n")
+        # A restarted container is a lost one: count it, as nothing says the cluster took it back.
+        return {"attempt": int(instance), "counted": int(instance), "reclaimed": False,
+                "why": "the ApplicationMaster's container ended (what it left could not be read)"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tony-supervisor", description="runs a job's ApplicationMaster attempts")
     ap.add_argument("--backend", default="local", choices=["local", "yarn"])
@@ -308,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
     become_subreaper()
     sup = Supervisor(args.backend, app_dir, max_attempts=spec.am_max_attempts,
-                     liveness_s=spec.am_liveness_timeout_ms / 1000.0)
+                     liveness_s=spec.am_liveness_timeout_ms / 1000.0,
+                     carried=carried_over(app_dir) if args.backend == "yarn" else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: sup.stop(f"killed: the job's supervisor received {signal.Signals(s).name}"))
     try:

@@ -121,6 +121,44 @@ def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relau
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
+def am_node(info: dict, app_id: str) -> set[int]:
+    """The NodeManagers whose containers run the job's supervisor (its AM container)."""
+    return {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
+            for p in app_processes(app_id) if "tony_workflow.supervisor" in " ".join(p.cmdline())}
+
+
+def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters):
+    # The AM on the labelled NodeManagers 1 and 2, the worker and skein's master on 0. With
+    # tony.am.max-attempts=1 a lost AM container that counted would fail the job.
+    info = clusters(nodemanagers=3, nm_memory_mb=2048, nm_vcores=8, node_labels={"am": [1, 2]}, node_expiry_s=5)
+    yarn = TonyClient("yarn")
+    h = yarn.submit(load_job(job(1, 40, {"tony.am.node-label": "am", "tony.am.max-attempts": "1"})))
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and s.tasks[0].state == "RUNNING" and s,
+                  timeout=240, interval=1)
+    first_tracking = st.tracking_url
+    [lost] = wait_for(lambda: am_node(info, h.app_id), timeout=60)
+    assert lost in (1, 2)
+    before = {p.pid for p in app_processes(h.app_id)}
+    minicluster.stop_nodemanager(info["dir"], lost)
+    # YARN declares the node lost, skein starts the AM's service on the other labelled node, and
+    # the new attempt kills the old worker and starts the next session.
+    again = wait_for(lambda: (s := h.status()).am_attempt == 2 and s.state == "RUNNING" and s.tasks
+                     and s.tasks[0].state == "RUNNING" and s, timeout=300, interval=1)
+    assert again.session_id >= 1 and again.retries == 0, (again.session_id, again.retries)
+    assert "lost with its node" in again.diagnostics, again.diagnostics
+    assert am_node(info, h.app_id) == {3 - lost}
+    assert again.tracking_url == first_tracking  # the ResourceManager's proxy, whichever node serves it
+    wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=60)  # the old worker too
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.am_attempt == 2 and st.retries == 0
+    # The record keeps the lost container's sessions (its events were copied to HDFS) and says why.
+    timeline = [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
+    assert "session 0 started" in timeline and "ApplicationMaster attempt 2 started" in timeline, timeline
+    assert "ApplicationMaster attempt 1 failed (not counted against tony.am.max-attempts)" in timeline, timeline
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
 def test_the_application_priority_is_asked_of_the_resource_manager(clusters):
     info = clusters(nm_memory_mb=4096, max_priority=10)
     h = TonyClient("yarn").submit(load_job(job(1, 600, {"tony.application.priority": "5"})))

@@ -226,6 +226,11 @@ class ClusterManager(ABC):
         """Called by a later AM attempt before anything else: stops what an earlier attempt left
         running that this backend can still reach."""
 
+    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+        """Keeps where the job stands (:func:`tony_workflow.attempts.attempt_state`), and its events
+        in ``app_dir``, where an AM attempt in another container would find them; nothing where
+        every attempt runs beside the job's directory. Called as each session starts."""
+
     def finished_tasks(self, session_id: int) -> dict[str, int]:
         """Exit codes the executors of ``session_id`` recorded for user processes that ended by
         themselves (task id -> code), where the AM can read them; empty elsewhere."""

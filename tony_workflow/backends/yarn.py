@@ -55,6 +55,7 @@ from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, resource_manager
+from .yarn_attempts import am_restarts
 from .yarn_containers import AM_SERVICE, app_store, reclaim_cause, service_name
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
@@ -268,7 +269,9 @@ class YarnBackend(Backend):
                 resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
                 # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
                 script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
-                files={"spec.json": spec_file, **conf_files}, env=am_env, max_restarts=0),
+                files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
+                # A container lost whole (its node) is started again elsewhere (yarn_attempts).
+                max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count)),
         }
         for ttype, task in spec.tasks.items():
             services[service_name(ttype)] = skein.Service(
@@ -537,6 +540,11 @@ class YarnClusterManager(ClusterManager):
                 self.app.kill_container(c.id)
             except Exception:
                 pass  # already gone
+
+    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+        from .yarn_attempts import save_state  # a later AM container picks them up (carry_over)
+
+        save_state(self.app, open_storage(app_store(self.app_id)), state, app_dir / "events.jsonl")
 
     def report_progress(self, fraction: float) -> None:
         try:

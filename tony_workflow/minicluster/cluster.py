@@ -182,7 +182,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
           nm_memory_mb: int = 16384, nm_vcores: int = 16, timeout: float = 180.0, rm_port: int = 0,
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
-          node_expiry_s: float | None = None, progress: Progress = quiet) -> dict:
+          node_expiry_s: float | None = None, distinct_hosts: bool = False, progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
@@ -197,8 +197,10 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     What the scheduler offers beyond one queue is off unless asked for (see :mod:`.scheduling`):
     ``preemption`` (the queues ``default`` and ``urgent`` and the preemption monitor),
     ``node_labels`` (label -> indexes of the NodeManagers carrying it, as an exclusive label),
-    ``max_priority`` (the highest application priority granted) and ``node_expiry_s`` (how soon a
-    silent NodeManager is declared LOST; see :func:`.nodes.stop_nodemanager`). ``cluster.json``
+    ``max_priority`` (the highest application priority granted), ``node_expiry_s`` (how soon a
+    silent NodeManager is declared LOST; see :func:`.nodes.stop_nodemanager`) and
+    ``distinct_hosts`` (NodeManager INDEX on 127.0.0.(INDEX+1), so that YARN can place containers
+    on distinct hosts; not with ``secure``, whose principals name localhost). ``cluster.json``
     says what the cluster offers, and lists the NodeManagers by index.
 
     Raises :class:`MiniClusterError` when a cluster already runs there or it cannot start.
@@ -212,8 +214,12 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     if timeout <= 0:
         raise MiniClusterError(f"timeout must be positive, got {timeout!r}")
     scheduling = Scheduling(preemption=bool(preemption), node_labels=dict(node_labels or {}),
-                            max_priority=max_priority, node_expiry_s=node_expiry_s)
+                            max_priority=max_priority, node_expiry_s=node_expiry_s,
+                            distinct_hosts=bool(distinct_hosts))
     scheduling.check(nodemanagers)
+    if secure and distinct_hosts:
+        raise MiniClusterError("distinct_hosts cannot be used with secure: the daemons' Kerberos principals "
+                               "name localhost")
     ports = {"ResourceManager RPC": rm_port, "ResourceManager web": rm_web_port, "NameNode RPC": namenode_port,
              "WebHDFS": webhdfs_port}
     if any(p > 65535 for p in ports.values()):

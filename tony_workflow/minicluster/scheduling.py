@@ -1,5 +1,6 @@
 """What a mini cluster's scheduler offers beyond one queue: two queues with preemption, node labels,
-application priorities, and a ResourceManager that soon notices a NodeManager gone.
+application priorities, a ResourceManager that soon notices a NodeManager gone, and NodeManagers
+on hosts of their own.
 
 These are what a job must survive or use on a shared production cluster: containers taken back
 for another queue (exit status PREEMPTED), containers lost with their node (ABORTED), task types
@@ -25,6 +26,8 @@ __all__ = ["Scheduling", "URGENT_QUEUE", "parse_node_labels"]
 URGENT_QUEUE = "urgent"
 # The launcher reads this (LABEL=INDEX,...) and labels the NodeManagers once they have registered.
 NODE_LABELS_KEY = "tony.minicluster.node-labels"
+# The launcher reads this and puts NodeManager INDEX on 127.0.0.(INDEX+1).
+DISTINCT_HOSTS_KEY = "tony.minicluster.distinct-hosts"
 
 _CS = "yarn.scheduler.capacity"
 _PREEMPTION = "yarn.resourcemanager.monitor.capacity.preemption"
@@ -52,12 +55,15 @@ class Scheduling:
     queue may use every label. ``max_priority``: the highest application priority the cluster
     grants (0, Hadoop's default, grants none above the queues' default of 0). ``node_expiry_s``:
     how long the ResourceManager waits for a silent NodeManager before declaring it LOST (None:
-    Hadoop's 10 minutes)."""
+    Hadoop's 10 minutes). ``distinct_hosts``: NodeManager INDEX on the loopback address
+    127.0.0.(INDEX+1), a host of its own, instead of all on localhost, where YARN cannot place
+    containers on one host rather than another."""
 
     preemption: bool = False
     node_labels: Mapping[str, list[int]] = field(default_factory=dict)
     max_priority: int = 0
     node_expiry_s: float | None = None
+    distinct_hosts: bool = False
 
     def check(self, nodemanagers: int) -> None:
         if not isinstance(self.max_priority, int) or isinstance(self.max_priority, bool) or self.max_priority < 0:
@@ -129,6 +135,8 @@ class Scheduling:
             })
         if self.max_priority:
             yarn["yarn.cluster.max-application-priority"] = self.max_priority
+        if self.distinct_hosts:
+            yarn[DISTINCT_HOSTS_KEY] = True
         return yarn
 
     def _capacity_scheduler(self) -> dict[str, object]:
@@ -165,4 +173,5 @@ class Scheduling:
         """What ``cluster.json`` says the cluster offers."""
         return {"queues": self.queues, "preemption": self.preemption,
                 "node_labels": {label: list(idx) for label, idx in self.node_labels.items()},
-                "max_application_priority": self.max_priority, "node_expiry_s": self.node_expiry_s}
+                "max_application_priority": self.max_priority, "node_expiry_s": self.node_expiry_s,
+                "distinct_hosts": self.distinct_hosts}

@@ -77,6 +77,7 @@ public final class MiniClusterMain {
   private static final String CONTROL_DIR = "run/control";
   private static final String STOP_NODEMANAGER = "stop-nodemanager-";
   private static final String NODE_LABELS_KEY = "tony.minicluster.node-labels";
+  private static final String DISTINCT_HOSTS_KEY = "tony.minicluster.distinct-hosts";
 
   public static void main(String[] args) {
     if (args.length < 4 || args.length == 5) {
@@ -206,6 +207,9 @@ public final class MiniClusterMain {
     nodeManagerCount = nodeManagers;
     yarn = new MiniYARNCluster("tony", 1, nodeManagers, 1, 1);
     yarn.init(conf);
+    if (conf.getBoolean(DISTINCT_HOSTS_KEY, false)) {
+      giveNodeManagersHostsOfTheirOwn(nodeManagers);
+    }
     yarn.start();
     if (!yarn.waitForNodeManagersToConnect(60_000)) {
       throw new IOException("the NodeManagers did not register with the ResourceManager within 60 s");
@@ -227,6 +231,25 @@ public final class MiniClusterMain {
       addresses.put("nodemanager." + i + ".http_address", id.getHost() + ":" + nm.getNMContext().getHttpPort());
     }
     writeJson(new File(stateDir, "run/addresses.json").toPath(), addresses);
+  }
+
+  /**
+   * Puts NodeManager INDEX on the loopback address 127.0.0.(INDEX+1) instead of every one on
+   * localhost, so that each is a host of its own: YARN places containers on hosts, and a request
+   * for one host (locality), or for tasks on distinct hosts, cannot tell apart NodeManagers that
+   * share one. MiniYARNCluster writes localhost into each NodeManager's configuration as it
+   * initialises them; the NodeManagers read their addresses only when they start, so the
+   * addresses are replaced in between. A node's id is its address's host name, and 127.0.0.2 and
+   * above have none here, so they are named by their address.
+   */
+  private static void giveNodeManagersHostsOfTheirOwn(int nodeManagers) {
+    for (int i = 0; i < nodeManagers; i++) {
+      Configuration nm = yarn.getNodeManager(i).getConfig();
+      String host = "127.0.0." + (i + 1);
+      nm.set(YarnConfiguration.NM_ADDRESS, host + ":0");
+      nm.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":0");
+      WebAppUtils.setNMWebAppHostNameAndPort(nm, host, 0);
+    }
   }
 
   /**

@@ -67,6 +67,7 @@ class ApplicationMaster(AMRoutes):
         self.cond = threading.Condition(self.lock)
         self._gang_ready = threading.Event()  # set when the current session's gang has registered
         self.events = EventLog(self.app_dir / "events.jsonl")
+        cluster.events = self.events
         self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
         self.store_failure: str | None = None  # set when the store's trouble must fail the job
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
@@ -81,7 +82,7 @@ class ApplicationMaster(AMRoutes):
         self.resume = resume or Resume()
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=self.resume.started_at or time.time(),
-                                backend=type(cluster).__module__.rsplit(".", 1)[-1],
+                                backend=cluster.name,
                                 retries=self.resume.retries, reclaims=self.resume.reclaims,
                                 am_attempt=self.resume.attempt,
                                 diagnostics=self.resume.diagnostics)

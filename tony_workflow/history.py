@@ -103,6 +103,10 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         elif kind == "container_reclaimed":
             timeline.append({"ts": ts, "what": f"the container of task {e.get('task')} was {e.get('cause')}",
                              "detail": "relaunched without spending tony.am.retry-count"})
+        elif kind == "placed_anywhere":
+            timeline.append({"ts": ts, "what": f"task {e.get('task')} placed anywhere: node {e.get('host')} gave no "
+                             f"container in {float(e.get('waited_s') or 0):g} s", "detail": "tony.<type>.spread: spread where "
+                             "the cluster allows"})
         elif kind == "task_restarted":
             timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
         elif kind == "task_state" and "task" in e:

@@ -269,7 +269,7 @@ class Supervisor:
         record_history(self.app_dir, self.backend)  # no attempt lived to write it
         if self.backend == "yarn":  # the ResourceManager and the status in HDFS must hear it too
             with contextlib.suppress(Exception):
-                from .backends.yarn import YarnClusterManager
+                from .backends.yarn_am import YarnClusterManager
 
                 status = json.loads((self.app_dir / "status.json").read_text())
                 YarnClusterManager().finish(state, diagnostics, status)

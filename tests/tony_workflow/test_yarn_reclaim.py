@@ -1,12 +1,14 @@
 """Containers YARN takes back, on mini clusters that can: a queue with a better claim preempts a
 running job's worker, and a NodeManager dies under a worker. Neither is the job's failure: with
 ``tony.am.retry-count=0`` the job still SUCCEEDS, relaunched for free, and the status says why.
-Also on these clusters: task types on labelled nodes, and the application's priority.
+Also on these clusters: task types on labelled nodes, an AM lost with its node, task types spread
+over the nodes (NodeManagers on hosts of their own), and the application's priority.
 
 The jobs are small commands, not TensorFlow: what is tested is YARN's and the AM's part."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,7 +31,8 @@ def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory):
-    """Starts mini clusters on demand (one per kind), each with its client environment while used."""
+    """Starts a mini cluster of the kind a test asks for, with its client environment, after
+    stopping the one before it (on two cores, idle clusters still cost the running one its CPU)."""
     reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
@@ -37,6 +40,8 @@ def clusters(tmp_path_factory):
     saved = dict(os.environ)
 
     def use(**options) -> dict:
+        for d in started:
+            minicluster.stop(d)
         d = tmp_path_factory.mktemp("reclaim-mc")
         info = minicluster.start(d, **options)
         started.append(d)
@@ -156,6 +161,42 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     timeline = [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
     assert "session 0 started" in timeline and "ApplicationMaster attempt 2 started" in timeline, timeline
     assert "ApplicationMaster attempt 1 failed (not counted against tony.am.max-attempts)" in timeline, timeline
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def task_nodes(info: dict, status) -> dict[str, int]:
+    return {t.task_id: node_of_task(info, status, t.task_id) for t in status.tasks}
+
+
+def test_spread_workers_go_to_distinct_nodes_and_share_them_evenly_when_more(clusters):
+    info = clusters(nodemanagers=3, nm_memory_mb=4096, nm_vcores=16, distinct_hosts=True)
+    assert len({n["node_id"].split(":")[0] for n in info["nodes"]}) == 3
+    yarn = TonyClient("yarn")
+    h = yarn.submit(load_job(job(6, 30, {"tony.worker.spread": "true"}, memory="256m")))
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 6 and
+                  all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1)
+    # Six workers on three nodes: two each. Left to itself, YARN gives one node's heartbeat all the
+    # containers that fit on it (all six here).
+    assert Counter(task_nodes(info, st).values()) == {0: 2, 1: 2, 2: 2}, task_nodes(info, st)
+    assert h.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_spread_worker_whose_node_gives_no_container_is_asked_anywhere(clusters):
+    # NodeManager 2 dies before the job is submitted, and YARN takes ten minutes to notice: the
+    # ResourceManager still lists it, so the client gives it a service, whose request never ends.
+    info = clusters(nodemanagers=3, nm_memory_mb=4096, nm_vcores=16, distinct_hosts=True)
+    minicluster.stop_nodemanager(info["dir"], 2)
+    h = TonyClient("yarn").submit(load_job(job(3, 45, {"tony.worker.spread": "true"}, memory="256m")))
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 3 and
+                  all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1)
+    nodes = task_nodes(info, st)
+    assert set(nodes.values()) == {0, 1}, nodes  # two on their own nodes, the third where there was room
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED" and st.retries == 0, st.diagnostics
+    timeline = [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
+    [placed] = [w for w in timeline if "placed anywhere" in w]
+    assert placed.endswith(f"node {info['nodes'][2]['node_id'].split(':')[0]} gave no container in 20 s"), placed
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 

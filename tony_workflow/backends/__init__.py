@@ -52,7 +52,7 @@ def get_cluster_manager(name: str, app_dir: Path, spec: "JobSpec") -> tuple[Clus
         from .local import LocalClusterManager
         return LocalClusterManager.for_app(app_dir, spec)
     if name == "yarn":
-        from .yarn import YarnClusterManager
+        from .yarn_am import YarnClusterManager
         cluster = YarnClusterManager()
         # Clients read the tokens from skein's key-value store, which only the application's owner
         # can, so the AM makes them itself, once: a later attempt in this container takes them over.

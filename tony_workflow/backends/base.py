@@ -151,8 +151,18 @@ class AMIdentity:
 class ClusterManager(ABC):
     """AM-side access to the cluster."""
 
+    #: the backend's name (``local``, ``yarn``): the job status's ``backend``
+    name: str = "local"
+
     #: the command a container runs to start the TaskExecutor
     executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
+    #: the job's event log, given by the AM: what the cluster did to the job's placement, for the record
+    events = None
+
+    def note(self, event: str, **fields) -> None:
+        """Records ``event`` in the job's events (nothing before the AM gave its log)."""
+        if self.events is not None:
+            self.events.emit(event, **fields)
     #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
     #: cluster has not yet said how its container ended: a cluster that can take containers back
     #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.

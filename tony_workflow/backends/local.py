@@ -168,6 +168,8 @@ def enqueue(ledger: dict, app_id: str, pid: int) -> None:
 class LocalClusterManager(ClusterManager):
     """AM-side: the ledger, and containers as local process groups."""
 
+    name = "local"
+
     def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None,
                  fork_server: bool = False, attempt: int = 1, owner_started: float | None = None):
         self.app_id = app_id

@@ -1,9 +1,10 @@
-"""YARN through skein.
+"""YARN through skein: the client's side (the AM's is :mod:`.yarn_am`).
 
 The application is a skein application whose ``tony-am`` service runs this package's
-ApplicationMaster. Every task type is a service with no instances of its own; the AM adds one
-container per task through skein's ApplicationClient, with the task's identity in the container's
-environment, and kills them the same way. The AM's address and token travel through skein's
+ApplicationMaster. Every task type is a service with no instances of its own (a spread type also
+has one per node it may use, :mod:`.yarn_spread`); the AM adds one container per task through
+skein's ApplicationClient, with the task's identity in the container's environment, and kills
+them the same way. The AM's address and token travel through skein's
 key-value store, TensorBoard becomes a page of skein's web UI (so the application's tracking URL,
 through the ResourceManager proxy, leads to it), and the final status and diagnostics are set on
 the YARN application at shutdown. Once the AM is gone, status comes from the ResourceManager.
@@ -52,18 +53,18 @@ from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..storage import open_storage
 from ..status import JobState, JobStatus
-from .base import AMEndpoint, Backend, Capacity, ClusterManager, Container, ContainerRequest, check_fits, gang_requests
+from .base import AMEndpoint, Backend, Capacity, ContainerRequest, check_fits, gang_requests
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, resource_manager
 from .yarn_attempts import am_restarts
-from .yarn_containers import AM_SERVICE, app_store, reclaim_cause, service_name
+from .yarn_am import YarnClusterManager
+from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, service_name
+from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
 
 log = logging.getLogger("tony.yarn")
 
-KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
-KV_STATUS = "tony.status"
 
 def yarn_lifetime_s(timeout_ms: int) -> float:
     """The YARN lifetime of a job with tony.application.timeout ``timeout_ms``: a tenth longer (10 s
@@ -74,7 +75,6 @@ def yarn_lifetime_s(timeout_ms: int) -> float:
 
 _YARN_RUNNING = ("RUNNING",)
 _YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
-_SKEIN_FINAL = {JobState.SUCCEEDED: "SUCCEEDED", JobState.FAILED: "FAILED", JobState.KILLED: "KILLED"}
 
 
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
@@ -264,27 +264,36 @@ class YarnBackend(Backend):
         base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1"}
         am_env = {**base_env, **docker_env(spec.docker_image("am"), spec.docker_mounts)}
         conf_env = 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; '
-        services = {
-            AM_SERVICE: skein.Service(
-                resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
-                # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
-                script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
-                files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
-                # A container lost whole (its node) is started again elsewhere (yarn_attempts).
-                max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count)),
-        }
+        services, spread = {}, {}
+        nodes = rm.nodes() if any(t.spread for t in spec.tasks.values()) else []
         for ttype, task in spec.tasks.items():
-            services[service_name(ttype)] = skein.Service(
-                resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
-                                          gpus=task.resources.gpus),
-                script=f"{conf_env}exec {python} -m tony_workflow.executor",
-                files={"spec.json": spec_file, **conf_files, **task_files},
-                env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
-                     **docker_env(task.docker_image, spec.docker_mounts)},
-                instances=0, max_restarts=0,
-                # The AM decides what a failed task means; skein must not fail the application.
-                allow_failures=True,
-                node_label=task.node_label or "")
+            def task_service(task=task, **locality) -> skein.Service:
+                return skein.Service(
+                    resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
+                                              gpus=task.resources.gpus),
+                    script=f"{conf_env}exec {python} -m tony_workflow.executor",
+                    files={"spec.json": spec_file, **conf_files, **task_files},
+                    env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
+                         **docker_env(task.docker_image, spec.docker_mounts)},
+                    instances=0, max_restarts=0,
+                    # The AM decides what a failed task means; skein must not fail the application.
+                    allow_failures=True, node_label=task.node_label or "", **locality)
+            services[service_name(ttype)] = task_service()
+            if task.spread:  # one service per node the type may use (yarn_spread)
+                r = task.resources
+                spread[ttype] = spread_hosts(nodes, task.node_label or spec.node_label or "", r.memory_mb, r.vcores,
+                                             r.gpus, task.instances)
+                for k, host in enumerate(spread[ttype]):
+                    services[spread_service(ttype, k)] = task_service(nodes=[host], relax_locality=False)
+        if spread:
+            am_env[SPREAD_ENV] = encode_hosts(spread)
+        services[AM_SERVICE] = skein.Service(
+            resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
+            # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
+            script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
+            files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
+            # A container lost whole (its node) is started again elsewhere (yarn_attempts).
+            max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count))
         app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services,
                                     tags=set(spec.tags) | {"tony"}, max_attempts=1,
                                     node_label=spec.node_label or "")
@@ -405,163 +414,3 @@ class YarnBackend(Backend):
 
     def list_applications(self) -> list[str]:
         return [a.id for a in self.rm.apps(tags=("tony",)) if "tony" in a.tags]
-
-
-class YarnClusterManager(ClusterManager):
-    """AM side: containers are skein containers added to the task type's service."""
-
-    # The NodeManager sees a preempted container's processes end before the ResourceManager tells
-    # skein's AM why (a heartbeat each way), and a lost node is declared only after
-    # yarn.nm.liveness-monitor.expiry-interval-ms (10 minutes by default; far less on clusters
-    # tuned for it). Past this, a silent task is judged a failure like any other: a hung task must
-    # not wait for a node loss that may never be declared.
-    reclaim_wait_s = 30.0
-
-    def __init__(self, app_client=None):
-        import skein
-        self.app = app_client or skein.ApplicationClient.from_current()
-        self.app_id = skein.properties.application_id
-        self._containers: dict[str, Any] = {}   # our container id -> skein container id
-        self._seq = 0
-        self._cache: tuple[float, dict[str, Any]] = (0.0, {})
-        self._lock = threading.Lock()
-
-    def allocate(self, requests_: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
-        # YARN grants containers as they are added; registration is where the gang forms.
-        return [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
-
-    def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: int) -> Container:
-        with self._lock:
-            self._seq += 1
-            cid = f"{task_id}#{self._seq}"
-        return Container(id=cid, task_id=task_id, memory_mb=memory_mb, vcores=vcores,
-                         gpu_indices=list(range(gpus)), host="")
-
-    def new_container(self, like: Container) -> Container:
-        return self._make(like.task_id, like.memory_mb, like.vcores, len(like.gpu_indices))
-
-    def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
-        ttype = container.task_id.split(":")[0]
-        skein_container = self.app.add_container(service_name(ttype), env={k: str(v) for k, v in env.items()})
-        self._containers[container.id] = skein_container.id
-        self._cache = (0.0, {})
-
-    def _states(self) -> dict[str, Any]:
-        # One RPC per monitor pass at most, not one per container.
-        at, states = self._cache
-        if time.time() - at > 1.0:
-            states = {c.id: c for c in self.app.get_containers(
-                states=["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])}
-            self._cache = (time.time(), states)
-        return states
-
-    def poll(self, container: Container) -> int | None:
-        sid = self._containers.get(container.id)
-        c = self._states().get(sid) if sid else None
-        if c is None:
-            return None
-        state = str(c.state)
-        if state == "SUCCEEDED":
-            return 0
-        if state == "FAILED":
-            return 1
-        if state == "KILLED":
-            return 137
-        return None
-
-    def reclaimed(self, container: Container) -> str | None:
-        sid = self._containers.get(container.id)
-        c = self._states().get(sid) if sid else None
-        if c is None or str(c.state) != "FAILED":
-            return None
-        return reclaim_cause(c.exit_message or "")
-
-    def kill(self, container: Container, grace: float = 5.0) -> None:
-        sid = self._containers.get(container.id)
-        if sid:
-            try:
-                self.app.kill_container(sid)
-            except Exception:
-                pass  # already gone
-            self._cache = (0.0, {})
-
-    def release(self) -> None:
-        for sid in list(self._containers.values()):
-            try:
-                self.app.kill_container(sid)
-            except Exception:
-                pass
-
-    def log_url(self, container: Container) -> str | None:
-        sid = self._containers.get(container.id)
-        c = self._states().get(sid) if sid else None
-        if c is None or not c.yarn_node_http_address:
-            return None
-        user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME") or ""
-        return f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/{user}"
-
-    def checkpoint_location(self, app_dir: Path) -> str:
-        return f"{app_store(self.app_id)}/checkpoints"
-
-    def log_dir(self, app_dir: Path) -> str | None:
-        return None  # no directory is shared across nodes: the chief serves its own
-
-    def publish_endpoint(self, address: str, token: str, view_token: str, tracking_url: str) -> str:
-        self.app.kv[KV_TOKEN] = token.encode()
-        self.app.kv[KV_VIEW] = view_token.encode()
-        self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
-        return self._proxy("tony", tracking_url, "TonY") or tracking_url
-
-    def expose_tensorboard(self, url: str) -> str | None:
-        return self._proxy("tensorboard", url, "TensorBoard")
-
-    def _proxy(self, route: str, url: str, link_name: str) -> str | None:
-        """The ResourceManager-proxied address of ``url``, one per route for the whole application:
-        a relaunched session's TensorBoard, or a later AM attempt, takes the route over, so the link
-        users already have keeps working. None when the proxy cannot be set up."""
-        ui = self.app.ui
-        try:
-            return ui.add_page(route, url, link_name=link_name).address
-        except Exception:
-            pass  # the route is taken: by an earlier session or attempt
-        try:
-            ui.remove_page(route)
-            return ui.add_page(route, url, link_name=link_name).address
-        except Exception:
-            return None
-
-    def recover(self) -> None:
-        """A later AM attempt's first step: the task containers an earlier attempt started (the
-        services still run them) are killed, so that the new session does not train beside them."""
-        for c in self.app.get_containers(states=["WAITING", "REQUESTED", "RUNNING"]):
-            if c.service_name == AM_SERVICE:
-                continue
-            try:
-                self.app.kill_container(c.id)
-            except Exception:
-                pass  # already gone
-
-    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
-        from .yarn_attempts import save_state  # a later AM container picks them up (carry_over)
-
-        save_state(self.app, open_storage(app_store(self.app_id)), state, app_dir / "events.jsonl")
-
-    def report_progress(self, fraction: float) -> None:
-        try:
-            self.app.set_progress(min(1.0, max(0.0, fraction)))  # the ResourceManager's progress bar
-        except Exception as e:  # the driver's errors, a closed channel while the AM ends
-            log.debug("progress not reported to the ResourceManager: %s", e)
-
-    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
-        if status is not None:
-            # The whole final status outlives the AM in HDFS; the ResourceManager keeps only a line.
-            try:
-                store = open_storage(app_store(self.app_id))
-                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-                    json.dump(status, fh)
-                store.put(Path(fh.name), "status.json")
-                os.unlink(fh.name)
-            except (OSError, ValueError):
-                pass
-        self.app.shutdown(_SKEIN_FINAL.get(state, "FAILED"),
-                          (diagnostics or f"TonY application {state}")[-4000:])

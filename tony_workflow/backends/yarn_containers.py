@@ -1,14 +1,16 @@
-"""What the YARN backend's containers are called, where a YARN job keeps its files, and how YARN
-says that it took a container back. Shared by the client, the AM's cluster manager and a new AM
+"""What the YARN backend's containers are called, where a YARN job keeps its files and its AM's
+address, and how YARN says that it took a container back. Shared by the client, the AM's cluster manager and a new AM
 container taking over (:mod:`.yarn_attempts`), without skein."""
 from __future__ import annotations
 
 from ..process import user_name
 
-__all__ = ["AM_SERVICE", "service_name", "reclaim_cause", "app_store"]
+__all__ = ["AM_SERVICE", "KV_ADDRESS", "KV_TOKEN", "KV_VIEW", "service_name", "reclaim_cause", "app_store"]
 
 #: The skein service whose container runs the job's supervisor and ApplicationMaster.
 AM_SERVICE = "tony-am"
+#: Where in skein's key-value store the AM leaves its address and tokens for clients.
+KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
 
 
 def service_name(task_type: str) -> str:

@@ -30,6 +30,7 @@ TonY's ``tony-default.xml``. It can be written three ways, all ending in one :cl
           docker_image: img       # tony.docker.worker.image (and tony.docker.enabled=true unless set)
           restart_policy: task    # tony.worker.restart-policy: session | task
           timeout: 0              # tony.worker.timeout, in milliseconds
+          spread: true            # tony.worker.spread: on distinct nodes of a YARN cluster where it can
         ps: {instances: 1}
       conf: {tony.task.metrics-interval-ms: 10000}  # any flat key; values: strings, numbers, booleans, lists
       tony.task.heartbeat-interval-ms: 500   # flat tony.* keys are also accepted at the top level

@@ -175,8 +175,10 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
 TONY_DEFAULTS: dict[str, str] = {**TONY_XML_DEFAULTS, **PROJECT_DEFAULTS}
 
 # What tony.<type>.<field> reads when neither the file nor TONY_DEFAULTS sets it (TonY's code
-# defaults for memory/vcores/gpus; restart-policy is this project's own per-type key).
-TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0"}
+# defaults for memory/vcores/gpus; restart-policy and spread are this project's own per-type keys:
+# spread puts a type's tasks on distinct nodes of a YARN cluster where it can).
+TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0",
+                 "spread": "false"}
 
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
 
@@ -235,7 +237,7 @@ OTHER_TONY_KEYS = frozenset({
 
 #: The settings every task type has: ``tony.<type>.<field>``.
 TASK_FIELDS = ("instances", "max-instances", "memory", "vcores", "gpus", "command", "node-label",
-               "restart-policy", "timeout", "resources")
+               "restart-policy", "timeout", "resources", "spread")
 
 _TASK_KEY = re.compile(r"^tony\.([a-z][a-z0-9_-]*)\.([a-z][a-z0-9_.-]*)$")
 _DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")

@@ -60,8 +60,9 @@ class TaskSpec:
     :meth:`JobSpec.command_for` (tony.<type>.command, then tony.containers.command, then executes),
     or None. ``node_label`` is tony.<type>.node-label, ``docker_image`` the image when
     tony.docker.enabled is true (tony.docker.<type>.image, else tony.docker.containers.image),
-    ``restart_policy`` tony.<type>.restart-policy (``session``, the default, or ``task``) and
-    ``timeout_ms`` tony.<type>.timeout (0, the default, means none).
+    ``restart_policy`` tony.<type>.restart-policy (``session``, the default, or ``task``),
+    ``timeout_ms`` tony.<type>.timeout (0, the default, means none) and ``spread``
+    tony.<type>.spread (on YARN, the tasks go to distinct nodes where the cluster allows).
     """
 
     type: str
@@ -72,6 +73,7 @@ class TaskSpec:
     docker_image: str | None = None
     restart_policy: str = "session"
     timeout_ms: int = 0
+    spread: bool = False
 
     def __post_init__(self):
         if isinstance(self.resources, Mapping):
@@ -79,7 +81,7 @@ class TaskSpec:
         issues = []
         for name, parse in (("instances", lambda v: parse_int(v, 0)),
                             ("restart_policy", parse_restart_policy),
-                            ("timeout_ms", lambda v: parse_int(v, 0))):
+                            ("timeout_ms", lambda v: parse_int(v, 0)), ("spread", parse_bool)):
             try:
                 setattr(self, name, parse(getattr(self, name)))
             except ValueError as exc:
@@ -422,6 +424,7 @@ class JobSpec:
             docker_image=self.docker_image(task_type),
             restart_policy=self._task_typed(task_type, "restart-policy", parse_restart_policy),
             timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
+            spread=self._task_typed(task_type, "spread", parse_bool),
         )
 
     def _active_types(self) -> list[str]:

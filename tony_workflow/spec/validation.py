@@ -78,7 +78,7 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
             issues.append(spec.issue(key, task_type, name_problem))
         for name, parse in (("memory", parse_memory), ("vcores", lambda v: parse_int(v, 1)),
                             ("gpus", lambda v: parse_int(v, 0)), ("timeout", lambda v: parse_int(v, 0)),
-                            ("restart-policy", parse_restart_policy)):
+                            ("restart-policy", parse_restart_policy), ("spread", parse_bool)):
             value = check(task_key(task_type, name), parse, TASK_DEFAULTS[name])
             if name == "gpus" and value and instances:
                 total_gpus += value * instances

@@ -1,0 +1,214 @@
+"""YARN, the ApplicationMaster's side: the job's containers are skein containers.
+
+Every task type is a skein service with no instances of its own (:mod:`tony_workflow.backends.yarn`
+defines them at submission); :class:`YarnClusterManager` adds one container per task to its type's
+service, with the task's identity in the container's environment, watches and kills them through
+skein's ApplicationClient, and says which ones YARN took back (preempted, lost with their node).
+It also publishes the AM's address and tokens in skein's key-value store, puts the AM's page and
+TensorBoard behind the ResourceManager's proxy, keeps what a later AM container needs
+(:mod:`.yarn_attempts`), places spread task types on distinct nodes (:mod:`.yarn_spread`), and
+at the end writes the final status to HDFS and tells YARN how the job ended.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..storage import open_storage
+from ..status import JobState
+from .base import ClusterManager, Container, ContainerRequest
+from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, reclaim_cause, service_name
+from .yarn_spread import Placement
+
+__all__ = ["YarnClusterManager"]
+
+log = logging.getLogger("tony.yarn")
+
+_SKEIN_FINAL = {JobState.SUCCEEDED: "SUCCEEDED", JobState.FAILED: "FAILED", JobState.KILLED: "KILLED"}
+
+
+class YarnClusterManager(ClusterManager):
+    """AM side: containers are skein containers added to the task type's service."""
+
+    name = "yarn"
+
+    # The NodeManager sees a preempted container's processes end before the ResourceManager tells
+    # skein's AM why (a heartbeat each way), and a lost node is declared only after
+    # yarn.nm.liveness-monitor.expiry-interval-ms (10 minutes by default; far less on clusters
+    # tuned for it). Past this, a silent task is judged a failure like any other: a hung task must
+    # not wait for a node loss that may never be declared.
+    reclaim_wait_s = 30.0
+
+    def __init__(self, app_client=None):
+        import skein
+        self.app = app_client or skein.ApplicationClient.from_current()
+        self.app_id = skein.properties.application_id
+        self._containers: dict[str, Any] = {}   # our container id -> skein container id
+        self._seq = 0
+        self._cache: tuple[float, dict[str, Any]] = (0.0, {})
+        self._lock = threading.Lock()
+        self.placement = Placement.from_env()  # nodes for spread task types
+
+    def allocate(self, requests_: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
+        # YARN grants containers as they are added; registration is where the gang forms.
+        return [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
+
+    def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: int) -> Container:
+        with self._lock:
+            self._seq += 1
+            cid = f"{task_id}#{self._seq}"
+        return Container(id=cid, task_id=task_id, memory_mb=memory_mb, vcores=vcores,
+                         gpu_indices=list(range(gpus)), host="")
+
+    def new_container(self, like: Container) -> Container:
+        return self._make(like.task_id, like.memory_mb, like.vcores, len(like.gpu_indices))
+
+    def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+        env = {k: str(v) for k, v in env.items()}
+        service, _ = self.placement.choose(container.id, container.task_id.split(":")[0], env, time.monotonic())
+        self._containers[container.id] = self.app.add_container(service, env=env).id
+        self._cache = (0.0, {})
+
+    def _placed(self, container: Container, c: Any) -> Any:
+        """``c``, or the container asked anywhere in its stead when its node did not give it in time."""
+        overdue = self.placement.overdue(container.id, str(c.state) in ("WAITING", "REQUESTED"), time.monotonic())
+        if overdue is None:
+            return c
+        log.warning("%s: node %s gave no container in %g s; asking anywhere", container.task_id, overdue.host,
+                    self.placement.wait_s)
+        self.note("placed_anywhere", task=container.task_id, host=overdue.host, waited_s=self.placement.wait_s)
+        with contextlib.suppress(Exception):
+            self.app.kill_container(c.id)
+        self._containers[container.id] = self.app.add_container(service_name(overdue.task_type), env=overdue.env).id
+        self._cache = (0.0, {})
+        return None
+
+    def _states(self) -> dict[str, Any]:
+        # One RPC per monitor pass at most, not one per container.
+        at, states = self._cache
+        if time.time() - at > 1.0:
+            states = {c.id: c for c in self.app.get_containers(
+                states=["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"])}
+            self._cache = (time.time(), states)
+        return states
+
+    def poll(self, container: Container) -> int | None:
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        if c is None or (c := self._placed(container, c)) is None:
+            return None
+        state = str(c.state)
+        if state in ("SUCCEEDED", "FAILED", "KILLED"):
+            self.placement.ended(container.id)
+        if state == "SUCCEEDED":
+            return 0
+        if state == "FAILED":
+            return 1
+        if state == "KILLED":
+            return 137
+        return None
+
+    def reclaimed(self, container: Container) -> str | None:
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        if c is None or str(c.state) != "FAILED":
+            return None
+        return reclaim_cause(c.exit_message or "")
+
+    def kill(self, container: Container, grace: float = 5.0) -> None:
+        self.placement.ended(container.id)
+        sid = self._containers.get(container.id)
+        if sid:
+            try:
+                self.app.kill_container(sid)
+            except Exception:
+                pass  # already gone
+            self._cache = (0.0, {})
+
+    def release(self) -> None:
+        for sid in list(self._containers.values()):
+            try:
+                self.app.kill_container(sid)
+            except Exception:
+                pass
+
+    def log_url(self, container: Container) -> str | None:
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        if c is None or not c.yarn_node_http_address:
+            return None
+        user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME") or ""
+        return f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/{user}"
+
+    def checkpoint_location(self, app_dir: Path) -> str:
+        return f"{app_store(self.app_id)}/checkpoints"
+
+    def log_dir(self, app_dir: Path) -> str | None:
+        return None  # no directory is shared across nodes: the chief serves its own
+
+    def publish_endpoint(self, address: str, token: str, view_token: str, tracking_url: str) -> str:
+        self.app.kv[KV_TOKEN] = token.encode()
+        self.app.kv[KV_VIEW] = view_token.encode()
+        self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
+        return self._proxy("tony", tracking_url, "TonY") or tracking_url
+
+    def expose_tensorboard(self, url: str) -> str | None:
+        return self._proxy("tensorboard", url, "TensorBoard")
+
+    def _proxy(self, route: str, url: str, link_name: str) -> str | None:
+        """The ResourceManager-proxied address of ``url``, one per route for the whole application:
+        a relaunched session's TensorBoard, or a later AM attempt, takes the route over, so the link
+        users already have keeps working. None when the proxy cannot be set up."""
+        ui = self.app.ui
+        try:
+            return ui.add_page(route, url, link_name=link_name).address
+        except Exception:
+            pass  # the route is taken: by an earlier session or attempt
+        try:
+            ui.remove_page(route)
+            return ui.add_page(route, url, link_name=link_name).address
+        except Exception:
+            return None
+
+    def recover(self) -> None:
+        """A later AM attempt's first step: the task containers an earlier attempt started (the
+        services still run them) are killed, so that the new session does not train beside them."""
+        for c in self.app.get_containers(states=["WAITING", "REQUESTED", "RUNNING"]):
+            if c.service_name == AM_SERVICE:
+                continue
+            try:
+                self.app.kill_container(c.id)
+            except Exception:
+                pass  # already gone
+
+    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+        from .yarn_attempts import save_state  # a later AM container picks them up (carry_over)
+
+        save_state(self.app, open_storage(app_store(self.app_id)), state, app_dir / "events.jsonl")
+
+    def report_progress(self, fraction: float) -> None:
+        try:
+            self.app.set_progress(min(1.0, max(0.0, fraction)))  # the ResourceManager's progress bar
+        except Exception as e:  # the driver's errors, a closed channel while the AM ends
+            log.debug("progress not reported to the ResourceManager: %s", e)
+
+    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
+        if status is not None:
+            # The whole final status outlives the AM in HDFS; the ResourceManager keeps only a line.
+            try:
+                store = open_storage(app_store(self.app_id))
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+                    json.dump(status, fh)
+                store.put(Path(fh.name), "status.json")
+                os.unlink(fh.name)
+            except (OSError, ValueError):
+                pass
+        self.app.shutdown(_SKEIN_FINAL.get(state, "FAILED"),
+                          (diagnostics or f"TonY application {state}")[-4000:])

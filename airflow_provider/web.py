@@ -113,11 +113,9 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse, name="jobs")
     def jobs(request: Request, conn_id: str = "tony_default", limit: int = 50) -> HTMLResponse:
-        from tony_workflow.history import site_history
-
-        hook = _hook(conn_id)
-        running = [s for s in hook.get_conn().list() if s.state not in FINAL_STATES]
-        ended = site_history(hook.backend).list(limit=max(1, min(limit, 500)))
+        client = _hook(conn_id).get_conn()
+        running = [s for s in client.list() if s.state not in FINAL_STATES]
+        ended = client.history().list(limit=max(1, min(limit, 500)))
         return _render("jobs.html", running=running, ended=ended, conn_id=conn_id, progress_text=progress_text,
                        base=str(request.url_for("jobs")).rstrip("/"))
 

@@ -197,9 +197,7 @@ def _show_record(r: dict) -> None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .history import site_history
-
-    history = site_history(args.backend)
+    history = TonyClient(args.backend).history()
     if args.app_id:
         record = history.get(args.app_id)
         if record is None:

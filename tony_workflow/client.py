@@ -105,7 +105,7 @@ class JobHandle:
                 pass
         from .history import site_history
 
-        return site_history(self.backend.name).get(self.app_id)
+        return site_history(self.backend.name, **self.backend.store_options()).get(self.app_id)
 
     def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
                stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
@@ -217,9 +217,14 @@ class TonyClient:
         try:
             return self.attach(app_id).record()
         except KeyError:
-            from .history import site_history
+            return self.history().get(app_id)
 
-            return site_history(self.backend.name).get(app_id)
+    def history(self):
+        """The job history (:class:`~tony_workflow.history.JobHistory`) this client's backend
+        reads, as its login where the cluster is secure."""
+        from .history import site_history
+
+        return site_history(self.backend.name, **self.backend.store_options())
 
     def list(self) -> list[JobStatus]:
         out = []

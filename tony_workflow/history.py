@@ -251,16 +251,18 @@ class JobHistory:
         return json.loads(self._text(key))
 
 
-def site_history(backend: str) -> JobHistory:
+def site_history(backend: str, **store_options: Any) -> JobHistory:
     """The history readers on this machine see: ``tony.history.location`` of
-    ``$TONY_CONF_DIR/tony-site.xml``, else backend ``backend``'s default place."""
+    ``$TONY_CONF_DIR/tony-site.xml``, else backend ``backend``'s default place. ``store_options``
+    go to :func:`~tony_workflow.storage.open_storage` (a backend's Hadoop configuration and
+    Kerberos login: :meth:`~tony_workflow.backends.base.Backend.store_options`)."""
     from .backends import history_default
     from .spec.loading import site_conf
 
     configured = (site_conf().get("tony.history.location") or "").strip()
     if not configured or configured == "/path/to/tony-history":  # tony-default.xml's placeholder
         configured = history_default(backend)
-    return JobHistory.at(configured)
+    return JobHistory(open_storage(configured, **store_options))
 
 
 def record_history(app_dir: Path, backend: str) -> str | None:

@@ -197,6 +197,24 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     assert killed == {"state": "KILLED", "jvms": []}
     assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
 
+    # Its record, from the job history in HDFS, read with no ticket: with a connection's keytab...
+    recorded = follow_elsewhere(f"""
+        import json, os
+        from tony_workflow.client import TonyClient
+        record = TonyClient("yarn", **json.loads(os.environ["BACKEND_ARGS"])).record("{app_id}")
+        print(json.dumps({{"state": record and record["state"], "jvms": jvms()}}))
+    """, {**no_tickets(tmp_path), "BACKEND_ARGS": json.dumps(connection)})
+    assert recorded == {"state": "KILLED", "jvms": []}
+    # ... and on the command line, with the keytab tony-site.xml names.
+    from tony_workflow.hadoop import site_xml
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "tony-site.xml").write_text(site_xml({"tony.keytab.user": secure["principal"],
+                                                  "tony.keytab.location": secure["keytab"]}))
+    r = run_tony("--backend", "yarn", "history", app_id, "--json",
+                 env={**no_tickets(tmp_path), "TONY_CONF_DIR": str(site)})
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "KILLED", r.stderr[-2000:]
+
     # This cluster aggregates no logs: `tony logs` says so instead of running `yarn logs` for nothing.
     logs = run_tony("--backend", "yarn", "logs", app_id)
     assert logs.returncode == 0 and "yarn.log-aggregation-enable=false" in logs.stdout, logs.stdout + logs.stderr

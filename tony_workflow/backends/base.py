@@ -290,3 +290,8 @@ class Backend(ABC):
     @abstractmethod
     def list_applications(self) -> list[str]:
         """Known application ids, newest last."""
+
+    def store_options(self) -> dict:
+        """How this backend's client reaches the cluster's files (the job history, a job's final
+        status): :func:`~tony_workflow.storage.open_storage`'s keyword arguments."""
+        return {}

@@ -108,6 +108,20 @@ def job_login(spec: JobSpec) -> Login | None:
     return Login(given[KEYTAB_USER], location)
 
 
+def site_keytab() -> tuple[str | None, str | None]:
+    """tony.keytab.user and tony.keytab.location as ``$TONY_CONF_DIR/tony-site.xml`` sets them
+    (None for each it leaves unset or at tony-default.xml's placeholder): the login of a machine
+    whose every job is submitted as one principal, for following, killing and reading its history
+    too."""
+    from ..spec.loading import site_conf
+
+    conf = site_conf()
+    given = [(conf.get(k) or "").strip() for k in (KEYTAB_USER, KEYTAB_LOCATION)]
+    principal, keytab = (v if v and v != TONY_XML_DEFAULTS[k] else None
+                         for k, v in zip((KEYTAB_USER, KEYTAB_LOCATION), given))
+    return principal, keytab
+
+
 def _zip_dir(src: Path, dest: Path) -> Path:
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
         for root, dirs, files in os.walk(src, followlinks=True):
@@ -150,10 +164,14 @@ class YarnBackend(Backend):
         self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else base)
         self.conf = hadoop.read_conf(self.conf_dir)
         self.python = python or sys.executable
+        keys = ("principal", "keytab")
+        if principal is None and keytab is None:  # tony-site.xml's, as every job submitted here gets them
+            principal, keytab = site_keytab()
+            keys = (KEYTAB_USER, KEYTAB_LOCATION)
         self.principal, self.keytab = principal, keytab
         # Who this backend is on a Kerberized cluster, for following and killing jobs and for
         # submitting those that name no keytab of their own; None on a cluster without Kerberos.
-        self.login = (Login(principal, keytab, keys=("principal", "keytab")) if is_secure(self.conf) else None)
+        self.login = (Login(principal, keytab, keys=keys) if is_secure(self.conf) else None)
         self._logins: dict[str, Login] = {}   # app id -> the login of a job submitted here
         self._apps: dict[str, tuple[str, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
         # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
@@ -411,6 +429,11 @@ class YarnBackend(Backend):
                     "NOT_START", "RUNNING", "RUNNING_WITH_FAILURE"):
                 return
             time.sleep(0.5)
+
+    def store_options(self) -> dict:
+        """HDFS as this backend reaches it: its Hadoop configuration, and on a secure cluster its
+        login (a connection's keytab as well as a ticket)."""
+        return {"hadoop_conf_dir": str(self.conf_dir), "login": self.login}
 
     def list_applications(self) -> list[str]:
         return [a.id for a in self.rm.apps(tags=("tony",)) if "tony" in a.tags]

@@ -144,7 +144,10 @@ def plots(res: dict[str, dict], out: Path) -> dict[str, Path]:
 
     if "am_scale" in res:
         r = res["am_scale"]
-        runs = [("null server\n(floor)", r["null_server"]), ("AM", r["am"])]
+        runs = [("null server,\nhttp.server", r["null_server"])]
+        if r.get("null_transport"):
+            runs.append(("null server,\nAM's transport", r["null_transport"]))
+        runs.append(("AM", r["am"]))
         fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
         names = [n for n, _ in runs]
         colors = ["tab:blue" if "null" in n else "tab:orange" for n in names]
@@ -307,13 +310,19 @@ def details(name: str, r: dict) -> list[str]:
             out[-1] += (f" Runtime without TensorBoard: {runs}"
                         f" (ratio {r['ratio_no_tensorboard']}).")
     elif name == "am_scale":
-        runs = [("null gang server (floor)", r["null_server"]), ("ApplicationMaster", r["am"])]
+        runs = [("null gang server on http.server (floor)", r["null_server"])]
+        if r.get("null_transport"):
+            runs.append(("null gang server on the AM's transport", r["null_transport"]))
+        runs.append(("ApplicationMaster", r["am"]))
         out += ["| server | all hold spec (s) | all registered (s) | client errors | CPU, burst | CPU, steady | "
                 "heartbeats/s | p99 heartbeat (ms) |", "|---|---|---|---|---|---|---|---|"]
         for label, x in runs:
             out.append(f"| {label} | {x['spec_all_s']} | {x['registered_all_s']} | {x['errors']} | "
                        f"{fmt(100 * x['burst_cpu_share'])} % | {fmt(100 * x['steady_cpu_share'])} % | "
                        f"{x['heartbeats_per_s']} | {x['hb_latency_ms_p99']} |")
+        if r.get("null_transport"):
+            out += ["", f"Steady CPU: the AM's transport costs {r['transport_cpu_ratio']} x http.server's, and the "
+                    f"AM's logic adds {r['logic_cpu_ratio']} x on top of its transport."]
     elif name == "yarn_submit" and r.get("skein_runs"):
         out += [f"Median: skein hello world {r['floor']} s, tony {r['value']} s, tony with every task running "
                 f"{r['tasks_running_s']} s. YARN reports the application RUNNING (skein's AM up) after "

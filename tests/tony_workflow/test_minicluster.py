@@ -316,11 +316,16 @@ def test_a_queue_under_its_share_takes_containers_back_by_preemption(scheduling_
         urgent_app = skein_client.connect(urgent)
         wait_for(lambda: containers(urgent_app, "sleep"), timeout=120, interval=0.5)
 
-        # skein's ApplicationMaster reports YARN's diagnostics for a container it did not end itself.
+        # skein's ApplicationMaster reports YARN's diagnostics for a container it did not end itself,
+        # for each one the ResourceManager counts (it hears of them on its next heartbeats).
         filler_app = skein_client.connect(filler)
-        preempted = wait_for(lambda: containers(filler_app, "sleep", "FAILED"), timeout=60, interval=0.5)
+
+        def every_preempted():
+            failed = containers(filler_app, "sleep", "FAILED")
+            counted = rm_get(info, f"apps/{filler}")["app"]["numNonAMContainerPreempted"]
+            return failed if failed and len(failed) == counted else None
+        preempted = wait_for(every_preempted, timeout=60, interval=0.5)
         assert {(str(c.state), c.exit_message) for c in preempted} == {("FAILED", "Container preempted by scheduler")}
-        assert len(preempted) == rm_get(info, f"apps/{filler}")["app"]["numNonAMContainerPreempted"]
     finally:
         for app_id in (filler, urgent):
             if app_id:

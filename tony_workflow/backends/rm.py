@@ -29,9 +29,18 @@ from urllib3.util.retry import Retry
 from ..kerberos import Login, LoginError
 from ..process import user_name
 
-__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager"]
+__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager", "node_totals"]
 
 _TIMEOUT = 30
+
+
+def node_totals(node: dict) -> tuple[int, int, int]:
+    """(memory MB, vcores, GPUs) a NodeManager offers in all, from its entry in the
+    ResourceManager's node list (``/ws/v1/cluster/nodes``)."""
+    infos = (node.get("totalResource") or {}).get("resourceInformations", {}).get("resourceInformation", [])
+    gpus = next((int(i.get("value", 0)) for i in infos if i.get("name") == "yarn.io/gpu"), 0)
+    return (int(node.get("usedMemoryMB", 0)) + int(node.get("availMemoryMB", 0)),
+            int(node.get("usedVirtualCores", 0)) + int(node.get("availableVirtualCores", 0)), gpus)
 
 
 class RMError(RuntimeError):

@@ -55,7 +55,7 @@ from ..storage import open_storage
 from ..status import JobState, JobStatus
 from .base import AMEndpoint, Backend, Capacity, ContainerRequest, check_fits, gang_requests
 from .driver import close_drivers, driver_running, shared_driver
-from .rm import AppReport, RMError, resource_manager
+from .rm import AppReport, RMError, node_totals, resource_manager
 from .yarn_attempts import am_restarts
 from .yarn_am import YarnClusterManager
 from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, service_name
@@ -235,13 +235,7 @@ class YarnBackend(Backend):
         for node in (rm or self.rm).nodes():
             if node.get("state") not in ("RUNNING", "NEW"):
                 continue
-            gpus = 0
-            for info in (node.get("totalResource") or {}).get("resourceInformations", {}).get(
-                    "resourceInformation", []):
-                if info.get("name") == "yarn.io/gpu":
-                    gpus = int(info.get("value", 0))
-            mem = int(node.get("usedMemoryMB", 0)) + int(node.get("availMemoryMB", 0))
-            vcores = int(node.get("usedVirtualCores", 0)) + int(node.get("availableVirtualCores", 0))
+            mem, vcores, gpus = node_totals(node)
             for key, value in (("memory_mb", mem), ("vcores", vcores), ("gpus", gpus)):
                 biggest[key] = max(biggest[key], value)
                 total[key] += value

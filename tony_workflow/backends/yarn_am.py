@@ -12,6 +12,7 @@ at the end writes the final status to HDFS and tells YARN how the job ended.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from ..storage import open_storage
 from ..status import JobState
 from .base import ClusterManager, Container, ContainerRequest
 from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, reclaim_cause, service_name
+from .yarn_attempts import EventsCopy, save_state
 from .yarn_spread import Placement
 
 __all__ = ["YarnClusterManager"]
@@ -55,6 +57,7 @@ class YarnClusterManager(ClusterManager):
         self._cache: tuple[float, dict[str, Any]] = (0.0, {})
         self._lock = threading.Lock()
         self.placement = Placement.from_env()  # nodes for spread task types
+        self._events_copy: EventsCopy | None = None
 
     def allocate(self, requests_: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
         # YARN grants containers as they are added; registration is where the gang forms.
@@ -188,10 +191,17 @@ class YarnClusterManager(ClusterManager):
             except Exception:
                 pass  # already gone
 
-    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
-        from .yarn_attempts import save_state  # a later AM container picks them up (carry_over)
+    @functools.cached_property
+    def store(self):
+        """The application's HDFS directory: checkpoints, the events' copy, the final status."""
+        return open_storage(app_store(self.app_id))
 
-        save_state(self.app, open_storage(app_store(self.app_id)), state, app_dir / "events.jsonl")
+    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+        # A later AM container takes these over (yarn_attempts.carry_over).
+        save_state(self.app, state)
+        if self._events_copy is None:
+            self._events_copy = EventsCopy(self.store, app_dir / "events.jsonl")
+        self._events_copy.request()
 
     def report_progress(self, fraction: float) -> None:
         try:
@@ -203,10 +213,9 @@ class YarnClusterManager(ClusterManager):
         if status is not None:
             # The whole final status outlives the AM in HDFS; the ResourceManager keeps only a line.
             try:
-                store = open_storage(app_store(self.app_id))
                 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
                     json.dump(status, fh)
-                store.put(Path(fh.name), "status.json")
+                self.store.put(Path(fh.name), "status.json")
                 os.unlink(fh.name)
             except (OSError, ValueError):
                 pass

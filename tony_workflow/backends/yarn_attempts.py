@@ -9,7 +9,7 @@ container finds it:
 
 * in skein's key-value store, ``tony.am.state``: the attempt that ran, how many attempts count
   against ``tony.am.max-attempts``, and where the job stood (session, relaunches spent, start
-  time), written by each AM attempt as it starts a session (:func:`save_state`);
+  time), written by each AM attempt as it starts and as it starts a session (:func:`save_state`);
 * in the application's HDFS directory, ``am/events.jsonl``: the job's events up to then, so that
   its history keeps the sessions of the lost container.
 
@@ -28,9 +28,10 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
-__all__ = ["KV_STATE", "EVENTS_COPY", "am_restarts", "save_state", "carry_over", "main"]
+__all__ = ["KV_STATE", "EVENTS_COPY", "am_restarts", "save_state", "EventsCopy", "carry_over", "main"]
 
 KV_STATE = "tony.am.state"
 EVENTS_COPY = "am/events.jsonl"
@@ -43,15 +44,38 @@ def am_restarts(max_attempts: int, reclaim_retries: int) -> int:
     return max(0, max_attempts - 1) + max(0, reclaim_retries)
 
 
-def save_state(app, store, state: dict, events: Path) -> None:
+def save_state(app, state: dict) -> None:
     """Keeps ``state`` (:func:`tony_workflow.attempts.attempt_state`) in the key-value store of the
-    skein application ``app``, and the events so far in ``store`` (the application's HDFS
-    directory). Failures are swallowed: they cost a lost container its history, not the job."""
+    skein application ``app``. A failure is swallowed: it costs a lost container its resume point,
+    not the job."""
     with contextlib.suppress(Exception):
         app.kv[KV_STATE] = json.dumps(state).encode()
-    if store is not None and events.is_file():
-        with contextlib.suppress(Exception):
-            store.put(events, EVENTS_COPY)
+
+
+class EventsCopy:
+    """Copies the job's events file to ``store`` (the application's HDFS directory) on a thread of
+    its own whenever :meth:`request` is called: an upload costs a few round trips to the NameNode
+    and a DataNode, which the AM's start and its session starts must not wait for. Each upload
+    takes the file as it is then, so requests that come while one runs are served by one more."""
+
+    def __init__(self, store, events: Path):
+        self.store, self.events = store, events
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> None:
+        self._wake.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="events-copy", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self.events.is_file():
+                with contextlib.suppress(Exception):  # a lost container loses its history, not the job
+                    self.store.put(self.events, EVENTS_COPY)
 
 
 def _previous_end(app, me: str) -> tuple[str, bool]:

@@ -58,22 +58,18 @@ def _partition(node: dict) -> str:
     return labels[0] if isinstance(labels, list) and labels else ""
 
 
-def _gpus(node: dict) -> int:
-    infos = (node.get("totalResource") or {}).get("resourceInformations", {}).get("resourceInformation", [])
-    return next((int(i.get("value", 0)) for i in infos if i.get("name") == "yarn.io/gpu"), 0)
-
-
 def spread_hosts(nodes: list[dict], label: str, memory_mb: int, vcores: int, gpus: int, instances: int) -> list[str]:
     """The hosts a spread type's tasks may go to: RUNNING NodeManagers of the partition ``label``
     ("" is the default one) that can hold one of its containers, those with the most free memory
     first, one per host, at most twice the type's instances (spares for relaunches) and
     :data:`MAX_NODES`. ``nodes`` is the ResourceManager's node list (``/ws/v1/cluster/nodes``)."""
+    from .rm import node_totals  # the client's (the AM imports this module without the REST client)
+
     fit = []
     for node in nodes:
-        total_mem = int(node.get("usedMemoryMB", 0)) + int(node.get("availMemoryMB", 0))
-        total_vcores = int(node.get("usedVirtualCores", 0)) + int(node.get("availableVirtualCores", 0))
+        total_mem, total_vcores, total_gpus = node_totals(node)
         if (node.get("state") == "RUNNING" and _partition(node) == (label or "") and node.get("nodeHostName")
-                and total_mem >= memory_mb and total_vcores >= vcores and _gpus(node) >= gpus):
+                and total_mem >= memory_mb and total_vcores >= vcores and total_gpus >= gpus):
             fit.append((-int(node.get("availMemoryMB", 0)), node["nodeHostName"]))
     hosts = list(dict.fromkeys(host for _, host in sorted(fit)))
     return hosts[:min(MAX_NODES, max(2 * instances, instances + 2))]

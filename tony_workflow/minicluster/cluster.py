@@ -218,8 +218,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
                             distinct_hosts=bool(distinct_hosts))
     scheduling.check(nodemanagers)
     if secure and distinct_hosts:
-        raise MiniClusterError("distinct_hosts cannot be used with secure: the daemons' Kerberos principals "
-                               "name localhost")
+        raise MiniClusterError("--distinct-hosts (distinct_hosts) cannot be used with --secure: the daemons' "
+                               "Kerberos principals name localhost")
     ports = {"ResourceManager RPC": rm_port, "ResourceManager web": rm_web_port, "NameNode RPC": namenode_port,
              "WebHDFS": webhdfs_port}
     if any(p > 65535 for p in ports.values()):

@@ -91,8 +91,7 @@ def job_login(spec: JobSpec) -> Login | None:
     """The Kerberos login a job names with tony.keytab.user and tony.keytab.location; None when it
     leaves both at tony-default.xml's placeholders. The keytab is read here, by the client that
     submits: it is not shipped to the containers, which get delegation tokens instead."""
-    given = {k: v for k in (KEYTAB_USER, KEYTAB_LOCATION)
-             if (v := (spec.get(k) or "").strip()) and v != TONY_XML_DEFAULTS[k]}
+    given = _keytab_settings(spec.get)
     if not given:
         return None
     issues = [SpecIssue(spec.display(k), None, f"must be set too: {KEYTAB_USER} names the principal a job is "
@@ -115,11 +114,15 @@ def site_keytab() -> tuple[str | None, str | None]:
     too."""
     from ..spec.loading import site_conf
 
-    conf = site_conf()
-    given = [(conf.get(k) or "").strip() for k in (KEYTAB_USER, KEYTAB_LOCATION)]
-    principal, keytab = (v if v and v != TONY_XML_DEFAULTS[k] else None
-                         for k, v in zip((KEYTAB_USER, KEYTAB_LOCATION), given))
-    return principal, keytab
+    given = _keytab_settings(site_conf().get)
+    return given.get(KEYTAB_USER), given.get(KEYTAB_LOCATION)
+
+
+def _keytab_settings(get) -> dict[str, str]:
+    """tony.keytab.user and tony.keytab.location as ``get`` reads them, leaving out those unset or
+    at tony-default.xml's placeholders."""
+    return {k: v for k in (KEYTAB_USER, KEYTAB_LOCATION)
+            if (v := (get(k) or "").strip()) and v != TONY_XML_DEFAULTS[k]}
 
 
 def _zip_dir(src: Path, dest: Path) -> Path:

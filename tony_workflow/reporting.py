@@ -21,6 +21,7 @@ import atexit
 import json
 import math
 import os
+import select
 import socket
 import threading
 import time
@@ -200,10 +201,14 @@ class ReportInbox:
     def drain(self) -> None:
         """Takes every datagram already waiting, in the caller's thread: the last reports of a
         process that has just exited, before the final heartbeat."""
+        # MSG_DONTWAIT does not make recv return at once: a socket with a timeout (the receiving
+        # thread's) is first polled for up to that timeout. Poll without waiting instead.
         while True:
             try:
-                data = self.sock.recv(65536, socket.MSG_DONTWAIT)
-            except OSError:  # BlockingIOError: nothing left; or the socket is closed
+                if not select.select([self.sock], [], [], 0)[0]:
+                    return
+                data = self.sock.recv(65536)
+            except (OSError, ValueError):  # the receiving thread took it first (timeout), or closed
                 return
             self.accept(data)
 

@@ -68,6 +68,7 @@ class ApplicationMaster(AMRoutes):
         self._gang_ready = threading.Event()  # set when the current session's gang has registered
         self.events = EventLog(self.app_dir / "events.jsonl")
         cluster.events = self.events
+        cluster.on_change = self._wake_monitor
         self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
         self.store_failure: str | None = None  # set when the store's trouble must fail the job
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
@@ -106,6 +107,11 @@ class ApplicationMaster(AMRoutes):
         :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
         self.board.changed(force)
         self.cond.notify_all()
+
+    def _wake_monitor(self) -> None:
+        """The cluster says a container changed: the monitor looks now, not on its next tick."""
+        with self.cond:
+            self.cond.notify_all()
 
     def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         task.status.state = state

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 from . import process
 
@@ -59,6 +60,8 @@ class ForkServer:
         self._replies: dict[int, dict] = {}
         self._exits: dict[int, int] = {}
         self._gone = False
+        #: called with a child's pid once its end is known (outside this object's lock)
+        self.on_exit: Callable[[int], None] | None = None
         self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
         self._reader.start()
 
@@ -104,6 +107,8 @@ class ForkServer:
                 else:
                     self._replies[msg["id"]] = msg
                 self._cond.notify_all()
+            if "exit" in msg and self.on_exit is not None:
+                self.on_exit(msg["exit"])
         with self._cond:
             self._gone = True
             self._cond.notify_all()

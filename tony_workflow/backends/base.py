@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -158,11 +158,19 @@ class ClusterManager(ABC):
     executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
     #: the job's event log, given by the AM: what the cluster did to the job's placement, for the record
     events = None
+    #: given by the AM: makes it look at its containers now rather than on its next pass
+    on_change: Callable[[], None] | None = None
 
     def note(self, event: str, **fields) -> None:
         """Records ``event`` in the job's events (nothing before the AM gave its log)."""
         if self.events is not None:
             self.events.emit(event, **fields)
+
+    def container_changed(self) -> None:
+        """A container ended (or otherwise changed) where this backend learns it as it happens: the
+        AM hears of it at once. Backends that only learn by polling need not call it."""
+        if self.on_change is not None:
+            self.on_change()
     #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
     #: cluster has not yet said how its container ended: a cluster that can take containers back
     #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.

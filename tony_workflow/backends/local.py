@@ -191,6 +191,7 @@ class LocalClusterManager(ClusterManager):
             # starts it as a fresh interpreter, whose start then overlaps allocation.
             try:
                 self._forks = ForkServer(inline=threading.active_count() == 1)
+                self._forks.on_exit = lambda pid: self.container_changed()
             except OSError:
                 self._forks = None
 

@@ -40,7 +40,9 @@ class JobUpdate:
     ``new_warnings`` lists warnings not in the previous status (the checkpoint store failing, steps
     lost on a resume); ``new_am_attempt`` says that the ApplicationMaster was replaced;
     ``progressed`` that training progress is due to be shown again (see :class:`Follower`), the
-    progress itself being in ``status.progress`` and in ``status.summary()``.
+    progress itself being in ``status.progress`` and in ``status.summary()``; ``waiting`` is the
+    job's new reason for waiting for its gang (``status.waiting_reason``) when it changed, and
+    ``gang_formed`` says the gang it waited for is whole now.
     """
 
     status: JobStatus
@@ -53,6 +55,8 @@ class JobUpdate:
     new_warnings: tuple[str, ...] = ()
     new_am_attempt: bool = False
     progressed: bool = False
+    waiting: str | None = None
+    gang_formed: bool = False
 
     @property
     def first(self) -> bool:
@@ -68,20 +72,25 @@ class JobUpdate:
         return tuple(t for t in self.tasks if t.relaunched)
 
 
+def _wait_key(status: JobStatus) -> tuple:
+    # What a user sees of a wait: its reason and how much of the gang is granted, not its duration.
+    return (status.waiting_reason, status.containers_held, status.containers_wanted)
+
+
 def _task_key(status: JobStatus) -> tuple:
     return tuple((t.task_id, t.state, t.restarts) for t in status.tasks)
 
 
 def diff(previous: JobStatus | None, current: JobStatus, progressed: bool = False) -> JobUpdate | None:
     """The update from ``previous`` to ``current``, or None when nothing shown to users changed
-    (state, session, AM attempt, task states and restarts, the URLs, the warnings, and the
-    diagnostics of a final status) and ``progressed`` is false (progress moves with every
+    (state, session, AM attempt, task states and restarts, the URLs, the warnings, the wait for
+    the gang, and the diagnostics of a final status) and ``progressed`` is false (progress moves with every
     report: the caller decides when it is worth a line)."""
     if not progressed and previous is not None and (
             previous.state, previous.session_id, previous.am_attempt, previous.tracking_url,
-            previous.tensorboard_url, previous.warnings, _task_key(previous)) == (
+            previous.tensorboard_url, previous.warnings, _task_key(previous), _wait_key(previous)) == (
             current.state, current.session_id, current.am_attempt, current.tracking_url,
-            current.tensorboard_url, current.warnings, _task_key(current)) and (
+            current.tensorboard_url, current.warnings, _task_key(current), _wait_key(current)) and (
             not current.is_final or previous.diagnostics == current.diagnostics):
         return None
     before = {t.task_id: t for t in previous.tasks} if previous is not None else {}
@@ -103,7 +112,11 @@ def diff(previous: JobStatus | None, current: JobStatus, progressed: bool = Fals
                      new_session=new_session, tasks=tuple(changes), tracking_url=tracking,
                      tensorboard_url=tensorboard, new_warnings=tuple(w for w in current.warnings if w not in seen),
                      new_am_attempt=previous is not None and current.am_attempt > previous.am_attempt,
-                     progressed=progressed)
+                     progressed=progressed,
+                     waiting=current.waiting_reason if current.waiting_reason and (
+                         previous is None or _wait_key(previous) != _wait_key(current)) else None,
+                     gang_formed=previous is not None and bool(previous.waiting_reason)
+                     and not current.waiting_reason and not current.is_final)
 
 
 class Follower:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id", "StatusFile",
-           "progress_text"]
+           "progress_text", "waiting_text"]
 
 # YARN's shape, which local ids share: application_<cluster start ms>_<sequence>.
 _APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
@@ -42,7 +42,8 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED})
 
 class TaskState:
     NEW = "NEW"
-    LAUNCHED = "LAUNCHED"        # container process started, not yet registered
+    REQUESTED = "REQUESTED"      # asked of the cluster, which has not granted its container yet
+    LAUNCHED = "LAUNCHED"        # container granted and its process started, not yet registered
     REGISTERED = "REGISTERED"    # executor registered its address with the AM
     RUNNING = "RUNNING"          # user process started (cluster spec delivered)
     SUCCEEDED = "SUCCEEDED"
@@ -97,6 +98,14 @@ class JobStatus:
     ``tony.am.retry-count``; ``reclaims`` the relaunches after the cluster took a container back
     (preempted, lost with its node), which spend ``tony.am.reclaim-retry-count`` instead;
     ``am_attempt`` is the ApplicationMaster's attempt (1 first, see ``tony.am.max-attempts``); ``warnings`` lists what is wrong but does not stop the job; ``tasks`` lists the current session's tasks.
+
+    While the job's gang is not whole (state ALLOCATING; or RUNNING with a task relaunched alone
+    that waits for its container), ``containers_held`` and ``containers_wanted`` count the gang's
+    containers the cluster has granted and all it asks for (the ApplicationMaster's own included),
+    ``waiting_reason`` says in one line what it waits for and what blocks it (queue headroom, the
+    largest container a node can give, a node label no node carries, other jobs ahead),
+    ``waiting_since`` is when the wait began and ``jobs_ahead`` lists the applications served
+    before it. Once the gang is whole the reason is None.
     """
 
     application_id: str
@@ -120,6 +129,11 @@ class JobStatus:
     #: ``fraction``, ``metrics``, ``updated_at``, ``eta_seconds`` and the reporting ``task``; None
     #: before a first report
     progress: dict[str, Any] | None = None
+    containers_held: int = 0
+    containers_wanted: int = 0
+    waiting_reason: str | None = None
+    waiting_since: float | None = None
+    jobs_ahead: list[str] = field(default_factory=list)
 
     @property
     def is_final(self) -> bool:
@@ -138,6 +152,7 @@ class JobStatus:
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in _JOB_FIELDS}
         d["warnings"] = list(self.warnings)
+        d["jobs_ahead"] = list(self.jobs_ahead)
         d["progress"] = dict(self.progress) if self.progress else None
         d["tasks"] = [t.to_dict() for t in self.tasks]
         return d
@@ -156,6 +171,8 @@ class JobStatus:
             parts.append(f"am_attempt={self.am_attempt}")
         if self.tasks:
             parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
+        if self.waiting_reason and not self.is_final:
+            parts.append(waiting_text(self))
         if self.progress and not self.is_final:
             parts.append(progress_text(self.progress))
         if self.tensorboard_url:
@@ -168,6 +185,15 @@ class JobStatus:
         if self.started_at is None:
             return None
         return (self.finished_at or time.time()) - self.started_at
+
+
+def waiting_text(status: "JobStatus") -> str:
+    """``waiting 2/4 containers for 1m05s: worker: 1 of 3 ...``: a job's wait for its gang, in a
+    status line."""
+    text = f"waiting {status.containers_held}/{status.containers_wanted} containers"
+    if status.waiting_since is not None:
+        text += f" for {_duration(max(0.0, time.time() - status.waiting_since))}"
+    return f"{text}: {status.waiting_reason}"
 
 
 def _duration(seconds: float) -> str:

@@ -102,3 +102,18 @@ def test_follow_stops_when_asked_and_the_job_goes_on(tony_home):
     finally:
         assert handle.kill().state == "KILLED"
     assert app_processes(handle.app_id) == []
+
+
+def test_a_wait_for_the_gang_is_news_when_its_reason_or_count_changes_and_when_it_ends():
+    waiting = status(state="ALLOCATING")
+    waiting.waiting_reason, waiting.containers_held, waiting.containers_wanted = "worker: 0 of 2 containers", 1, 3
+    assert diff(None, waiting).waiting == "worker: 0 of 2 containers"
+    same = JobStatus.from_dict(waiting.to_dict())
+    same.waiting_since = 123.0                      # its age alone is no news
+    assert diff(waiting, same) is None
+    more = JobStatus.from_dict(waiting.to_dict())
+    more.containers_held = 2
+    assert diff(waiting, more).waiting == "worker: 0 of 2 containers"
+    formed = status(state="RUNNING")
+    update = diff(more, formed)
+    assert update.gang_formed and update.waiting is None

@@ -29,8 +29,9 @@ from typing import Any
 from .am_http import AMHttpServer, calm_collector
 from .am_routes import AMRoutes, Task
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
-from .backends import ClusterManager, Container, NeverFits, gang_requests, get_cluster_manager
+from .backends import ClusterManager, Container, NeverFits, Wait, gang_requests, get_cluster_manager
 from .events import EventLog, log_tail
+from .gang import AllocationTimeout, GangWatch
 from .liveness import Liveness
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .am_status import SERIES_FILE, StatusBoard
@@ -44,11 +45,14 @@ __all__ = ["ApplicationMaster", "main"]
 class SessionEnd(Exception):
     """The current session is over: how it ended, and whether another session may follow."""
 
-    def __init__(self, state: str, diagnostics: str, retryable: bool = True, reclaimed: bool = False):
+    def __init__(self, state: str, diagnostics: str, retryable: bool = True, reclaimed: bool = False,
+                 unformed: bool = False):
         super().__init__(diagnostics)
         self.state, self.diagnostics, self.retryable = state, diagnostics, retryable
         #: the cluster took a container back: the next session does not spend tony.am.retry-count
         self.reclaimed = reclaimed
+        #: the gang was given back before it was whole: the same session asks for it again
+        self.unformed = unformed
 
 
 class ApplicationMaster(AMRoutes):
@@ -69,6 +73,8 @@ class ApplicationMaster(AMRoutes):
         self.events = EventLog(self.app_dir / "events.jsonl")
         cluster.events = self.events
         cluster.on_change = self._wake_monitor
+        cluster.on_wait = self._on_wait
+        self.gang = GangWatch(spec.allocation_timeout_ms, spec.gang_hold_timeout_ms, spec.gang_backoff_ms)
         self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
         self.store_failure: str | None = None  # set when the store's trouble must fail the job
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
@@ -107,6 +113,16 @@ class ApplicationMaster(AMRoutes):
         :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
         self.board.changed(force)
         self.cond.notify_all()
+
+    def _on_wait(self, wait: Wait | None) -> None:
+        """The cluster's word on the gang while it allocates (see :class:`~tony_workflow.gang.GangWatch`)."""
+        with self.lock:
+            self.gang.overdue()  # raises through the cluster's allocate(): the job fails
+            if self.gang.waiting(wait):
+                self.gang.show(self.status)
+                if wait is not None:
+                    self.events.emit("gang_waiting", reason=wait.reason, ahead=list(wait.ahead))
+                self._publish()
 
     def _wake_monitor(self) -> None:
         """The cluster says a container changed: the monitor looks now, not on its next tick."""
@@ -166,15 +182,25 @@ class ApplicationMaster(AMRoutes):
         return task
 
     def _mark_launched(self, task: Task) -> None:
+        """The task's container is granted and runs its executor. Called with the lock held."""
+        task.launched_at = time.time()
         self._set_task_state(task, TaskState.LAUNCHED, container=task.container.id, gpus=task.container.gpu_indices)
+
+    def _mark_granted(self) -> None:
+        """Tasks whose containers the cluster granted since the last look are LAUNCHED; those it
+        has not granted stay REQUESTED. Called with the lock held."""
+        for task in self.tasks.values():
+            if task.status.state == TaskState.REQUESTED and self.cluster.granted(task.container):
+                task.status.log_url = self.cluster.log_url(task.container)
+                self._mark_launched(task)
 
     def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
                 restarts: int = 0) -> Task:
         """Creates and launches one task. Called with the lock held."""
         task = self._new_task(task_id, container, session_id, fixed_port, restarts)
+        self._set_task_state(task, TaskState.REQUESTED, container=container.id)
         self.cluster.launch(container, self.executor_argv, self._task_env(task_id, session_id, fixed_port, container))
-        task.status.log_url = self.cluster.log_url(container)
-        self._mark_launched(task)
+        self._mark_granted()
         return task
 
     def _start_session(self, session_id: int) -> None:
@@ -190,24 +216,62 @@ class ApplicationMaster(AMRoutes):
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
             self.events.emit("session_started", session=session_id)
             tasks = []
-            for task_id, reserved in self.containers.items():
-                first = session_id == self.resume.first_session
-                container = reserved if first else self.cluster.new_container(reserved)
+            for task_id, container in self.containers.items():
                 task = self._new_task(task_id, container, session_id)
-                self._mark_launched(task)
+                self._set_task_state(task, TaskState.REQUESTED, container=container.id)
                 tasks.append(task)
-            self.status.state = JobState.RUNNING
             self._publish()
         # Launched without the lock, so status requests and early registrations are answered while
         # the rest of the gang is still being started.
         self.cluster.launch_all([(t.container, self.executor_argv, self._task_env(t.id, session_id, None, t.container))
                                  for t in tasks])
         with self.lock:
-            for task in tasks:
-                task.status.log_url = self.cluster.log_url(task.container)
-            self._publish()
+            self.gang.asked()
+            self._mark_granted()
+            self._gang_pass(None)
             state = attempt_state(self.status, self.resume)
         self.cluster.save_attempt_state(state, self.app_dir)
+
+    def _gang_pass(self, wait: Wait | None) -> None:
+        """Counts the gang's granted containers; once all are, the job RUNS. Called with the lock
+        held; ``wait`` is the cluster's latest word on what is missing."""
+        pending = [t for t in self.tasks.values() if t.status.state == TaskState.REQUESTED]
+        changed = self.gang.granted(1 + len(self.tasks) - len(pending), 1 + len(self.tasks))
+        if not pending:
+            if self.status.state == JobState.ALLOCATING or self.status.waiting_reason:
+                waited = self.gang.whole()
+                self.events.emit("gang_formed", session=self.session_id, containers=self.gang.wanted,
+                                 **({"waited_s": round(waited, 3)} if waited is not None else {}))
+                self.gang.show(self.status)
+                self.status.state = JobState.RUNNING
+                self._publish()
+            return
+        if self.gang.waiting(wait) or changed:
+            self.gang.show(self.status)
+            self._publish()
+
+    def _forming(self) -> None:
+        """One look at a gang that is not whole (outside the lock: the cluster may ask its
+        scheduler). Raises SessionEnd to give the gang back, or when it is overdue."""
+        with self.lock:
+            self._mark_granted()
+            pending = [t.container for t in self.tasks.values() if t.status.state == TaskState.REQUESTED]
+            granted = [t.container for t in self.tasks.values() if t.status.state != TaskState.REQUESTED]
+            if not pending:
+                if not self.gang.formed:
+                    self._gang_pass(None)  # a task that registered is granted, whatever the cluster said yet
+                return
+        wait = self.cluster.forming(pending, granted)
+        with self.lock:
+            self._mark_granted()
+            self._gang_pass(wait)
+            try:
+                self.gang.overdue()
+            except AllocationTimeout as e:
+                raise SessionEnd(JobState.FAILED, str(e), retryable=False) from None
+            why = self.gang.give_back(wait)
+        if why:
+            raise SessionEnd(JobState.ALLOCATING, why, unformed=True)
 
     def _on_exit(self, task: Task, code: int, diagnostics: str = "") -> None:
         """Records a task's end and applies the failure rules. Called with the lock held."""
@@ -294,7 +358,7 @@ class ApplicationMaster(AMRoutes):
                              f"(tony.application.timeout)", retryable=False)
         reg_timeout = self.spec.registration_timeout_ms
         for task in list(self.tasks.values()):
-            if task.final:
+            if task.final or task.status.state == TaskState.REQUESTED:
                 continue
             if task.status.log_url is None and task.registered_at:
                 # A cluster that places a container as it grants it (YARN) knows its log's node later.
@@ -336,6 +400,7 @@ class ApplicationMaster(AMRoutes):
                                           f"{self.chief[0]}:{self.chief[1]}", time.time())
                     self._check()
                 self.board.persist(data)
+                self._forming()
             except SessionEnd as end:
                 return end
             for task in self._pending_task_restarts:
@@ -344,6 +409,9 @@ class ApplicationMaster(AMRoutes):
     def _teardown(self) -> None:
         with self.lock:
             for t in self.tasks.values():
+                if t.status.state == TaskState.REQUESTED:
+                    t.stopping = True  # asked, never granted: the request is withdrawn below
+                    continue
                 # Tasks that ended on their own keep their real outcome, not "killed".
                 code = None if t.final else (t.reported[0] if t.reported else self.cluster.poll(t.container))
                 if code is not None:
@@ -362,7 +430,9 @@ class ApplicationMaster(AMRoutes):
             th.join()
         with self.lock:
             for t in live:
-                if not t.final:
+                if t.status.state == TaskState.REQUESTED:
+                    self._set_task_state(t, TaskState.NEW)  # withdrawn: it never had a container
+                elif not t.final:
                     code = self.cluster.poll(t.container)
                     t.status.exit_code = code
                     self._set_task_state(t, TaskState.KILLED, exit_code=code)
@@ -390,6 +460,21 @@ class ApplicationMaster(AMRoutes):
                 pass
         return self._finish(end)
 
+    def _allocate(self, requests) -> SessionEnd | None:
+        """Waits for the session's gang (the cluster says why through :meth:`_on_wait`) and keeps
+        the containers to launch; a SessionEnd when the job ends instead."""
+        try:
+            allocated = self.cluster.allocate(requests, self.cancel)
+        except InterruptedError:
+            return SessionEnd(JobState.KILLED, self.kill_requested or "killed while waiting for resources")
+        except NeverFits as e:
+            return SessionEnd(JobState.FAILED, str(e))
+        except AllocationTimeout as e:
+            return SessionEnd(JobState.FAILED, str(e))
+        self.containers = {c.task_id: c for c in allocated if c.task_id != "am"}
+        self.events.emit("allocated", containers={c.task_id: {"id": c.id, "gpus": c.gpu_indices} for c in allocated})
+        return None
+
     def _allocate_and_run(self) -> SessionEnd:
         if self.resume.attempt > 1:
             self.cluster.recover()  # what an earlier attempt left where the supervisor cannot reach
@@ -398,23 +483,40 @@ class ApplicationMaster(AMRoutes):
                 return SessionEnd(*done, retryable=False)
         requests = gang_requests(self.spec)
         self.events.emit("allocating", containers=len(requests))
-        try:
-            allocated = self.cluster.allocate(requests, self.cancel)
-        except InterruptedError:
-            return SessionEnd(JobState.KILLED, self.kill_requested or "killed while waiting for resources")
-        except NeverFits as e:
-            return SessionEnd(JobState.FAILED, str(e))
-        self.containers = {c.task_id: c for c in allocated if c.task_id != "am"}
-        self.events.emit("allocated", containers={c.task_id: {"id": c.id, "gpus": c.gpu_indices} for c in allocated})
-        session = self.resume.first_session
+        session, fresh = self.resume.first_session, True
+        since = self.cluster.waited_since()
         while True:
+            if fresh:
+                with self.lock:
+                    self.gang.begin(len(requests), since=since)
+                    since = None
+                    self.status.state = JobState.ALLOCATING
+                    self.gang.show(self.status)
+                    self._publish()
+            failed = self._allocate(requests)
+            if failed is not None:
+                return failed
             self._start_session(session)
             end = self._run_session()
-            self.events.emit("session_finished", session=session, state=end.state, diagnostics=end.diagnostics)
+            if not end.unformed:
+                self.events.emit("session_finished", session=session, state=end.state, diagnostics=end.diagnostics)
             self._teardown()
+            if end.unformed:  # given back before it was whole: the same session asks again, later
+                pause = self.gang.backoff()
+                self.events.emit("gang_released", session=session, reason=end.diagnostics, backoff_s=round(pause, 3))
+                with self.lock:
+                    self.status.state = JobState.ALLOCATING
+                    self.gang.granted(1, len(requests))
+                    self.gang.show(self.status)
+                    self._publish()
+                if self.cancel.wait(pause):
+                    return SessionEnd(JobState.KILLED, self.kill_requested or "killed while waiting for resources")
+                fresh = False
+                continue
             if end.state == JobState.FAILED and end.retryable and (end.reclaimed or
                                                                    self.status.retries < self.retry_count):
                 session += 1
+                fresh = True
                 with self.lock:
                     self.status.retries += 0 if end.reclaimed else 1
                     self.status.diagnostics = f"session {session - 1} ended: {end.diagnostics}"

@@ -12,14 +12,14 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import (AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest, NeverFits, check_fits,
-                   gang_requests)
+from .base import (AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest, NeverFits, Wait,
+                   check_fits, gang_requests)
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
 __all__ = ["AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest", "NeverFits",
-           "check_fits", "gang_requests", "get_backend", "get_cluster_manager", "history_default"]
+           "Wait", "check_fits", "gang_requests", "get_backend", "get_cluster_manager", "history_default"]
 
 
 def history_default(name: str) -> str:

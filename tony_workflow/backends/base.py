@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..status import JobStatus
 
 __all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest",
-           "NeverFits", "check_fits", "gang_requests"]
+           "NeverFits", "Wait", "check_fits", "gang_requests", "label_key"]
 
 
 class NeverFits(ValueError):
@@ -35,6 +35,21 @@ class NeverFits(ValueError):
     def __init__(self, key: str, message: str):
         super().__init__(f"{key}: {message}")
         self.key = key
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a job's gang is not whole, as the cluster manager sees it.
+
+    ``reason`` is one concrete line: the task type, how many of how many containers, and what
+    blocks the rest (queue headroom, the largest container a node can give, a node label no node
+    carries, other jobs ahead). ``ahead`` lists the applications served first. ``release`` tells
+    a gang that holds part of what it asks for to give it back now: an older job needs the room.
+    """
+
+    reason: str
+    ahead: tuple[str, ...] = ()
+    release: bool = False
 
 
 @dataclass
@@ -47,13 +62,25 @@ class ContainerRequest:
 
 
 def gang_requests(spec: "JobSpec") -> list[ContainerRequest]:
-    """The gang a job asks for: the AM's own container first, then every task in type order."""
-    reqs = [ContainerRequest("am", spec.am.memory_mb, spec.am.vcores, spec.am.gpus, spec.node_label)]
+    """The gang a job asks for: the AM's own container first, then every task in type order, each
+    with the node label its container asks for (its own, else the application's)."""
+    reqs = [ContainerRequest("am", spec.am.memory_mb, spec.am.vcores, spec.am.gpus,
+                             spec.am_node_label or spec.node_label)]
     for t, ts in spec.tasks.items():
         for i in range(ts.instances):
             reqs.append(ContainerRequest(f"{t}:{i}", ts.resources.memory_mb, ts.resources.vcores,
-                                         ts.resources.gpus, ts.node_label))
+                                         ts.resources.gpus, ts.node_label or spec.node_label))
     return reqs
+
+
+def label_key(spec: "JobSpec", task_id: str) -> str:
+    """The key that gave the container of ``task_id`` ("am" or "worker:0") its node label: its
+    own type's (or tony.am.node-label), else the application's."""
+    if task_id == "am":
+        return "tony.am.node-label" if spec.am_node_label else "tony.application.node-label"
+    ttype = task_id.split(":")[0]
+    task = spec.tasks.get(ttype)
+    return f"tony.{ttype}.node-label" if task is not None and task.node_label else "tony.application.node-label"
 
 
 @dataclass(frozen=True)
@@ -160,6 +187,14 @@ class ClusterManager(ABC):
     events = None
     #: given by the AM: makes it look at its containers now rather than on its next pass
     on_change: Callable[[], None] | None = None
+    #: given by the AM: :meth:`allocate` calls it on every pass of its wait with the reason (None
+    #: once granted); it may raise to stop the wait (the AM's tony.container.allocation.timeout)
+    on_wait: Callable[[Wait | None], None] | None = None
+
+    def waiting(self, wait: Wait | None) -> None:
+        """Tells the AM why the gang waits (None: it does not)."""
+        if self.on_wait is not None:
+            self.on_wait(wait)
 
     def note(self, event: str, **fields) -> None:
         """Records ``event`` in the job's events (nothing before the AM gave its log)."""
@@ -203,8 +238,29 @@ class ClusterManager(ABC):
     @abstractmethod
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
         """Returns one container per request, all at once (gang), waiting in the queue as long as
-        needed. Raises :class:`NeverFits` if the request can never be satisfied, and
-        ``InterruptedError`` if ``cancel`` is set while waiting."""
+        needed and saying why through :meth:`waiting`. Called as each session starts: a cluster
+        that keeps a job's reservation between sessions returns it at once. Raises
+        :class:`NeverFits` if the request can never be satisfied, and ``InterruptedError`` if
+        ``cancel`` is set while waiting.
+
+        A cluster that grants containers only as it launches them (YARN) returns containers that
+        are admitted, not granted: the job's turn has come and its gang fits, and
+        :meth:`granted` says when each one is there."""
+
+    def waited_since(self) -> float | None:
+        """Since when the job has waited for its gang before its AM started (a cluster that makes
+        a job wait its turn before starting the AM, as YARN's gate does); None if it did not."""
+        return None
+
+    def granted(self, container: Container) -> bool:
+        """Whether the cluster has given ``container`` (launched): a task whose container is not
+        granted is REQUESTED, not LAUNCHED. Containers of a reservation are granted at once."""
+        return True
+
+    def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
+        """While the ``pending`` containers of a gang are not granted (and ``granted`` are): why,
+        and whether to give back what is held (:attr:`Wait.release`). None: nothing to add."""
+        return None
 
     @abstractmethod
     def new_container(self, like: Container) -> Container:

@@ -123,7 +123,18 @@ TONY_XML_DEFAULTS: dict[str, str] = {
 #: ``tony.task.progress-timeout-ms``
 #:     A task whose user code has reported progress (``tony_workflow.report``) and then reports none
 #:     for this long is hung: it is LOST and the restart rules apply; 0: never.
+#: ``tony.gang.hold-timeout-ms``
+#:     How long a job may hold part of its gang (some containers granted, others not) before it
+#:     gives back what it holds and asks again after a back-off, keeping its place in the queue;
+#:     0: it holds on. Jobs wait their turn before asking, so this only ends a race with
+#:     applications that are not TonY jobs.
+#: ``tony.gang.backoff-ms``
+#:     After a job gave back part of its gang, how long it waits before it asks again: a random
+#:     time between half and one and a half times this, doubling with each give-back up to eight
+#:     times, so that jobs never give back and ask again in step.
 PROJECT_DEFAULTS: dict[str, str] = {
+    "tony.gang.hold-timeout-ms": "60000",
+    "tony.gang.backoff-ms": "5000",
     "tony.application.priority": "0",
     "tony.am.reclaim-retry-count": "10",
     "tony.am.node-label": "",
@@ -198,7 +209,7 @@ INSTANCES_KEY = re.compile(r"^tony\.(.+)\.instances$")
 RESERVED_TYPES = frozenset({
     "am", "application", "task", "container", "containers", "docker", "execution", "history", "yarn",
     "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
-    "checkpoint", "python-exec-path", "gpu-exec-path",
+    "checkpoint", "python-exec-path", "gpu-exec-path", "gang",
 })
 
 # Typed checks of job-wide keys: every key whose default is a boolean must stay one, and every key
@@ -212,6 +223,8 @@ INT_MINIMUMS = {
     "tony.am.liveness-timeout-ms": 1000,
     "tony.task.heartbeat-timeout-ms": 0,
     "tony.task.progress-timeout-ms": 0,
+    "tony.gang.hold-timeout-ms": 0,
+    "tony.gang.backoff-ms": 0,
     "tony.task.metrics-interval-ms": 100,
     "tony.application.timeout": 0,
     "tony.application.priority": 0,

@@ -359,6 +359,22 @@ class JobSpec:
         return self._typed("tony.application.timeout", lambda v: parse_int(v, 0))
 
     @cached_property
+    def allocation_timeout_ms(self) -> int:
+        """tony.container.allocation.timeout: how long a session's gang may take to be granted
+        whole, from when the job first asks for it; <= 0 means no limit."""
+        return self._typed("tony.container.allocation.timeout", parse_int)
+
+    @cached_property
+    def gang_hold_timeout_ms(self) -> int:
+        """tony.gang.hold-timeout-ms: how long part of a gang is held before it is given back; 0: on."""
+        return self._typed("tony.gang.hold-timeout-ms", lambda v: parse_int(v, 0))
+
+    @cached_property
+    def gang_backoff_ms(self) -> int:
+        """tony.gang.backoff-ms: the wait before asking again for a gang given back."""
+        return self._typed("tony.gang.backoff-ms", lambda v: parse_int(v, 0))
+
+    @cached_property
     def registration_timeout_ms(self) -> int:
         """tony.container.registration.timeout: how long tasks may take to register; <= 0 means no limit."""
         return self._typed("tony.container.registration.timeout", parse_int)

@@ -125,6 +125,30 @@ def test_two_whole_machine_jobs_run_one_after_the_other(tony_home, tmp_path, loc
     assert span[b][0] >= span[a][1] - 0.05
 
 
+def test_a_job_waiting_for_the_machine_says_why_and_launches_nothing(tony_home, tmp_path, local_site):
+    local_site({"tony.local.memory": "1g"})
+    tasks = {"worker": {"instances": 2, "memory": "448m"}}
+    a = submit(tmp_path, "sleep 6", tasks)
+    wait_for(lambda: a.status().state == "RUNNING", timeout=60)
+    b = submit(tmp_path, "true", tasks)
+    c = submit(tmp_path, "true", tasks)
+    sb = wait_for(lambda: (s := b.status()).waiting_reason and s, timeout=30)
+    sc = wait_for(lambda: (s := c.status()).waiting_reason and s, timeout=30)
+    assert sb.state == "ALLOCATING" and (sb.containers_held, sb.containers_wanted) == (1, 3), sb
+    assert sb.waiting_reason.startswith("worker: 0 of 2 containers (448 MB, 1 vcore each); blocked by memory: "
+                                        "the gang needs 1024 MB at once and 0 MB of 1024 MB are free, held by "
+                                        f"{a.app_id}"), sb.waiting_reason
+    assert sc.jobs_ahead == [b.app_id] and f"1 job ahead on the embedded cluster ({b.app_id})" in sc.waiting_reason
+    assert not sb.tasks and not sc.tasks                  # no task is shown launched without its container
+    assert "waiting 1/3 containers" in sb.summary() and "blocked by memory" in sb.summary()
+    for h in (a, b, c):
+        assert h.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
+    done = b.status()
+    assert done.waiting_reason is None and done.containers_held == done.containers_wanted == 3
+    formed = [e for e in events(b) if e["event"] == "gang_formed"]
+    assert len(formed) == 1 and formed[0]["waited_s"] > 0
+
+
 FAIL_ONCE = 'if [ "$SESSION_ID" = 0 ] && [ "$TASK_INDEX" = 1 ]; then echo boom >&2; exit 3; fi; sleep 0.3'
 
 

@@ -40,8 +40,8 @@ from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
-from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest,
-                   check_fits, gang_requests)
+from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest, NeverFits,
+                   Wait, check_fits, gang_requests, label_key)
 
 __all__ = ["LocalBackend", "LocalClusterManager", "Inventory", "tony_home", "detect_gpus"]
 
@@ -153,6 +153,33 @@ _HINTS = {"memory_mb": "tony.local.memory in $TONY_CONF_DIR/tony-site.xml",
 SETTINGS_FILE = "local-cluster.json"
 
 
+def _wait_reason(requests: list[ContainerRequest], ahead: list[str], inv: Inventory, used_mem: int, used_vc: int,
+                 free_gpus: int, holders: list[str]) -> str:
+    """Why a gang waits on the embedded cluster: jobs ahead (first come, first served), or the
+    resource that the jobs holding their gangs leave short."""
+    tasks = [r for r in requests if r.task_id != "am"] or requests
+    ttype = max(tasks, key=lambda r: (r.gpus, r.memory_mb, r.vcores)).task_id.split(":")[0]
+    of_type = [r for r in tasks if r.task_id.split(":")[0] == ttype]
+    r = of_type[0]
+    shape = f"{r.memory_mb} MB, {r.vcores} vcore{'' if r.vcores == 1 else 's'}" + (f", {r.gpus} GPUs" if r.gpus else "")
+    head = f"{ttype}: 0 of {len(of_type)} containers ({shape} each); blocked by "
+    if ahead:
+        shown = ", ".join(ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
+        return head + f"{len(ahead)} job{'' if len(ahead) == 1 else 's'} ahead on the embedded cluster ({shown}), " \
+                      "served first come, first served"
+    held = f", held by {', '.join(holders[:3])}" + (f" and {len(holders) - 3} more" if len(holders) > 3 else "") \
+        if holders else ""
+    need_mem, need_vc = sum(q.memory_mb for q in requests), sum(q.vcores for q in requests)
+    need_gpu = sum(q.gpus for q in requests)
+    if need_gpu > free_gpus:
+        return head + f"GPUs: the gang needs {need_gpu} at once and {free_gpus} of {len(inv.gpus)} are free{held}"
+    if used_mem + need_mem > inv.memory_mb:
+        return head + (f"memory: the gang needs {need_mem} MB at once and {inv.memory_mb - used_mem} MB of "
+                       f"{inv.memory_mb} MB are free{held}")
+    return head + (f"vcores: the gang needs {need_vc} at once and {inv.vcores - used_vc} of {inv.vcores} are free"
+                   f"{held}")
+
+
 def _app_seq(app_id: str) -> tuple[int, int]:
     _, ts, seq = app_id.split("_")
     return int(ts), int(seq)
@@ -238,9 +265,14 @@ class LocalClusterManager(ClusterManager):
                     free_gpu = [g for g in inv.gpus if g not in used_gpu]
                     head = L["queue"][0]["app"] == self.app_id
                     need_gpu = sum(r.gpus for r in requests)
-                    if (head and used_mem + sum(r.memory_mb for r in requests) <= inv.memory_mb
+                    fits = (used_mem + sum(r.memory_mb for r in requests) <= inv.memory_mb
                             and used_vc + sum(r.vcores for r in requests) <= inv.vcores
-                            and need_gpu <= len(free_gpu)):
+                            and need_gpu <= len(free_gpu))
+                    if not (head and fits):
+                        ahead = [q["app"] for q in L["queue"][:[q["app"] for q in L["queue"]].index(self.app_id)]]
+                        wait = Wait(_wait_reason(requests, ahead, inv, used_mem, used_vc, len(free_gpu),
+                                                 sorted(L["allocations"])), tuple(ahead))
+                    if head and fits:
                         containers = self._containers(requests, free_gpu)
                         L["allocations"][self.app_id] = {
                             "pid": self.owner_pid, "started": self.owner_started,
@@ -250,13 +282,16 @@ class LocalClusterManager(ClusterManager):
                             "gpus": [g for c in containers for g in c.gpu_indices],
                         }
                         L["queue"] = [q for q in L["queue"] if q["app"] != self.app_id]
-                        return containers
+                        break
+                self.waiting(wait)
                 if cancel.wait(0.25):
                     raise InterruptedError("allocation cancelled")
         except BaseException:
             with _locked_json(self.ledger, {}) as L:
                 L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
             raise
+        self.waiting(None)
+        return containers
 
     def _containers(self, requests: list[ContainerRequest], gpus: list[int]) -> list[Container]:
         """One container per request, handing out ``gpus`` in request order."""
@@ -409,7 +444,13 @@ class LocalBackend(Backend):
     def submit(self, spec: JobSpec) -> str:
         # The machine's settings come from the site configuration, never from the job.
         settings = local_settings()
-        Inventory.of(settings.capacity).check_fits(gang_requests(spec))
+        requests = gang_requests(spec)
+        labelled = next((r for r in requests if r.node_label), None)
+        if labelled is not None:
+            raise NeverFits(label_key(spec, labelled.task_id),
+                            f"{labelled.task_id} asks for node label {labelled.node_label!r}, and the embedded "
+                            "cluster's one machine carries no node label; leave node labels to YARN jobs")
+        Inventory.of(settings.capacity).check_fits(requests)
         clean_now_and_then(cluster_dir(), settings.retention_s)
         app_id = next_application_id()
         d = self.app_dir(app_id)

@@ -26,19 +26,28 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from ..kerberos import Login, LoginError
+from .. import hadoop
+from ..kerberos import Login, LoginError, is_secure, read_token_file
 from ..process import user_name
 
-__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager", "node_totals"]
+__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager", "node_totals", "amounts", "container_rm"]
 
 _TIMEOUT = 30
+
+
+def amounts(resource: dict | None) -> tuple[int, int, int]:
+    """(memory MB, vcores, GPUs) of one of the ResourceManager's resource objects (``{"memory",
+    "vCores", "resourceInformations"}``)."""
+    resource = resource or {}
+    infos = (resource.get("resourceInformations") or {}).get("resourceInformation") or []
+    gpus = next((int(i.get("value", 0)) for i in infos if i.get("name") == "yarn.io/gpu"), 0)
+    return int(resource.get("memory", 0)), int(resource.get("vCores", 0)), gpus
 
 
 def node_totals(node: dict) -> tuple[int, int, int]:
     """(memory MB, vcores, GPUs) a NodeManager offers in all, from its entry in the
     ResourceManager's node list (``/ws/v1/cluster/nodes``)."""
-    infos = (node.get("totalResource") or {}).get("resourceInformations", {}).get("resourceInformation", [])
-    gpus = next((int(i.get("value", 0)) for i in infos if i.get("name") == "yarn.io/gpu"), 0)
+    gpus = amounts(node.get("totalResource"))[2]
     return (int(node.get("usedMemoryMB", 0)) + int(node.get("availMemoryMB", 0)),
             int(node.get("usedVirtualCores", 0)) + int(node.get("availableVirtualCores", 0)), gpus)
 
@@ -68,6 +77,9 @@ class AppReport:
     #: YARN's log aggregation of a finished application: NOT_START, RUNNING, SUCCEEDED, FAILED,
     #: TIME_OUT, DISABLED, ... (empty when the ResourceManager does not say)
     log_aggregation: str = ""
+    #: its live containers, skein's master included; None when the ResourceManager does not show
+    #: them (before its master runs, or to a user without the right to view the application)
+    running_containers: int | None = None
 
     @classmethod
     def from_json(cls, app: dict[str, Any]) -> "AppReport":
@@ -83,7 +95,8 @@ class AppReport:
                    finished_at=seconds("finishedTime"),
                    am_rpc_address=address if address and not address.startswith("N/A") else None,
                    priority=int(app.get("priority") or 0), tags=tags,
-                   log_aggregation=app.get("logAggregationStatus") or "")
+                   log_aggregation=app.get("logAggregationStatus") or "",
+                   running_containers=running if (running := int(app.get("runningContainers", -1))) >= 0 else None)
 
 
 class ResourceManager:
@@ -153,6 +166,20 @@ class ResourceManager:
         """The NodeManagers as the ResourceManager lists them (``/ws/v1/cluster/nodes``)."""
         return (self._json("GET", "/nodes").get("nodes") or {}).get("node") or []
 
+    def queue(self, name: str) -> dict | None:
+        """The scheduler's entry for the leaf queue ``name`` (``root.default`` or ``default``), from
+        ``/ws/v1/cluster/scheduler``; None when the scheduler has no such queue or does not list
+        queues (the FIFO scheduler)."""
+        info = (self._json("GET", "/scheduler").get("scheduler") or {}).get("schedulerInfo") or {}
+        todo = [info]
+        while todo:
+            q = todo.pop()
+            children = (q.get("queues") or {}).get("queue") or []
+            if not children and name in (q.get("queuePath"), q.get("queueName")):
+                return q
+            todo.extend(children)
+        return None
+
     # ------------------------------------------------------------------ changing
     def _put(self, app_id: str, what: str, body: dict) -> dict:
         return self._json("PUT", f"/apps/{app_id}/{what}", json=body, params={"user.name": user_name()})
@@ -193,3 +220,30 @@ def resource_manager(url: str, login: Login | None = None) -> ResourceManager:
         if rm is None:
             rm = _RMS[(url, login)] = ResourceManager(url, login)
         return rm
+
+
+#: The kind of the ResourceManager delegation token in a container's token file, and the header
+#: the ResourceManager's web endpoints take it in.
+RM_TOKEN_KIND = "RM_DELEGATION_TOKEN"
+_RM_TOKEN_HEADER = "Hadoop-YARN-RM-Delegation-Token"
+
+
+def container_rm(conf_dir: str | None = None) -> ResourceManager | None:
+    """The REST API as a YARN container reaches it: the ResourceManager of the configuration the
+    job was submitted with (``HADOOP_CONF_DIR``), and on a Kerberized cluster the ResourceManager
+    delegation token YARN gave the container, since it has no ticket. None when the configuration
+    names no web address, or the cluster is secure and the container holds no such token."""
+    import os
+
+    conf = hadoop.read_conf(conf_dir or os.environ.get("HADOOP_CONF_DIR"))
+    url = hadoop.rm_web_url(conf)
+    if not url:
+        return None
+    rm = ResourceManager(url)
+    if is_secure(conf):
+        path = os.environ.get("HADOOP_TOKEN_FILE_LOCATION")
+        tokens = [t for t in read_token_file(path) if t.kind == RM_TOKEN_KIND] if path else []
+        if not tokens:
+            return None
+        rm.session.headers[_RM_TOKEN_HEADER] = tokens[0].url_string()
+    return rm

@@ -53,12 +53,14 @@ from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..storage import open_storage
 from ..status import JobState, JobStatus
-from .base import AMEndpoint, Backend, Capacity, ContainerRequest, check_fits, gang_requests
+from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
 from .yarn_attempts import am_restarts
 from .yarn_am import YarnClusterManager
-from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, service_name
+from .yarn_containers import (AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, MASTER_MEMORY_MB, MASTER_VCORES, app_store,
+                              master_request, service_name)
+from .yarn_gang import gang_tag, minimum_allocation, nodes_from, parse_gang_tag, refuse_never_fits, shape_of
 from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
 
 __all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
@@ -244,12 +246,21 @@ class YarnBackend(Backend):
                 total[key] += value
         return biggest, total
 
-    def check_fits(self, requests_: list[ContainerRequest], rm=None) -> None:
-        """Raises NeverFits when a container is larger than the largest NodeManager, or the gang
-        larger than the cluster: YARN would otherwise keep the job waiting forever."""
-        biggest, total = self.inventory(rm)
-        check_fits(requests_, Capacity(**biggest), Capacity(**total), node="the largest NodeManager",
-                   cluster="the cluster")
+    def check_fits(self, spec: JobSpec, rm=None) -> str:
+        """Raises NeverFits when the job's gang can never be placed (YARN would keep it waiting
+        forever): see :func:`.yarn_gang.refuse_never_fits`. Returns the application tag that
+        names the gang for the other jobs of its queue (:func:`.yarn_gang.gang_tag`)."""
+        rm = rm or self.rm
+        queue_name = spec.queue or "default"
+        queue = rm.queue(queue_name)
+        requests_ = gang_requests(spec)
+        master = master_request(spec)
+        nodes = nodes_from(rm.nodes())
+        refuse_never_fits(requests_, master, nodes, queue, queue_name,
+                          lambda task_id: label_key(spec, task_id))
+        minimum = minimum_allocation(queue)
+        shape = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)  # noqa: E731
+        return gang_tag(shape(master), [shape(r) for r in requests_])
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:
@@ -260,7 +271,7 @@ class YarnBackend(Backend):
             rm = resource_manager(self.rm_web, login)  # logs in: LoginError when it cannot
         except LoginError as e:
             raise LoginError(f"{e}; nothing was submitted") from None
-        self.check_fits(gang_requests(spec), rm)
+        gang = self.check_fits(spec, rm)
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
         task_files: dict[str, Any] = {}
@@ -308,9 +319,17 @@ class YarnBackend(Backend):
             script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
             files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
             # A container lost whole (its node) is started again elsewhere (yarn_attempts).
-            max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count))
-        app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services,
-                                    tags=set(spec.tags) | {"tony"}, max_attempts=1,
+            max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),
+            # The gate in skein's master adds it once the job's turn has come (yarn_gate).
+            instances=0)
+        # skein ends the application when the master's script ends: after the gate it sleeps, and
+        # the AM ends the application. A gate that cannot start fails the job at once.
+        master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY_MB, vcores=MASTER_VCORES),
+                              script=(f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . "
+                                      "&& exec sleep 2147483647"),
+                              files={"spec.json": spec_file, **conf_files}, env=base_env)
+        app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
+                                    tags=set(spec.tags) | {"tony", gang}, max_attempts=1,
                                     node_label=spec.node_label or "")
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
         app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
@@ -362,7 +381,7 @@ class YarnBackend(Backend):
         elif state == "ACCEPTED":
             status.state = JobState.ALLOCATING
         elif state == "RUNNING":
-            status.state = JobState.RUNNING
+            self._before_the_am(report, status)
         elif state == "KILLED" or final == "KILLED":
             status.state = JobState.KILLED
         elif final == "SUCCEEDED":
@@ -370,6 +389,26 @@ class YarnBackend(Backend):
         else:
             status.state = JobState.FAILED
         return status
+
+    def _before_the_am(self, report: AppReport, status: JobStatus) -> None:
+        """The status of a job YARN runs whose AM does not answer: RUNNING once its AM has started
+        (it is ending, or between attempts), else ALLOCATING with the gate's word on its wait."""
+        try:
+            kv = self._app_client(report).kv.get_prefix("tony.")
+        except Exception:  # noqa: BLE001 - skein's AM not reachable (yet): what YARN says
+            kv = {}
+        if KV_ADDRESS in kv:
+            status.state = JobState.RUNNING
+            return
+        status.state = JobState.ALLOCATING
+        gate = json.loads(kv[KV_GATE]) if KV_GATE in kv else {}
+        status.waiting_since = gate.get("since") or report.started_at
+        tagged = parse_gang_tag(report.tags)
+        status.containers_wanted = int(gate.get("wanted") or (len(tagged[1]) if tagged else 0))
+        status.jobs_ahead = list(gate.get("ahead") or [])
+        status.waiting_reason = gate.get("reason") or (
+            "its turn has come: the ApplicationMaster's container is asked for" if gate.get("admitted")
+            else "waiting for its turn in the queue")
 
     def _saved_status(self, app_id: str) -> JobStatus | None:
         try:

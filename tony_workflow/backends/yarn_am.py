@@ -4,6 +4,10 @@ Every task type is a skein service with no instances of its own (:mod:`tony_work
 defines them at submission); :class:`YarnClusterManager` adds one container per task to its type's
 service, with the task's identity in the container's environment, watches and kills them through
 skein's ApplicationClient, and says which ones YARN took back (preempted, lost with their node).
+Before it asks for the tasks' containers it waits for the job's turn in its queue (:mod:`.yarn_line`,
+:mod:`.yarn_gang`): YARN grants containers one by one, and jobs that each hold part of a gang would
+wait for each other forever. While they come it says which are still missing and why, and whether
+an older job needs the room it holds (:meth:`YarnClusterManager.forming`).
 It also publishes the AM's address and tokens in skein's key-value store, puts the AM's page and
 TensorBoard behind the ResourceManager's proxy, keeps what a later AM container needs
 (:mod:`.yarn_attempts`), places spread task types on distinct nodes (:mod:`.yarn_spread`), and
@@ -24,9 +28,13 @@ from typing import Any
 
 from ..storage import open_storage
 from ..status import JobState
-from .base import ClusterManager, Container, ContainerRequest
-from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_TOKEN, KV_VIEW, app_store, reclaim_cause, service_name
+from .base import ClusterManager, Container, ContainerRequest, Wait
+from .rm import container_rm
+from .yarn_containers import (AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, app_store, reclaim_cause,
+                              service_name)
 from .yarn_attempts import EventsCopy, save_state
+from .yarn_gate import wait_turn
+from .yarn_line import Line
 from .yarn_spread import Placement
 
 __all__ = ["YarnClusterManager"]
@@ -58,10 +66,65 @@ class YarnClusterManager(ClusterManager):
         self._lock = threading.Lock()
         self.placement = Placement.from_env()  # nodes for spread task types
         self._events_copy: EventsCopy | None = None
+        self.line = Line(self.app_id, container_rm())
+        self._requests: dict[str, ContainerRequest] = {}  # task id -> what its container asks for
+        self._looked: tuple[float, Wait | None] = (0.0, None)
 
     def allocate(self, requests_: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
-        # YARN grants containers as they are added; registration is where the gang forms.
+        """Waits for the job's turn in its queue (every older job's gang and this one's fit in
+        what is free), then returns the containers to ask for. The AM's own container is held
+        already: it runs this."""
+        self._requests = {r.task_id: r for r in requests_}
+        wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
+        if cancel.is_set():
+            raise InterruptedError("allocation cancelled")
+        self._looked = (time.monotonic(), None)
         return [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
+
+    def waited_since(self) -> float | None:
+        """Since when the job waited for its turn at the gate in skein's master (:mod:`.yarn_gate`),
+        if it did."""
+        try:
+            raw = self.app.kv.get(KV_GATE)
+            gate = json.loads(raw) if raw else {}
+        except Exception:  # noqa: BLE001 - the store's errors: a wait we cannot read is one we do not show
+            return None
+        return float(gate["since"]) if gate.get("reason") or gate.get("admitted") else None
+
+    def granted(self, container: Container) -> bool:
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        return c is not None and str(c.state) not in ("WAITING", "REQUESTED")
+
+    def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
+        """Why ``pending`` are not granted yet, looked up every couple of seconds: room that is
+        free (YARN is placing them), or what blocks them; with ``release`` when an older job of
+        the queue cannot place what it still lacks, part of which this job holds."""
+        at, last = self._looked
+        if time.monotonic() - at < self.line.look_every_s:
+            return last
+        counts: dict[str, tuple[int, int]] = {}
+        for c, was_granted in [*((c, False) for c in pending), *((c, True) for c in granted)]:
+            ttype = c.task_id.split(":")[0]
+            held, wanted = counts.get(ttype, (0, 0))
+            counts[ttype] = (held + was_granted, wanted + 1)
+        asked = [self._requests.get(c.task_id) or ContainerRequest(c.task_id, c.memory_mb, c.vcores,
+                                                                     len(c.gpu_indices)) for c in pending]
+        v = self.line.look(asked, counts)
+        me = self.line.me
+        if v is not None and me is not None and (me.running_containers or 0) - 1 >= 1 + len(pending) + len(granted):
+            # YARN placed them all (skein's master aside); skein has not said so yet
+            wait = Wait(f"all {len(pending) + len(granted)} task containers are placed by YARN and starting")
+        elif v is None or v.go:
+            ttype = pending[0].task_id.split(":")[0] if pending else "?"
+            held, wanted = counts.get(ttype, (0, 0))
+            why = (f"{ttype}: {held} of {wanted} containers granted; YARN is placing the rest"
+                   + (" (the room is free)" if v is not None else f" ({self.line.unreadable})"))
+            wait = Wait(why, v.ahead if v is not None else ())
+        else:
+            wait = Wait(v.reason or "", v.ahead, release=v.elders_blocked)
+        self._looked = (time.monotonic(), wait)
+        return wait
 
     def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: int) -> Container:
         with self._lock:

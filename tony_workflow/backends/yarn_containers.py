@@ -3,14 +3,34 @@ address, and how YARN says that it took a container back. Shared by the client, 
 container taking over (:mod:`.yarn_attempts`), without skein."""
 from __future__ import annotations
 
-from ..process import user_name
+from typing import TYPE_CHECKING
 
-__all__ = ["AM_SERVICE", "KV_ADDRESS", "KV_TOKEN", "KV_VIEW", "service_name", "reclaim_cause", "app_store"]
+from ..process import user_name
+from .base import ContainerRequest
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
+
+__all__ = ["AM_SERVICE", "KV_ADDRESS", "KV_TOKEN", "KV_VIEW", "KV_GATE", "service_name", "reclaim_cause", "app_store",
+           "MASTER_MEMORY_MB", "MASTER_VCORES", "master_request"]
 
 #: The skein service whose container runs the job's supervisor and ApplicationMaster.
 AM_SERVICE = "tony-am"
 #: Where in skein's key-value store the AM leaves its address and tokens for clients.
 KV_ADDRESS, KV_TOKEN, KV_VIEW = "tony.am.address", "tony.am.token", "tony.am.view-token"
+#: Where the gate in skein's master (:mod:`.yarn_gate`) says why the job waits for its turn, and
+#: since when: JSON ``{"reason", "ahead", "since", "held", "wanted"}``, then ``{"since", "admitted"}``.
+KV_GATE = "tony.gang.gate"
+
+
+#: skein's master container (its Java ApplicationMaster, and the job's gate while it waits its turn).
+MASTER_MEMORY_MB, MASTER_VCORES = 512, 1
+
+
+def master_request(spec: "JobSpec") -> ContainerRequest:
+    """skein's master container, as a request: YARN's ApplicationMaster of the job, in the
+    application's partition. Named ``am`` in the fits check: it comes with the AM."""
+    return ContainerRequest("am", MASTER_MEMORY_MB, MASTER_VCORES, 0, spec.node_label)
 
 
 def service_name(task_type: str) -> str:

@@ -1,0 +1,93 @@
+"""The gate: a YARN job waits for its turn in skein's master container, holding nothing else.
+
+skein starts every application with a master container (its Java ApplicationMaster, which YARN
+counts against the queue's share for ApplicationMasters). This program runs there, as the master's
+script, before anything of the job's own: it looks at the job's line (:mod:`.yarn_line`) until
+every older job's gang and this one's (the job's own ApplicationMaster container and every task)
+fit in what is free, then adds the ``tony-am`` container, whose supervisor runs the job's AM, and
+returns. Until then the job holds one container, YARN's AM container, however long it waits: the
+queue's share for ApplicationMasters (``maximum-am-resource-percent``) bounds what all waiting
+jobs hold together, and the rest of the queue is for gangs.
+
+While it waits it keeps its reason in skein's key-value store (:data:`KV_GATE`), where a client
+following the job reads it (no AM answers yet) and where the AM, once started, finds since when
+the job has waited. Any failure of its own lets the job through: the AM waits its turn again
+before it asks for the tasks' containers, so a gate that cannot see the line only costs the job a
+second container while it waits.
+
+Run as ``python -m tony_workflow.backends.yarn_gate --app-dir .`` with ``HADOOP_CONF_DIR`` set,
+the way :mod:`.yarn` writes the master's script.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .base import Wait, gang_requests
+from .rm import container_rm
+from .yarn_containers import AM_SERVICE, KV_GATE
+from .yarn_line import Line
+
+__all__ = ["main", "wait_turn"]
+
+log = logging.getLogger("tony.yarn.gate")
+
+
+def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None) -> Wait | None:
+    """Looks at ``line`` until the gang of ``requests`` (its AM's container and every task) may be
+    asked for; ``publish(wait)`` is told why it waits at each look. Returns the last wait (None if
+    there was none)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for r in requests:
+        ttype = r.task_id.split(":")[0]
+        counts[ttype] = (0, counts.get(ttype, (0, 0))[1] + 1)
+    last = None
+    while True:
+        v = line.look(requests, counts)
+        if v is None or v.go:
+            return last
+        last = Wait(v.reason or "", v.ahead)
+        publish(last)
+        if (stop or threading.Event()).wait(line.pause()):
+            return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tony-yarn-gate", description="waits for a YARN job's turn in its queue")
+    ap.add_argument("--app-dir", default=".", type=Path)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import skein
+
+    app = skein.ApplicationClient.from_current()
+    since = time.time()
+    try:
+        from ..spec import JobSpec
+
+        spec = JobSpec.from_dict(json.loads((args.app_dir / "spec.json").read_text()))
+        line = Line(skein.properties.application_id, container_rm())
+        requests = gang_requests(spec)
+
+        def publish(wait: Wait) -> None:
+            log.info("waiting: %s", wait.reason)
+            app.kv[KV_GATE] = json.dumps({"reason": wait.reason, "ahead": list(wait.ahead), "since": since,
+                                          "held": 0, "wanted": len(requests)}).encode()
+
+        wait_turn(line, requests, publish)
+        if line.unreadable:
+            log.warning("the line could not be read (%s): the ApplicationMaster starts now", line.unreadable)
+    except Exception as e:  # the gate must never keep a job from running: the AM waits its turn too
+        log.exception("the gate failed (%s): the ApplicationMaster starts now", e)
+    app.kv[KV_GATE] = json.dumps({"since": since, "admitted": time.time()}).encode()
+    app.add_container(AM_SERVICE)
+    log.info("the job's turn has come: its ApplicationMaster's container is asked for")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,17 +95,27 @@ class JobHandle:
 
     def record(self) -> dict | None:
         """The job's record (timeline, tasks with their figures, figures over time, configuration:
-        :mod:`tony_workflow.history`): live from the AM while it runs, then from the job history;
-        None when neither has it."""
+        :mod:`tony_workflow.history`): live from the AM while it runs, then from the job history,
+        else (a job whose AM has not started: a YARN job waiting for its turn) built from what
+        the cluster says of it; None when the cluster does not know it either."""
         am = self._am()
         if am is not None:
             try:
                 return am.record()
             except (AMUnreachable, AMError):
                 pass
-        from .history import site_history
+        from .history import build_record, site_history
 
-        return site_history(self.backend.name, **self.backend.store_options()).get(self.app_id)
+        record = site_history(self.backend.name, **self.backend.store_options()).get(self.app_id)
+        if record is None:
+            # Not started yet (a YARN job waiting for its turn at the gate), or gone without a
+            # record: what the cluster says of it.
+            try:
+                status = self.backend.stored_status(self.app_id)
+            except KeyError:
+                return None
+            record = build_record(status.to_dict(), [], user="", conf={}, requested={})
+        return record
 
     def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
                stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:

@@ -109,6 +109,12 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
                              "the cluster allows"})
         elif kind == "task_restarted":
             timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
+        elif kind == "gang_formed" and e.get("waited_s"):
+            timeline.append({"ts": ts, "what": f"all {e.get('containers')} containers granted after waiting "
+                             f"{float(e['waited_s']):.0f} s", "detail": f"session {e.get('session')}"})
+        elif kind == "gang_released":
+            timeline.append({"ts": ts, "what": "the containers held were given back, to be asked for again in "
+                             f"{float(e.get('backoff_s') or 0):.0f} s", "detail": str(e.get("reason") or "")[:500]})
         elif kind == "task_state" and "task" in e:
             t = tasks.setdefault(e["task"], {"task_id": e["task"], "launches": 0, "metrics": {}})
             if e["state"] == "LAUNCHED":
@@ -142,6 +148,8 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "tracking_url": status.get("tracking_url"), "tensorboard_url": status.get("tensorboard_url"),
         "am_attempts": status.get("am_attempt", 1), "reclaims": status.get("reclaims", 0), "progress": status.get("progress"),
         "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
+        "waiting": {k: status.get(k) for k in ("waiting_reason", "waiting_since", "containers_held",
+                                                "containers_wanted", "jobs_ahead")} if status.get("waiting_reason") else None,
         "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
         "requested": requested, "hints": sizing_hints(task_list, requested), "conf": conf,
     }

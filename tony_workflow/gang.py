@@ -58,7 +58,7 @@ class GangWatch:
         self.wanted, self.held = wanted, held
         if since is not None:
             self.since = since
-        self.session_began = self.clock()
+        self.session_began = since if since is not None else self.clock()
         self.asked_at = None
         self.formed = False
 

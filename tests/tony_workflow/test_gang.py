@@ -107,3 +107,10 @@ def test_backoffs_are_random_and_double_up_to_eight_times():
     other, _ = watch(backoff_ms=1000)
     other.rng = random.Random(8)
     assert [other.backoff() for _ in range(6)] != pauses     # two jobs do not ask again in step
+
+
+def test_a_wait_at_the_gate_counts_against_tonys_allocation_timeout():
+    g, clock = watch(allocation_ms=30_000)
+    g.begin(4, since=clock.now - 31)
+    with pytest.raises(AllocationTimeout):
+        g.overdue()

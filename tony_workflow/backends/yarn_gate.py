@@ -38,10 +38,11 @@ __all__ = ["main", "wait_turn"]
 log = logging.getLogger("tony.yarn.gate")
 
 
-def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None) -> Wait | None:
+def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None,
+              deadline: float | None = None) -> Wait | None:
     """Looks at ``line`` until the gang of ``requests`` (its AM's container and every task) may be
-    asked for; ``publish(wait)`` is told why it waits at each look. Returns the last wait (None if
-    there was none)."""
+    asked for, ``stop`` is set or the wall clock passes ``deadline``; ``publish(wait)`` is told why
+    it waits at each look. Returns the last wait (None if there was none)."""
     counts: dict[str, tuple[int, int]] = {}
     for r in requests:
         ttype = r.task_id.split(":")[0]
@@ -53,7 +54,7 @@ def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None
             return last
         last = Wait(v.reason or "", v.ahead)
         publish(last)
-        if (stop or threading.Event()).wait(line.pause()):
+        if (stop or threading.Event()).wait(line.pause()) or (deadline is not None and time.time() > deadline):
             return last
 
 
@@ -78,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             app.kv[KV_GATE] = json.dumps({"reason": wait.reason, "ahead": list(wait.ahead), "since": since,
                                           "held": 0, "wanted": len(requests)}).encode()
 
-        wait_turn(line, requests, publish)
+        # TonY's tony.container.allocation.timeout bounds the wait here too: past it the AM starts,
+        # and finds the job overdue (its wait counts from the gate's).
+        timeout_ms = spec.allocation_timeout_ms
+        wait_turn(line, requests, publish, deadline=since + timeout_ms / 1000.0 if timeout_ms > 0 else None)
         if line.unreadable:
             log.warning("the line could not be read (%s): the ApplicationMaster starts now", line.unreadable)
     except Exception as e:  # the gate must never keep a job from running: the AM waits its turn too

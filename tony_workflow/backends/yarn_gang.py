@@ -418,7 +418,8 @@ def refuse_never_fits(requests: Sequence[ContainerRequest], master: ContainerReq
         biggest = Capacity(*(max(n.total[i] for n in part) for i in range(3))) if part else Capacity(0, 0, 0)
         total = Capacity(*(sum(n.total[i] for n in part) for i in range(3)))
         check_fits([r for r in requests if _label(r) == label], biggest, total,
-                   node=f"the largest NodeManager{where}", cluster=f"the cluster's NodeManagers{where}")
+                   node=f"the largest NodeManager{where}",
+                   cluster=f"partition {label} of the cluster" if label else "the cluster")
     if not queue:
         return
     maxima = {(p.get("partitionName") or "").lower(): amounts(p.get("effectiveMaxResource"))

@@ -1,0 +1,207 @@
+"""Many jobs on one YARN queue, on a real mini cluster: gangs that never deadlock, waits that say
+why, never-fits refused at submission, and a killed job's room handed to the one that waits.
+
+The cluster is two NodeManagers of 4 GB. What the jobs did is read from the ResourceManager (each
+application's running containers, sampled all along) and from the machine's processes, not from
+the runtime's own records. A gang being broken by preemption and formed again is tested with the
+other preemption tests (test_yarn_reclaim.py)."""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.conftest import app_processes, minicluster_missing, sleeper_job, wait_for
+from tony_workflow import minicluster
+from tony_workflow.backends.yarn import close_drivers
+from tony_workflow.client import SubmitError, TonyClient, load_job
+
+pytestmark = [pytest.mark.yarn]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    d = tmp_path_factory.mktemp("gang-mc")
+    saved = dict(os.environ)
+    info = minicluster.start(d, nodemanagers=2, nm_memory_mb=4096, nm_vcores=8)
+    close_drivers()
+    os.environ.update(minicluster.client_env(info))
+    try:
+        yield info
+    finally:
+        close_drivers()
+        os.environ.clear()
+        os.environ.update(saved)
+        minicluster.stop(d)
+
+
+class RMSampler:
+    """Samples every TonY application's state and running containers from the ResourceManager,
+    twice a second, while a test runs."""
+
+    def __init__(self, info: dict):
+        self.url = f"{info['rm_web']}/ws/v1/cluster/apps"
+        self.samples: list[dict[str, tuple[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                apps = (requests.get(self.url, params={"applicationTags": "tony"}, timeout=10).json()
+                        .get("apps") or {}).get("app") or []
+            except (requests.RequestException, ValueError):
+                continue
+            self.samples.append({a["id"]: (a["state"], int(a.get("runningContainers", -1))) for a in apps})
+
+    def __enter__(self) -> "RMSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def containers(self, sample: dict, app_id: str) -> int:
+        state, running = sample.get(app_id, ("", -1))
+        return running if state == "RUNNING" else 0
+
+    def wait_ended(self, handles, timeout: float = 120) -> None:
+        """Until the ResourceManager shows every application of ``handles`` ended: a job's final
+        status is written before its AM unregisters."""
+        wait_for(lambda: self.samples and all(self.samples[-1].get(h.app_id, ("",))[0] in ENDED for h in handles),
+                 timeout=timeout, interval=0.5)
+
+    def forming(self, app_id: str, gang: int) -> list[bool]:
+        """Per sample: whether the application held part of its gang (more than skein's master,
+        less than all of it) before it first held all of it. Part of a gang held after that is a
+        job letting go as its tasks end."""
+        out, formed = [], False
+        for s in self.samples:
+            held = self.containers(s, app_id)
+            formed = formed or held >= gang
+            out.append(not formed and 1 < held < gang)
+        return out
+
+
+def job(name: str, workers: int, memory: str, seconds: int) -> dict:
+    return sleeper_job(name, {"tony.am.memory": "512m", "tony.am.retry-count": "0"}, seconds=seconds,
+                       workers=workers, memory=memory)
+
+
+def submit_together(specs: list[dict]) -> list:
+    """Submits every job at the same moment, each from a thread of its own."""
+    yarn = TonyClient("yarn")
+    start = threading.Barrier(len(specs))
+
+    def one(spec):
+        start.wait()
+        return yarn.submit(load_job(spec))
+    with ThreadPoolExecutor(len(specs)) as pool:
+        return list(pool.map(one, specs))
+
+
+ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
+def finish_order(handles, sampler: RMSampler) -> list[str]:
+    """Applications in the order the ResourceManager first saw them finished."""
+    ended: dict[str, int] = {}
+    for i, sample in enumerate(sampler.samples):
+        for h in handles:
+            if h.app_id not in ended and sample.get(h.app_id, ("",))[0] in ENDED:
+                ended[h.app_id] = i
+    return sorted(ended, key=ended.__getitem__)
+
+
+def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):
+    # Skein's master, the AM (512 MB) and three 1.5 GB workers: 5.5 GB of the 8 GB. Asking for
+    # everything at once, two such jobs each held part of their gang and waited for each other.
+    with RMSampler(cluster) as sampler:
+        a, b = submit_together([job("pair-a", 3, "1536m", 20), job("pair-b", 3, "1536m", 20)])
+        first, second = sorted((a, b), key=lambda h: h.app_id)
+        seen = wait_for(lambda: first.app_id in ((s := second.status()).waiting_reason or "") and s, timeout=120,
+                        interval=0.5)
+        ends = [h.wait(poll_interval=1, timeout=400) for h in (a, b)]
+        sampler.wait_ended((a, b))
+    assert [s.state for s in ends] == ["SUCCEEDED", "SUCCEEDED"], [s.diagnostics for s in ends]
+    # The younger job said it waited, for whom, and without a task shown launched.
+    assert seen.state == "ALLOCATING" and seen.jobs_ahead == [first.app_id], seen
+    assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in seen.tasks)
+    # The ResourceManager never saw both hold part of their gang (skein's master + AM + 3 workers = 5)
+    # at once, and the waiting job held only its master while the other ran.
+    gang = 5
+    both_partial = [s for s, x, y in zip(sampler.samples, sampler.forming(a.app_id, gang),
+                                         sampler.forming(b.app_id, gang)) if x and y]
+    assert not both_partial, both_partial[:3]
+    held_while_waiting = {sampler.containers(s, second.app_id) for s in sampler.samples
+                          if sampler.containers(s, first.app_id) == gang}
+    assert held_while_waiting <= {0, 1}, held_while_waiting
+    assert finish_order((a, b), sampler) == [first.app_id, second.app_id]
+    for h in (a, b):
+        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_four_jobs_on_room_for_two_run_two_at_a_time_in_order(cluster):
+    # Master + AM + two 1 GB workers = 3 GB: two jobs and the other two's masters fit in 8 GB.
+    with RMSampler(cluster) as sampler:
+        handles = submit_together([job(f"four-{i}", 2, "1g", 15) for i in range(4)])
+        ends = [h.wait(poll_interval=1, timeout=600) for h in handles]
+        sampler.wait_ended(handles)
+    assert all(s.state == "SUCCEEDED" for s in ends), [s.diagnostics for s in ends]
+    # Jobs with task containers (more than skein's master and the AM's): never more than two.
+    gangs = [sum(1 for h in handles if sampler.containers(s, h.app_id) > 2) for s in sampler.samples]
+    assert max(gangs) == 2, gangs
+    submitted = sorted(h.app_id for h in handles)
+    order = finish_order(handles, sampler)
+    assert len(order) == 4
+    for place, app_id in enumerate(order):
+        assert place <= submitted.index(app_id) + 2, (order, submitted)   # no job overtaken by more than two
+    for h in handles:
+        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+@pytest.mark.parametrize("worker, key, words", [
+    ({"memory": "6g"}, "tony.worker.memory", "the largest NodeManager has 4096 MB"),
+    ({"node_label": "gpu"}, "tony.worker.node-label", "which no running node of the cluster carries"),
+    ({"instances": 6, "memory": "1536m"}, "tony.worker.memory", "but the cluster has 8192 MB"),
+    ({"instances": 5, "memory": "1536m"}, "tony.worker.memory",
+     "queue default at its maximum capacity (skein's master container included) has 8192 MB"),
+    ({"gpus": 3, "instances": 3}, "tony.worker.gpus", "has 8 GPUs"),
+])
+def test_a_job_that_can_never_fit_is_refused_at_submission_and_nothing_is_submitted(cluster, worker, key, words):
+    apps = lambda: len((requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps", timeout=10)  # noqa: E731
+                        .json().get("apps") or {}).get("app") or [])
+    before = apps()
+    spec = job("never", 1, "512m", 1)
+    spec["tasks"]["worker"].update(worker)
+    with pytest.raises(SubmitError) as e:
+        TonyClient("yarn").submit(load_job(spec))
+    assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
+    assert apps() == before
+
+
+def test_a_killed_job_frees_its_containers_for_the_waiting_one(cluster):
+    yarn = TonyClient("yarn")
+    with RMSampler(cluster) as sampler:
+        a = yarn.submit(load_job(job("kill-a", 3, "1536m", 600)))
+        wait_for(lambda: a.status().state == "RUNNING", timeout=180, interval=1)
+        b = yarn.submit(load_job(job("kill-b", 3, "1536m", 5)))
+        waiting = wait_for(lambda: "blocked by" in ((s := b.status()).waiting_reason or "") and s, timeout=60,
+                           interval=0.5)
+        assert waiting.state == "ALLOCATING" and not waiting.tasks, waiting
+        assert a.kill().state == "KILLED"
+        # a's workers would sleep ten minutes: b runs well before, on a's containers.
+        ran = wait_for(lambda: (s := b.status()).state == "RUNNING" and s, timeout=180, interval=0.5)
+        assert not ran.waiting_reason
+        assert b.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
+    assert not any(sampler.containers(s, a.app_id) > 0 and sampler.containers(s, b.app_id) > 1
+                   for s in sampler.samples)
+    for h in (a, b):
+        wait_for(lambda: not app_processes(h.app_id), timeout=120)

@@ -28,8 +28,13 @@ TRAIN = ("python -c \"from tony_workflow import report; import time\n"
 def jobs(airflow_db, tmp_path_factory):
     """A finished job run by a DAG, a job still running, and an api-server that sees both."""
     home = tmp_path_factory.mktemp("tony-home")
-    old = os.environ.get("TONY_HOME")
+    old = {k: os.environ.get(k) for k in ("TONY_HOME", "TONY_CONF_DIR")}
     os.environ["TONY_HOME"] = str(home)
+    # A machine of 2 GB, so that a third job waits for the one still running.
+    from tony_workflow.hadoop import site_xml
+    (home / "conf").mkdir()
+    (home / "conf" / "tony-site.xml").write_text(site_xml({"tony.local.memory": "2g"}))
+    os.environ["TONY_CONF_DIR"] = str(home / "conf")
     try:
         job = {"name": "plugin-demo", "command": TRAIN, "am": {"memory": "128m"},
                "tasks": {"worker": {"instances": 2, "memory": "512m"}},
@@ -45,6 +50,10 @@ def jobs(airflow_db, tmp_path_factory):
                                                  "report(step=3, total=100); time.sleep(600)\"",
              "am": {"memory": "128m"}, "tasks": {"worker": {"instances": 1, "memory": "256m"}},
              "conf": {"tony.task.tensorboard.enabled": "false"}}))
+        waiting = TonyClient("local").submit(load_job(
+            {"name": "waiting", "command": "true", "am": {"memory": "128m"},
+             "tasks": {"worker": {"instances": 1, "memory": "1800m"}},
+             "conf": {"tony.task.tensorboard.enabled": "false"}}))
         port = _free_port()
         # Real logins for this server: with every user an admin (the other tests' setting) Airflow
         # authenticates every request, so nothing could be refused.
@@ -56,15 +65,18 @@ def jobs(airflow_db, tmp_path_factory):
                                   "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)},
                            log_name="api-server-plugin.log")
         try:
-            yield {"base": server.base, "run_id": dr.run_id, "finished": finished, "running": running}
+            yield {"base": server.base, "run_id": dr.run_id, "finished": finished, "running": running,
+                   "waiting": waiting}
         finally:
+            waiting.kill()
             running.kill()
             server.stop()
     finally:
-        if old is None:
-            os.environ.pop("TONY_HOME", None)
-        else:
-            os.environ["TONY_HOME"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _token(base: str) -> str:
@@ -97,6 +109,12 @@ def test_job_pages_show_tasks_timeline_progress_and_charts(jobs):
     live = requests.get(f"{jobs['base']}/tony/jobs/{jobs['running'].app_id}", headers=headers, timeout=60)
     assert live.status_code == 200 and "RUNNING" in live.text and "step=3/100" in live.text
     assert 'http-equiv="refresh"' in live.text, "a running job's page refreshes itself"
+    waits = requests.get(f"{jobs['base']}/tony/jobs/{jobs['waiting'].app_id}", headers=headers, timeout=60)
+    assert waits.status_code == 200 and "ALLOCATING" in waits.text, waits.text[:2000]
+    assert "Waiting for its containers</b> (1 of 2 granted" in waits.text
+    assert "blocked by memory: the gang needs 1928 MB at once" in waits.text and jobs["running"].app_id in waits.text
+    listed = requests.get(f"{jobs['base']}/tony/", headers=headers, timeout=60)
+    assert "waiting 1/2 containers: worker: 0 of 1 containers" in listed.text
     missing = requests.get(f"{jobs['base']}/tony/jobs/application_1_0404", headers=headers, timeout=60)
     assert missing.status_code == 404
     bad = requests.get(f"{jobs['base']}/tony/jobs/..%2Fetc", headers=headers, timeout=60)

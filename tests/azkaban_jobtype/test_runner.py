@@ -150,6 +150,20 @@ def test_a_failed_application_fails_the_job(tony_home, tmp_path):
     assert "Diagnostics: " in run.log
 
 
+def test_a_job_that_waits_for_room_says_why_in_the_job_log(tony_home, tmp_path, local_site):
+    local_site({"tony.local.memory": "1g"})
+    from tony_workflow.client import TonyClient, load_job
+    holder = TonyClient("local").submit(load_job({
+        "name": "holder", "command": "sleep 4", "am": {"memory": "256m"},
+        "tasks": {"worker": {"instances": 1, "memory": "512m"}}, "conf": {"tony.task.tensorboard.enabled": "false"}}))
+    project = script_project(tmp_path / "project", "print('ran', flush=True)\n")
+    run = Execution(project, "job", job_props(project))
+    run.wait_for(rf"waiting 1/2 containers[^:]*: worker: 0 of 1 containers \(256 MB, 1 vcore each\); blocked by "
+                 rf"memory: the gang needs 512 MB at once and 256 MB of 1024 MB are free, held by {holder.app_id}")
+    assert run.wait() == 0, run.log
+    assert holder.wait(timeout=60).state == "SUCCEEDED"
+
+
 def test_bad_props_submit_nothing_and_name_the_key(tony_home, tmp_path):
     project = script_project(tmp_path / "project", "pass\n")
     props = job_props(project, **{"tony.worker.instances": "many"})

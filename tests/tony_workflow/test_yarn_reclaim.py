@@ -87,10 +87,19 @@ def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
         name="urgent", queue="urgent", max_attempts=1,
         services={"claim": skein.Service(resources=skein.Resources(memory=1024, vcores=1), instances=2,
                                          script="sleep 20")}))
+    # The gang is broken: the next session waits for room while urgent holds its half, says so
+    # with no task shown launched, and forms again once urgent is done.
+    broken = wait_for(lambda: (s := h.status()).session_id >= 1 and s.waiting_reason and s, timeout=240,
+                      interval=0.5)
+    assert broken.state == "ALLOCATING" and "blocked by" in broken.waiting_reason, broken.waiting_reason
+    assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in broken.tasks), broken.tasks
     st = h.wait(poll_interval=1, timeout=600)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.retries == 0 and st.reclaims >= 1, (st.retries, st.reclaims)
     assert int(rm_app(info, h.app_id)["numNonAMContainerPreempted"]) >= 1
+    formed = [t for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []
+              if t["what"].startswith("all 4 containers granted after waiting")]
+    assert any(t["detail"] != "session 0" for t in formed), formed
     lost = reclaimed(h.app_id)
     assert lost and lost[0].endswith("was preempted by the scheduler"), lost
     # Once its own containers were gone, default was under its share in turn: urgent may have lost

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from .archive import unsafe_entry
-from .frameworks import TaskContext, build_env
+from .frameworks import TaskContext, build_env, launch_command
 from .events import log_tail
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
@@ -220,11 +220,15 @@ class TaskExecutor:
                              "tony.containers.command or executes")
         return cmd
 
-    def _user_env(self, cluster: dict[str, list[str]], tb_port: int | None) -> dict[str, str]:
+    def _context(self, cluster: dict[str, list[str]]) -> TaskContext:
         spec = self.spec
         monitored = sum(len(a) for t, a in cluster.items() if t in spec.tracked_types)
-        ctx = TaskContext(framework=spec.framework, cluster=cluster, task_type=self.task_type, index=self.index,
-                          is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored)
+        return TaskContext(framework=spec.framework, cluster=cluster, task_type=self.task_type, index=self.index,
+                           is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored,
+                           processes={t: s.processes for t, s in spec.tasks.items()}, agent=spec.torch_agent)
+
+    def _user_env(self, ctx: TaskContext, tb_port: int | None) -> dict[str, str]:
+        spec = self.spec
         env = {k: v for k, v in self.env.items() if k not in ("TONY_AM_TOKEN",)}
         env.update(build_env(ctx))
         env.update({
@@ -366,8 +370,11 @@ class TaskExecutor:
         location = self.env.get("TONY_CHECKPOINT_LOCATION")
         if location:
             self._restore(location)
+        ctx = self._context(cluster)
         command = self.command()
-        env = self._user_env(cluster, tb_port.port if tb_port else None)
+        if command:
+            command = launch_command(ctx, command, self._python())
+        env = self._user_env(ctx, tb_port.port if tb_port else None)
         if command:
             self.inbox = ReportInbox(secrets.token_hex(16))
             env.update(self.inbox.environment())

@@ -1,15 +1,22 @@
 """One env builder per framework: what the user process needs to find its peers.
 
 Every builder takes the same :class:`TaskContext` and returns the variables to add. Adding a
-framework means adding one function to ``BUILDERS``.
+framework means adding one function to ``BUILDERS``. A framework whose own launcher must start the
+user's command (PyTorch's elastic agent, for several processes per container) adds one function to
+``LAUNCHERS`` too: it wraps the command.
 """
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["TaskContext", "build_env", "BUILDERS", "tf_config"]
+__all__ = ["TaskContext", "build_env", "BUILDERS", "tf_config", "LAUNCHERS", "launch_command", "RANKED_TYPES",
+           "CAVEATS"]
+
+#: The task types a PyTorch or JAX job ranks, in rank order: the chief (or master) is rank 0.
+RANKED_TYPES = ("chief", "master", "worker")
 
 
 @dataclass
@@ -17,7 +24,10 @@ class TaskContext:
     """Where one task stands in the job.
 
     ``cluster`` maps every task type (sidecars included) to its ``host:port`` list, in index order.
-    ``monitored`` counts the tasks that decide completion (TonY's ``TASK_NUM``).
+    ``monitored`` counts the tasks that decide completion (TonY's ``TASK_NUM``). ``processes``
+    maps a type to how many processes of its command each container runs (absent: 1), and
+    ``agent`` says whether the ranked tasks run under the framework's launcher (PyTorch: when any
+    type runs more than one).
     """
 
     framework: str
@@ -27,6 +37,8 @@ class TaskContext:
     is_chief: bool
     sidecar_types: list[str] = field(default_factory=list)
     monitored: int = 0
+    processes: dict[str, int] = field(default_factory=dict)
+    agent: bool = False
 
 
 def tf_config(ctx: TaskContext) -> dict:
@@ -65,25 +77,65 @@ def _first(ctx: TaskContext, *types: str) -> tuple[str, str] | None:
 
 
 def _rank_order(ctx: TaskContext) -> list[str]:
-    return [t for t in ("chief", "master", "worker") if ctx.cluster.get(t)]
+    return [t for t in RANKED_TYPES if ctx.cluster.get(t)]
+
+
+def _containers_before(ctx: TaskContext, order: list[str]) -> list[str]:
+    """The ranked types of the containers before this task's, one entry per container."""
+    before: list[str] = []
+    for t in order:
+        if t == ctx.task_type:
+            return before + [t] * ctx.index
+        before += [t] * len(ctx.cluster[t])
+    return before
 
 
 def _pytorch(ctx: TaskContext) -> dict[str, str]:
+    """torchrun's variables, for a container that is one node of ``torchrun --nnodes``: the chief
+    (or master) is node 0, then the workers; each node runs ``processes`` ranks (its local world),
+    numbered after the ranks of the nodes before it. With one process per container the user
+    process gets them as they are; under the agent (several processes), torch's agent gives each
+    process its own RANK, LOCAL_RANK and WORLD_SIZE, the same numbers."""
     env = _common(ctx)
     order = _rank_order(ctx)
-    # Global rank: chief/master first, then workers, matching torch.distributed's rank-0 master.
-    rank, world = 0, sum(len(ctx.cluster[t]) for t in order)
-    for t in order:
-        if t == ctx.task_type:
-            rank += ctx.index
-            break
-        rank += len(ctx.cluster[t])
+    if ctx.task_type not in order:  # a type outside the ranks (a sidecar, say) only learns where the master is
+        order_world = 0
+        node = rank = None
+    else:
+        before = _containers_before(ctx, order)
+        node, rank = len(before), sum(ctx.processes.get(t, 1) for t in before)
+        order_world = sum(len(ctx.cluster[t]) * ctx.processes.get(t, 1) for t in order)
     master = _first(ctx, *order)
     if master:
         env["MASTER_ADDR"], env["MASTER_PORT"] = master
         env["INIT_METHOD"] = f"tcp://{master[0]}:{master[1]}"
-    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "WORLD": str(world), "LOCAL_RANK": "0"})
+    nodes = sum(len(ctx.cluster[t]) for t in order)
+    local = ctx.processes.get(ctx.task_type, 1)
+    env.update({"WORLD_SIZE": str(order_world), "WORLD": str(order_world), "GROUP_WORLD_SIZE": str(nodes)})
+    if node is not None:
+        env.update({"RANK": str(rank), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(local),
+                    "GROUP_RANK": str(node), "NODE_RANK": str(node), "ROLE_RANK": str(rank),
+                    "ROLE_WORLD_SIZE": str(order_world)})
     return env
+
+
+def _torchrun(ctx: TaskContext, command: str, python: str) -> str:
+    """The command under torch's elastic agent: this container is node GROUP_RANK of a static
+    rendezvous at the chief's address (the chief's agent serves it on the chief's reserved port),
+    running ``processes`` copies of the user's command with torchrun's variables. The agent does not
+    restart anything (``--max-restarts 0``): a failed process fails the task, and the AM's rules
+    decide what follows, as for any task."""
+    order = _rank_order(ctx)
+    master = _first(ctx, *order)
+    if ctx.task_type not in order or master is None:
+        return command
+    nodes = sum(len(ctx.cluster[t]) for t in order)
+    argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+            "--node-rank", str(len(_containers_before(ctx, order))),
+            "--nproc-per-node", str(ctx.processes.get(ctx.task_type, 1)),
+            "--master-addr", master[0], "--master-port", master[1],
+            "--max-restarts", "0", "--monitor-interval", "0.5", "--no-python", "bash", "-c", command]
+    return shlex.join(argv)
 
 
 def _horovod(ctx: TaskContext) -> dict[str, str]:
@@ -152,6 +204,35 @@ BUILDERS: dict[str, Callable[[TaskContext], dict[str, str]]] = {
 }
 
 
+#: Launchers that start the user's command for a framework: ``(ctx, command, python) -> command``.
+#: Used only when the context says so (``agent``).
+LAUNCHERS: dict[str, Callable[[TaskContext, str, str], str]] = {
+    "pytorch": _torchrun,
+}
+
+
+#: What a job of these frameworks must know before it runs: their libraries are retired and cannot
+#: be installed beside this project's, so the runtime gives them their variables but proves nothing
+#: of them. Every job of the framework shows the caveat with its status.
+CAVEATS: dict[str, str] = {
+    "horovod": ("framework horovod: Horovod's last release (0.28.1, 2023) is not built against this project's torch "
+                "or TensorFlow, so tony-workflow sets Horovod's variables (HOROVOD_*) but has not run Horovod; "
+                "the job's own environment (python_venv) must bring a Horovod that works, and the rendezvous "
+                "server Horovod's launcher would start is not run (the gloo rendezvous address names the first "
+                "driver, chief or worker task)"),
+    "mxnet": ("framework mxnet: MXNet is retired upstream (1.9.1, 2022) and cannot be installed beside this "
+              "project's NumPy (it needs numpy < 1.24), so tony-workflow sets its DMLC_* variables but its "
+              "tests run it only from a job environment of its own (python_venv)"),
+}
+
+
 def build_env(ctx: TaskContext) -> dict[str, str]:
     """The framework variables for one task. Unknown frameworks are refused by spec validation."""
     return BUILDERS[ctx.framework](ctx)
+
+
+def launch_command(ctx: TaskContext, command: str, python: str) -> str:
+    """The command the executor runs for ``command``: wrapped by the framework's launcher when the
+    job runs its tasks under one, else as it is. ``python`` is the job's interpreter."""
+    launcher = LAUNCHERS.get(ctx.framework)
+    return launcher(ctx, command, python) if launcher and ctx.agent else command

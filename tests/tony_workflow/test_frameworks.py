@@ -1,6 +1,7 @@
 import json
+import shlex
 
-from tony_workflow.frameworks import TaskContext, build_env, tf_config
+from tony_workflow.frameworks import TaskContext, build_env, launch_command, tf_config
 
 CLUSTER = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"], "tensorboard": ["h4:5"]}
 
@@ -52,3 +53,36 @@ def test_mxnet_and_jax_and_horovod():
 def test_standalone_sets_no_cluster():
     env = build_env(ctx("standalone", "worker", 0, cluster={"worker": ["h:1"]}, chief=True))
     assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env and env["IS_CHIEF"] == "true"
+
+
+def test_pytorch_gives_torchruns_variables_with_several_processes_per_container():
+    cluster = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"]}
+    procs = {"chief": 1, "worker": 2}
+    env = build_env(TaskContext("pytorch", cluster, "worker", 1, False, processes=procs, agent=True))
+    # Nodes: chief (1 rank), worker:0 (2), worker:1 (2): this container's first rank is 3.
+    assert (env["GROUP_RANK"], env["NODE_RANK"], env["GROUP_WORLD_SIZE"]) == ("2", "2", "3")
+    assert (env["RANK"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("3", "0", "2")
+    assert env["WORLD_SIZE"] == env["WORLD"] == "5"
+    chief = build_env(TaskContext("pytorch", cluster, "chief", 0, True, processes=procs, agent=True))
+    assert (chief["RANK"], chief["NODE_RANK"], chief["LOCAL_WORLD_SIZE"]) == ("0", "0", "1")
+
+
+def test_torchs_agent_wraps_the_command_only_when_the_job_runs_under_it():
+    cluster = {"worker": ["h1:2", "h2:3"]}
+    plain = TaskContext("pytorch", cluster, "worker", 1, False, processes={"worker": 1})
+    assert launch_command(plain, "python train.py --lr 0.1", "/venv/bin/python") == "python train.py --lr 0.1"
+    agent = TaskContext("pytorch", cluster, "worker", 1, False, processes={"worker": 2}, agent=True)
+    argv = shlex.split(launch_command(agent, "python train.py --lr 0.1", "/venv/bin/python"))
+    assert argv[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    flags = dict(zip(argv[3:-4:2], argv[4:-4:2]))
+    assert flags == {"--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "2", "--master-addr": "h1",
+                     "--master-port": "2", "--max-restarts": "0", "--monitor-interval": "0.5"}
+    assert argv[-4:] == ["--no-python", "bash", "-c", "python train.py --lr 0.1"]   # the user's command, unchanged
+    tf = TaskContext("tensorflow", cluster, "worker", 1, False, agent=True)
+    assert launch_command(tf, "python train.py", "python") == "python train.py"   # no launcher of its own
+
+
+def test_only_horovod_and_mxnet_jobs_carry_a_caveat():
+    from tony_workflow.frameworks import CAVEATS
+    assert set(CAVEATS) == {"horovod", "mxnet"}
+    assert all("installed" in text or "built" in text for text in CAVEATS.values())

@@ -186,10 +186,12 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
 TONY_DEFAULTS: dict[str, str] = {**TONY_XML_DEFAULTS, **PROJECT_DEFAULTS}
 
 # What tony.<type>.<field> reads when neither the file nor TONY_DEFAULTS sets it (TonY's code
-# defaults for memory/vcores/gpus; restart-policy and spread are this project's own per-type keys:
-# spread puts a type's tasks on distinct nodes of a YARN cluster where it can).
+# defaults for memory/vcores/gpus; restart-policy, spread and processes are this project's own
+# per-type keys: spread puts a type's tasks on distinct nodes of a YARN cluster where it can, and
+# processes runs that many copies of a PyTorch task's command in each container, under torch's
+# elastic agent).
 TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0",
-                 "spread": "false"}
+                 "spread": "false", "processes": "1"}
 
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
 
@@ -250,7 +252,7 @@ OTHER_TONY_KEYS = frozenset({
 
 #: The settings every task type has: ``tony.<type>.<field>``.
 TASK_FIELDS = ("instances", "max-instances", "memory", "vcores", "gpus", "command", "node-label",
-               "restart-policy", "timeout", "resources", "spread")
+               "restart-policy", "timeout", "resources", "spread", "processes")
 
 _TASK_KEY = re.compile(r"^tony\.([a-z][a-z0-9_-]*)\.([a-z][a-z0-9_.-]*)$")
 _DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")

@@ -20,7 +20,7 @@ from .errors import SpecError, SpecIssue, error, unknown_message
 from .overrides import apply_pairs, parse_overrides
 from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
 from .values import (conf_value, parse_bool, parse_env, parse_int, parse_list,
-                     parse_memory, parse_restart_policy, parse_store_failure)
+                     parse_memory, parse_processes, parse_restart_policy, parse_store_failure)
 
 __all__ = ["JobSpec", "TaskSpec", "Resources"]
 
@@ -61,8 +61,10 @@ class TaskSpec:
     or None. ``node_label`` is tony.<type>.node-label, ``docker_image`` the image when
     tony.docker.enabled is true (tony.docker.<type>.image, else tony.docker.containers.image),
     ``restart_policy`` tony.<type>.restart-policy (``session``, the default, or ``task``),
-    ``timeout_ms`` tony.<type>.timeout (0, the default, means none) and ``spread``
-    tony.<type>.spread (on YARN, the tasks go to distinct nodes where the cluster allows).
+    ``timeout_ms`` tony.<type>.timeout (0, the default, means none), ``spread``
+    tony.<type>.spread (on YARN, the tasks go to distinct nodes where the cluster allows) and
+    ``processes`` tony.<type>.processes (how many processes of the command each container runs,
+    ``gpus`` read as the container's GPUs; default 1).
     """
 
     type: str
@@ -74,6 +76,7 @@ class TaskSpec:
     restart_policy: str = "session"
     timeout_ms: int = 0
     spread: bool = False
+    processes: int = 1
 
     def __post_init__(self):
         if isinstance(self.resources, Mapping):
@@ -81,7 +84,8 @@ class TaskSpec:
         issues = []
         for name, parse in (("instances", lambda v: parse_int(v, 0)),
                             ("restart_policy", parse_restart_policy),
-                            ("timeout_ms", lambda v: parse_int(v, 0)), ("spread", parse_bool)):
+                            ("timeout_ms", lambda v: parse_int(v, 0)), ("spread", parse_bool),
+                            ("processes", lambda v: parse_int(v, 1))):
             try:
                 setattr(self, name, parse(getattr(self, name)))
             except ValueError as exc:
@@ -198,6 +202,14 @@ class JobSpec:
     def framework(self) -> str:
         """tony.application.framework, lower-cased."""
         return (self.get("tony.application.framework") or "").strip().lower()
+
+    @cached_property
+    def warnings(self) -> list[str]:
+        """What the job's user should know but that does not stop it: the framework's caveat
+        (:data:`~tony_workflow.frameworks.CAVEATS`). Shown with the job's status everywhere."""
+        from ..frameworks import CAVEATS
+        caveat = CAVEATS.get(self.framework)
+        return [caveat] if caveat else []
 
     @cached_property
     def application_type(self) -> str:
@@ -441,7 +453,23 @@ class JobSpec:
             restart_policy=self._task_typed(task_type, "restart-policy", parse_restart_policy),
             timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
             spread=self._task_typed(task_type, "spread", parse_bool),
+            processes=self.processes(task_type),
         )
+
+    def processes(self, task_type: str) -> int:
+        """tony.<type>.processes as a count: ``gpus`` is the type's tony.<type>.gpus (1 without GPUs;
+        validation refuses that case)."""
+        value = self._task_typed(task_type, "processes", parse_processes)
+        if value == "gpus":
+            return max(1, self._task_typed(task_type, "gpus", lambda v: parse_int(v, 0)))
+        return value
+
+    @cached_property
+    def torch_agent(self) -> bool:
+        """Whether a PyTorch job's tasks run under torch's elastic agent: when some type runs more
+        than one process per container. The agents of all containers rendezvous together, so
+        then every task of the job's ranked types runs under one."""
+        return self.framework == "pytorch" and any(t.processes > 1 for t in self.tasks.values())
 
     def _active_types(self) -> list[str]:
         """Types with instances > 0, skipping unreadable counts (validate() reports those)."""

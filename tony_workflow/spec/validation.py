@@ -9,11 +9,12 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
+from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
 from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, LOCAL_KEY_REASON, RESERVED_TYPES, TASK_DEFAULTS,
                    TYPE_NAME, known_keys, task_key, unknown_key)
 from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none, parse_memory,
-                     parse_restart_policy, parse_store_failure)
+                     parse_processes, parse_restart_policy, parse_store_failure)
 
 if TYPE_CHECKING:
     from .model import JobSpec
@@ -86,6 +87,7 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
             unreadable.append(task_type)
             continue
         active[task_type] = instances
+        issues.extend(_processes_problems(spec, check, task_type, framework))
         max_instances = check(task_key(task_type, "max-instances"), optional(parse_int), "")
         if max_instances is not None and 0 <= max_instances < instances:
             issues.append(spec.issue(key, instances, f"at most {max_instances} allowed by "
@@ -150,6 +152,28 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
                                   "the rendezvous master (MASTER_ADDR)"))
     return issues
 
+
+
+def _processes_problems(spec: JobSpec, check, task_type: str, framework: str | None) -> list[SpecIssue]:
+    """tony.<type>.processes: a PyTorch type's processes per container, launched by torch's agent."""
+    key = task_key(task_type, "processes")
+    value = check(key, parse_processes, TASK_DEFAULTS["processes"])
+    if value in (None, 1):
+        return []
+    gpus = parse_int_or_none(spec.get(task_key(task_type, "gpus"), TASK_DEFAULTS["gpus"])) or 0
+    if framework != "pytorch":
+        return [spec.issue(key, value, "several processes per container are for PyTorch jobs (torch's elastic "
+                           f"agent starts them); this job's framework is {framework}: use 1, or more instances")]
+    if task_type not in RANKED_TYPES:
+        return [spec.issue(key, value, f"only the ranked types ({', '.join(RANKED_TYPES)}) of a PyTorch job run "
+                           f"several processes per container; '{task_type}' is not one")]
+    if value == "gpus" and gpus <= 0:
+        return [spec.issue(key, value, f"'gpus' runs one process per GPU, and tony.{task_type}.gpus is 0: set "
+                           "the GPUs, or a number of processes")]
+    if isinstance(value, int) and 0 < gpus < value:
+        return [spec.issue(key, value, f"more processes than the container's {gpus} GPUs "
+                           f"(tony.{task_type}.gpus): two ranks cannot share a GPU under NCCL; at most {gpus}")]
+    return []
 
 
 def type_name_problem(task_type: str, framework: str | None, sidecars: list[str]) -> str | None:

@@ -14,7 +14,7 @@ from .keys import ENV_NAME, FRAMEWORKS, RESTART_POLICIES
 
 __all__ = ["parse_memory", "parse_int", "parse_bool", "parse_list", "parse_env", "parse_framework",
            "parse_restart_policy", "parse_oversubscription", "parse_local_gpus", "optional", "conf_value",
-           "parse_int_or_none"]
+           "parse_int_or_none", "parse_processes"]
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(?:([mg])b?)?$", re.IGNORECASE)
 _MEMORY_ALLOWED = ("must be a positive size: megabytes as a bare number (4096), or a number with the unit "
@@ -57,6 +57,17 @@ def parse_int(value: object, minimum: int | None = None) -> int:
     if minimum is not None and number < minimum:
         raise ValueError(allowed)
     return number
+
+
+def parse_processes(value: object) -> int | str:
+    """tony.<type>.processes: how many processes of the task's command one container runs, a
+    number >= 1, or ``gpus`` (one per GPU the container asks for)."""
+    if isinstance(value, str) and value.strip().lower() == "gpus":
+        return "gpus"
+    try:
+        return parse_int(value, 1)
+    except ValueError:
+        raise ValueError("must be a number of processes >= 1, or 'gpus' (one per GPU of the container)") from None
 
 
 def parse_bool(value: object) -> bool:

@@ -91,7 +91,7 @@ class ApplicationMaster(AMRoutes):
                                 started_at=self.resume.started_at or time.time(),
                                 backend=cluster.name,
                                 retries=self.resume.retries, reclaims=self.resume.reclaims,
-                                am_attempt=self.resume.attempt,
+                                am_attempt=self.resume.attempt, warnings=list(spec.warnings),
                                 diagnostics=self.resume.diagnostics)
         self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
                                  series_every=max(1.0, spec.metrics_interval_ms / 1000.0))

@@ -159,7 +159,7 @@ class AMRoutes:
             store = body.get("store") if isinstance(body.get("store"), dict) else {}
             changed, failure = self.store.report(task.id, task.session_id, store.get("error"), bool(store.get("ok")))
             if changed:
-                self.status.warnings = self.store.warnings
+                self.status.warnings = [*self.spec.warnings, *self.store.warnings]
                 self._publish()
             if failure and not self.store_failure:
                 self.store_failure = failure
@@ -174,7 +174,7 @@ class AMRoutes:
             task.status.pid = body.get("pid", task.status.pid)
             task.last_heartbeat = time.time()
             if body.get("restored") and self.store.restored(task.id, task.session_id, body["restored"]):
-                self.status.warnings = self.store.warnings
+                self.status.warnings = [*self.spec.warnings, *self.store.warnings]
             self._set_task_state(task, TaskState.RUNNING, pid=task.status.pid)
             if all(t.status.state == TaskState.RUNNING for t in self.tasks.values()):
                 # Every task has restored its checkpoint: earlier copies are no longer needed.

@@ -6,11 +6,14 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The frameworks beyond TensorFlow (torch alone is several GB): installed for the tests, not for `make run`.
+FRAMEWORKS := $(VENV)/.installed-frameworks
 PYTEST_ARGS ?=
 
-.PHONY: run test setup browser kerberos clean
+.PHONY: run test setup frameworks browser kerberos clean
 
 setup: $(STAMP)
+frameworks: $(FRAMEWORKS)
 
 # Order-only: the Kerberos packages must be there first, but installing them is no reason to reinstall.
 $(STAMP): setup.cfg pyproject.toml Makefile | kerberos
@@ -18,6 +21,10 @@ $(STAMP): setup.cfg pyproject.toml Makefile | kerberos
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test]'
 	touch $(STAMP)
+
+$(FRAMEWORKS): $(STAMP)
+	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test,pytorch,jax,examples]'
+	touch $(FRAMEWORKS)
 
 # A throwaway Airflow home inside the repository (git-ignored), with a fresh SQLite metadata DB.
 AIRFLOW_HOME_DIR := $(CURDIR)/airflow-home
@@ -48,7 +55,7 @@ kerberos:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-user libkrb5-dev gcc; }
 
-test: $(STAMP) browser kerberos
+test: $(STAMP) $(FRAMEWORKS) browser kerberos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

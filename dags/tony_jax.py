@@ -1,0 +1,64 @@
+"""Train the digits classifier with JAX in three processes under TonY, then score the result.
+
+Three workers run ``examples/jax/train.py``, joined through ``jax.distributed`` at the address the
+runtime gives them (``JAX_COORDINATOR_ADDRESS``); the gradients are averaged across processes every
+step. Runs on the embedded cluster with no configuration (the ``tony_default`` connection); point
+``tony_default`` at a ``tony`` connection with backend ``yarn`` to run it on YARN.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import DAG, task
+
+from airflow_provider.operators import TonyOperator
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+JAX = EXAMPLES / "jax"
+DATA_ROOT = Path(os.environ.get("TONY_WORKFLOW_DATA", Path.home() / "tony-workflow-data"))
+
+with DAG(
+    dag_id="tony_jax",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    template_searchpath=[str(EXAMPLES)],
+    tags=["tony", "example", "jax"],
+    doc_md=__doc__,
+) as dag:
+
+    @task
+    def checkpoints(run_id: str | None = None) -> str:
+        """Where this run's training state goes: the evaluation reads the final model there."""
+        out = DATA_ROOT / "tony_jax" / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual") / "checkpoints"
+        out.mkdir(parents=True, exist_ok=True)
+        return str(out)
+
+    location = checkpoints()
+
+    train = TonyOperator(
+        task_id="train",
+        job_spec="jax/jax.yaml",
+        src_dir=str(JAX),
+        task_params="--steps 300 --save-every 20",
+        conf={"tony.checkpoint.location": "{{ ti.xcom_pull(task_ids='checkpoints') }}", "tony.am.memory": "512m"},
+        poll_interval=2,
+    )
+
+    @task
+    def evaluate(checkpoint_dir: str) -> dict:
+        done = subprocess.run([sys.executable, str(JAX / "evaluate.py"), "--checkpoint-dir", checkpoint_dir],
+                              capture_output=True, text=True, cwd=JAX)
+        if done.returncode != 0:
+            raise RuntimeError(f"evaluation failed: {done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        print("evaluation:", result)
+        return result
+
+    location >> train >> evaluate(location)

@@ -1,0 +1,198 @@
+"""Data-parallel training with PyTorch DistributedDataParallel, written for torchrun.
+
+Every process runs this same script and learns its place from torchrun's
+variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), which the
+runtime sets exactly as torchrun does: one process per container, or several
+under torch's own agent (tony.<type>.processes). The process group uses NCCL
+on GPUs and gloo on CPUs.
+
+Rank 0 saves the training state every --save-every steps into
+$TONY_CHECKPOINT_DIR, which the runtime mirrors to the job's checkpoint store
+and restores into every container of a relaunched session. On start, rank 0
+loads the newest state and hands it to every rank, so all replicas continue
+from the same step with the same weights and optimizer state. At the end rank
+0 evaluates the model on the held-out test set and writes final/model.pt and
+final/metrics.json; every rank prints a digest of its parameters, which are
+identical across replicas.
+
+Without torchrun's variables the script trains as a single process.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+import digits
+
+try:  # progress for the job's status, progress bar and hang detection
+    from tony_workflow import report
+except ImportError:  # run outside tony-workflow
+    def report(**_):
+        pass
+
+TAG = "[ddp]"
+SEED = 7
+CHECKPOINT = "ckpt.pt"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="global batch size, split evenly across ranks")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--save-every", type=int, default=10,
+                        help="save the training state every N steps")
+    parser.add_argument("--step-sleep", type=float, default=0.0,
+                        help="seconds to pause after every step, to stretch a run out")
+    return parser.parse_args(argv)
+
+
+def log(message):
+    # Flushed at once: the runtime tails these lines while the task runs.
+    print(f"{TAG} {message}", flush=True)
+
+
+def setup():
+    """(rank, world size, device), joining the process group when there is one."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return 0, 1, torch.device("cpu")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    # env:// reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
+    dist.init_process_group(backend, init_method="env://")
+    return rank, world, device
+
+
+def save_atomically(state, path):
+    # The runtime mirrors the directory while training runs: it must never
+    # see a half-written file.
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_state(checkpoint_dir, rank, world, device):
+    """The newest saved state, read by rank 0 and broadcast to every rank (the
+    containers' copies of the checkpoint directory need not agree), or None."""
+    box = [None]
+    if rank == 0:
+        path = os.path.join(checkpoint_dir, CHECKPOINT)
+        if os.path.exists(path):
+            box[0] = torch.load(path, map_location="cpu", weights_only=False)
+    if world > 1:
+        dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    return box[0]
+
+
+def digest(model):
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    session = os.environ.get("SESSION_ID", "0")
+    checkpoint_dir = os.environ.get("TONY_CHECKPOINT_DIR") or os.path.join(
+        tempfile.gettempdir(), "pytorch_ddp_checkpoints")
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    rank, world, device = setup()
+    if args.batch_size % world:
+        raise SystemExit(f"--batch-size {args.batch_size} does not split evenly over {world} ranks")
+
+    (train_x, train_y), (test_x, test_y) = digits.arrays()
+    dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
+    # The same seed everywhere: every rank starts from the same weights (DDP
+    # checks) and shards the same shuffled order.
+    torch.manual_seed(SEED)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED,
+                                 drop_last=True)
+    loader = DataLoader(dataset, batch_size=args.batch_size // world, sampler=sampler, drop_last=True)
+    steps_per_epoch = len(loader)
+    total = args.epochs * steps_per_epoch
+
+    model = digits.build_model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    step = 0
+    state = load_state(checkpoint_dir, rank, world, device)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+    log(f"session={session} rank={rank} world={world} start_step={step}")
+    ddp = DistributedDataParallel(model) if world > 1 else model
+
+    writer = None
+    if rank == 0 and os.environ.get("TONY_LOG_DIR"):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            writer = SummaryWriter(os.environ["TONY_LOG_DIR"])
+        except ImportError:  # TensorBoard is optional
+            writer = None
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+    started = time.time()
+    while step < total:
+        epoch, skip = divmod(step, steps_per_epoch)
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            if i < skip:  # resuming mid-epoch: these batches were trained before the relaunch
+                continue
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if rank == 0:
+                value = loss.item()
+                report(step=step, total=total, loss=value)
+                if step % 10 == 0:
+                    log(f"session={session} step={step} loss={value:.4f}")
+                    if writer:
+                        writer.add_scalar("loss", value, step)
+                if step % args.save_every == 0 or step == total:
+                    save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                     "step": step}, os.path.join(checkpoint_dir, CHECKPOINT))
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+    log(f"session={session} rank={rank} done steps={step} params={digest(model)}")
+
+    if rank == 0:
+        test_accuracy, test_loss = digits.accuracy(model, test_x, test_y, device)
+        final = os.path.join(checkpoint_dir, "final")
+        os.makedirs(final, exist_ok=True)
+        save_atomically(model.state_dict(), os.path.join(final, "model.pt"))
+        metrics = {"steps": step, "accuracy": round(test_accuracy, 4), "loss": round(test_loss, 4),
+                   "world_size": world, "seconds": round(time.time() - started, 2)}
+        with open(os.path.join(final, "metrics.json.tmp"), "w") as handle:
+            json.dump(metrics, handle)
+        os.replace(os.path.join(final, "metrics.json.tmp"), os.path.join(final, "metrics.json"))
+        log(f"evaluation: {json.dumps(metrics)}")
+        if writer:
+            writer.add_scalar("test_accuracy", test_accuracy, step)
+            writer.close()
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -76,3 +76,16 @@ def test_bad_spec_fails_at_once_names_the_key_and_submits_nothing(airflow_db, to
     out = capfd.readouterr()
     assert "tasks.worker.instances" in out.out + out.err
     assert not list((tony_home / "local" / "apps").glob("application_*")) if (tony_home / "local").exists() else True
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("dag_id, world", [("tony_pytorch_ddp", 2), ("tony_jax", 3)])
+def test_the_pytorch_and_jax_example_dags_train_and_evaluate(airflow_db, tony_home, dag_id, world):
+    dr = load_dag(dag_id).test()
+    assert dr.state == "success"
+    x = xcoms(dag_id, dr.run_id, "train")
+    assert x["status"]["state"] == "SUCCEEDED"
+    assert len(x["status"]["tasks"]) == world
+    evaluation = xcoms(dag_id, dr.run_id, "evaluate")["return_value"]
+    assert evaluation["accuracy"] >= 0.85 and evaluation["examples"] == 360, evaluation
+    assert evaluation["trained_steps"] == (176 if dag_id == "tony_pytorch_ddp" else 300)

@@ -27,3 +27,18 @@ def test_quick_run_prints_the_summary_and_writes_the_result_file(script, tmp_pat
     assert summary["quick"] is True
     stored = json.loads((tmp_path / f"{script}.json").read_text())
     assert KEYS <= stored.keys() and stored["name"] == script and stored["quick"] is True
+
+
+def test_gang_packing_quick_on_the_embedded_cluster_reports_order_idle_memory_and_deadlocks(tmp_path):
+    argv = [sys.executable, str(REPO / "bench" / "gang_packing.py"), "--quick", "--json", "--backend", "local",
+            "--out", str(tmp_path)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert KEYS <= summary.keys() and summary["name"] == "gang_packing", summary
+    stored = json.loads((tmp_path / "gang_packing.json").read_text())
+    [row] = stored["rows"]
+    assert row["succeeded"] == 4 and row["deadlock"] is False, row
+    assert len(row["places_late"]) == 4 and sum(row["places_late"]) == 0   # places late and early balance out
+    assert row["idle_gb_s_while_waiting"] >= 0 and 0 <= row["idle_share_while_waiting"] <= 1
+    assert stored["ideal_s"] > 0 and stored["ratio_median"] == row["ratio"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn"]
+ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn",
+         "gang_packing", "gang_packing_yarn"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -258,6 +259,9 @@ def goal_parts(name: str, r: dict) -> str:
         return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
     if name == "follow_many" and "runtime" in r:
         return f"{r['jvms']} JVM, {r['mb_per_job']} MB per job, {round(100 * r['value'], 1)} % of a core"
+    if name.startswith("gang_packing") and "rows" in r:
+        return (f"worst {r['ratio_worst']} x ideal; {r['deadlocks']} deadlocks in {len(r['rows'])}; "
+                f"at most {r['max_places_late']} places late")
     if name.startswith("chaos") and "rows" in r:
         return (f"{r['value']}/{r['trials']} SUCCEEDED; {r['trials_with_loss']} lost steps, at most "
                 f"{r['max_steps_lost']}; {r.get('processes_left', 'n/a')} processes left")
@@ -338,6 +342,17 @@ def details(name: str, r: dict) -> list[str]:
                                                                                  r["runtime"])):
             out.append(f"| {label} | {x['jvms']} | {x['rss_one_mb']} | {x['rss_all_mb']} | {x['mb_per_job']} | "
                        f"{fmt(100 * x['cpu_share'])} % | {x['polls']} in {x['window_s']} s |")
+    elif name.startswith("gang_packing") and r.get("rows"):
+        out += [f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
+                f"with room for {r['params']['room']}: {r['ideal_s']} s.", "",
+                "| run | makespan (s) | x ideal | SUCCEEDED | places late (by submission) | idle memory while "
+                "jobs waited (GB·s, share) | held while waiting (containers, MB) |",
+                "|---|---|---|---|---|---|---|"]
+        for i, x in enumerate(r["rows"]):
+            out.append(f"| {i + 1} | {x['makespan_s']} | {x['ratio']} | {x['succeeded']}"
+                       f"{' (deadlock)' if x['deadlock'] else ''} | {', '.join(map(str, x['places_late']))} | "
+                       f"{x['idle_gb_s_while_waiting']}, {round(100 * x['idle_share_while_waiting'])} % | "
+                       f"{x['waiting_containers_max']}, {x['waiting_mb_max']} |")
     elif name.startswith("chaos"):
         if r.get("by_target"):
             out += ["| target | trials | SUCCEEDED | struck | max steps lost | processes left | resume (median / max s) |",

@@ -1,0 +1,268 @@
+"""gang_packing: eight jobs submitted at once to a cluster with room for two gangs.
+
+Each job is an ApplicationMaster and three workers that run ``sleep 30``. The cluster is sized so
+that two gangs fit at a time and a third does not:
+
+* embedded cluster: ``tony.local.memory`` of 7 GB, jobs of an AM of 256 MB and three 1 GB workers
+  (3.25 GB a gang);
+* mini cluster: two NodeManagers of 6 GB and 16 vcores, jobs of skein's master (512 MB), an AM of
+  512 MB and three 1 GB workers (4 GB a job; the eight masters of the jobs that wait take 4 GB).
+
+In the same run one such job is timed alone (submission to its final status, the median of
+three), and the ideal packing of eight is ``8 x alone / 2``. Each repetition submits the eight jobs
+at once, each from a thread of its own, and samples the cluster twice a second (the embedded
+cluster's ledger; the ResourceManager's metrics and applications). Reported per repetition:
+
+* the makespan (first submission to last final status) against the ideal packing;
+* the order of completion against the order of submission: how many places a job finished after
+  its place in the queue;
+* the memory the cluster left idle while some job waited for its gang, in GB x s and as a share
+  of the cluster's memory over that time;
+* deadlocks: a repetition whose jobs do not all succeed within three times the ideal packing
+  (they are killed);
+* a job's fixed cost: what it holds while it waits (containers and MB; on YARN, skein's master
+  alone) and before any task starts.
+
+Goals: makespan <= 1.25 x ideal in every repetition, 0 deadlocks in 10, no job finishing more than
+two places after its submission place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import common
+from common import log, rnd
+
+GOAL_RATIO, GOAL_LATE = 1.25, 2
+JOBS, ROOM = 8, 2
+SLEEP_S = 30
+LOCAL_MEMORY = "7g"
+NM_MEMORY_MB, NM_VCORES = 6144, 16
+
+
+def job(backend: str, name: str, seconds: int) -> dict:
+    am = "256m" if backend == "local" else "512m"
+    return {"name": name, "framework": "standalone",
+            "tasks": {"worker": {"instances": 3, "memory": "1g", "vcores": 1, "command": f"sleep {seconds}"}},
+            "conf": {"tony.am.memory": am, "tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "0",
+                     # the mini cluster shares two cores with eight waiting jobs: a minute of AM silence
+                     "tony.am.liveness-timeout-ms": "60000"}}
+
+
+# ------------------------------------------------------------------ what the cluster holds
+
+class Sampler:
+    """Twice a second: the cluster's memory in use and in all, and which of ``apps`` wait for their
+    gang (and what each holds while it does)."""
+
+    def __init__(self, backend: str, gang_containers: int):
+        self.backend = backend
+        self.gang = gang_containers
+        self.apps: set[str] = set()
+        self.rows: list[dict[str, Any]] = []
+        self.formed: set[str] = set()
+        self.held_waiting: dict[str, tuple[int, int]] = {}  # app -> (most containers, most MB) while waiting
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if backend == "yarn":
+            import requests
+            from tony_workflow import hadoop
+            self.session = requests.Session()
+            self.rm = hadoop.rm_web_url(hadoop.read_conf(os.environ["HADOOP_CONF_DIR"]))
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _local(self) -> tuple[int, int, set[str]]:
+        from tony_workflow.backends.local import _locked_json, cluster_dir
+        from tony_workflow.spec.site import local_settings
+        with _locked_json(cluster_dir() / "ledger.json", {}) as ledger:
+            used = sum(a["memory_mb"] for a in (ledger.get("allocations") or {}).values())
+            waiting = {q["app"] for q in ledger.get("queue") or []} & self.apps
+            held = set(ledger.get("allocations") or {})
+        self.formed |= held & self.apps
+        for app in waiting:
+            self.held_waiting.setdefault(app, (0, 0))
+        return used, int(local_settings().capacity.memory_mb or 0), waiting
+
+    def _yarn(self) -> tuple[int, int, set[str]]:
+        metrics = self.session.get(f"{self.rm}/ws/v1/cluster/metrics", timeout=10).json()["clusterMetrics"]
+        apps = (self.session.get(f"{self.rm}/ws/v1/cluster/apps", params={"applicationTags": "tony"},
+                                 timeout=10).json().get("apps") or {}).get("app") or []
+        waiting = set()
+        for a in apps:
+            if a["id"] not in self.apps or a["state"] not in ("ACCEPTED", "RUNNING", "NEW", "NEW_SAVING", "SUBMITTED"):
+                continue
+            running = int(a.get("runningContainers", -1))
+            if running >= self.gang + 1:  # skein's master, the AM and every worker
+                self.formed.add(a["id"])
+            if a["id"] in self.formed:
+                continue
+            waiting.add(a["id"])
+            if not running > 2:  # before the gang: skein's master, and the AM's container once admitted
+                most = self.held_waiting.get(a["id"], (0, 0))
+                self.held_waiting[a["id"]] = (max(most[0], max(running, 0)),
+                                              max(most[1], max(int(a.get("allocatedMB", 0)), 0)))
+        return int(metrics["allocatedMB"]), int(metrics["totalMB"]), waiting
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                used, total, waiting = self._local() if self.backend == "local" else self._yarn()
+            except Exception as e:  # noqa: BLE001 - a missed sample is not a failed run
+                log(f"  sample failed: {e}")
+                continue
+            self.rows.append({"t": time.time(), "used_mb": used, "total_mb": total, "waiting": sorted(waiting)})
+
+    def idle_while_waiting(self) -> tuple[float, float]:
+        """(GB x s of memory idle while some job waited, that as a share of the cluster's memory
+        over the time some job waited)."""
+        idle = span = 0.0
+        for a, b in zip(self.rows, self.rows[1:]):
+            if a["waiting"]:
+                dt = b["t"] - a["t"]
+                idle += max(0, a["total_mb"] - a["used_mb"]) * dt / 1024
+                span += a["total_mb"] * dt / 1024
+        return idle, (idle / span if span else 0.0)
+
+
+# ------------------------------------------------------------------ runs
+
+def alone(backend: str, seconds: int) -> float:
+    from tony_workflow.client import TonyClient, load_job
+    t0 = time.time()
+    h = TonyClient(backend).submit(load_job(job(backend, "gang-alone", seconds)))
+    st = h.wait(poll_interval=0.5, timeout=900)
+    if st.state != "SUCCEEDED":
+        raise RuntimeError(f"the job alone ended {st.state}: {st.diagnostics}")
+    return (st.finished_at or time.time()) - t0
+
+
+def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, Any]:
+    from tony_workflow.client import TonyClient, load_job
+    client = TonyClient(backend)
+    start = threading.Barrier(n)
+    specs = [load_job(job(backend, f"gang-{i}", seconds)) for i in range(n)]
+    with Sampler(backend, gang_containers=4) as sampler:
+        def one(spec):
+            start.wait()
+            return time.time(), client.submit(spec)
+        t0 = time.time()
+        with ThreadPoolExecutor(n) as pool:
+            submitted = list(pool.map(one, specs))
+        handles = [h for _, h in submitted]
+        sampler.apps = {h.app_id for h in handles}
+        first = min(t for t, _ in submitted)
+        deadline = first + max(3 * ideal, 300)
+        finals = {}
+        while len(finals) < n and time.time() < deadline:
+            for h in handles:
+                if h.app_id not in finals:
+                    st = h.status()
+                    if st.is_final:
+                        finals[h.app_id] = st
+            time.sleep(1)
+        deadlocked = len(finals) < n
+        if deadlocked:
+            log(f"  deadlock or overrun: {n - len(finals)} jobs not final after {deadline - first:.0f} s; killing")
+            for h in handles:
+                if h.app_id not in finals:
+                    try:
+                        finals[h.app_id] = h.kill("benchmark: not done in 3 x the ideal packing", timeout=120)
+                    except Exception as e:  # noqa: BLE001 - the others must still be killed
+                        log(f"  kill {h.app_id}: {e}")
+        for h in handles:  # the final status is written before the AM lets go: wait for all of it
+            try:
+                finals[h.app_id] = h.wait(poll_interval=0.5, timeout=120)
+            except Exception:  # noqa: BLE001
+                pass
+    ended = [finals[h.app_id].finished_at or time.time() for h in handles]
+    submit_order = sorted((h.app_id for h in handles), key=lambda a: tuple(int(x) for x in a.split("_")[1:]))
+    finish_order = [h.app_id for _, h in sorted(zip(ended, handles), key=lambda x: x[0])]
+    late = {a: finish_order.index(a) - submit_order.index(a) for a in submit_order}
+    makespan = max(ended) - first
+    idle_gbs, idle_share = sampler.idle_while_waiting()
+    held = list(sampler.held_waiting.values())
+    return {"makespan_s": rnd(makespan, 1), "ratio": rnd(makespan / ideal, 3),
+            "succeeded": sum(1 for s in finals.values() if s.state == "SUCCEEDED"), "deadlock": deadlocked,
+            "max_places_late": max(late.values()), "places_late": [late[a] for a in submit_order],
+            "idle_gb_s_while_waiting": rnd(idle_gbs, 1), "idle_share_while_waiting": rnd(idle_share, 3),
+            "waiting_containers_max": max((c for c, _ in held), default=0),
+            "waiting_mb_max": max((m for _, m in held), default=0),
+            "submit_s": rnd(max(t for t, _ in submitted) - t0, 2), "samples": len(sampler.rows)}
+
+
+def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]:
+    alones = [alone(backend, seconds) for _ in range(2)]
+    ideal = n * statistics.median(alones) / ROOM
+    log(f"{backend}: one job alone {[round(a, 1) for a in alones]} s; ideal packing of {n}: {ideal:.1f} s")
+    rows = []
+    for r in range(reps):
+        row = repetition(backend, seconds, ideal, n)
+        log(f"{backend} repetition {r + 1}/{reps}: {row}")
+        rows.append(row)
+    alones.append(alone(backend, seconds))
+    ideal = n * statistics.median(alones) / ROOM
+    for row in rows:
+        row["ratio"] = rnd(row["makespan_s"] / ideal, 3)
+    worst = max(r["ratio"] for r in rows)
+    late = max(r["max_places_late"] for r in rows)
+    deadlocks = sum(1 for r in rows if r["deadlock"] or r["succeeded"] < n)
+    return {"alone_s": [rnd(a, 1) for a in alones], "ideal_s": rnd(ideal, 1), "rows": rows,
+            "makespan_s_median": rnd(statistics.median(r["makespan_s"] for r in rows), 1),
+            "ratio_median": rnd(statistics.median(r["ratio"] for r in rows), 3), "ratio_worst": worst,
+            "max_places_late": late, "deadlocks": deadlocks,
+            "goal_met": worst <= GOAL_RATIO and deadlocks == 0 and late <= GOAL_LATE}
+
+
+def result_of(backend: str, run: dict[str, Any], reps: int, n: int) -> dict[str, Any]:
+    where = "embedded cluster" if backend == "local" else "mini cluster"
+    return {"metric": f"makespan of {n} jobs submitted at once, room for {ROOM} ({where})", "unit": "s",
+            "value": run["makespan_s_median"], "floor": run["ideal_s"], "ratio": run["ratio_median"],
+            "goal": f"every run <= {GOAL_RATIO} x ideal, 0 deadlocks in {reps}, none > {GOAL_LATE} places late",
+            **run, "params": {"jobs": n, "room": ROOM, "reps": reps, "sleep_s": SLEEP_S if reps > 1 else None,
+                              "local_memory": LOCAL_MEMORY, "nm_memory_mb": NM_MEMORY_MB, "nm_vcores": NM_VCORES}}
+
+
+def main() -> int:
+    ap = common.parser("gang_packing", __doc__)
+    ap.add_argument("--backend", choices=["local", "yarn", "both"], default="both")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 10; --quick 1)")
+    ap.add_argument("--minicluster", default=None, help="reuse the mini cluster running in this directory")
+    args = ap.parse_args()
+    reps = args.reps or (1 if args.quick else 10)
+    seconds = 5 if args.quick else SLEEP_S
+    n = 4 if args.quick else JOBS
+    host = common.host_info()
+    if args.backend in ("local", "both"):
+        with common.tony_home("tony-bench-gang-", cluster={"tony.local.memory": LOCAL_MEMORY}):
+            run = run_backend("local", reps, seconds, n)
+        common.write_result(args, "gang_packing", result_of("local", run, reps, n), host)
+    if args.backend in ("yarn", "both"):
+        missing = common.minicluster_missing()
+        if missing:
+            common.write_result(args, "gang_packing_yarn", {
+                "metric": "makespan of jobs submitted at once (mini cluster)", "unit": "s", "value": None,
+                "floor": None, "ratio": None, "goal": "", "goal_met": False, "skipped": missing}, host)
+            return 0
+        with common.minicluster(args.minicluster, nodemanagers=2, nm_memory_mb=NM_MEMORY_MB, nm_vcores=NM_VCORES):
+            run = run_backend("yarn", reps, seconds, n)
+        common.write_result(args, "gang_packing_yarn", result_of("yarn", run, reps, n), host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

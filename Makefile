@@ -8,12 +8,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The frameworks beyond TensorFlow (torch alone is several GB): installed for the tests, not for `make run`.
 FRAMEWORKS := $(VENV)/.installed-frameworks
+# MXNet 1.9.1, retired upstream, needs numpy < 1.24: it gets an environment of its own, which an
+# MXNet job names as its python_venv (the test of a real MXNet job uses this one).
+MXNET_VENV := .venv-mxnet
 PYTEST_ARGS ?=
 
-.PHONY: run test setup frameworks browser kerberos clean
+.PHONY: run test setup frameworks mxnet browser kerberos clean
 
 setup: $(STAMP)
 frameworks: $(FRAMEWORKS)
+mxnet: $(MXNET_VENV)/.installed
 
 # Order-only: the Kerberos packages must be there first, but installing them is no reason to reinstall.
 $(STAMP): setup.cfg pyproject.toml Makefile | kerberos
@@ -25,6 +29,11 @@ $(STAMP): setup.cfg pyproject.toml Makefile | kerberos
 $(FRAMEWORKS): $(STAMP)
 	$(PY) -m pip install -q -e '.[tensorflow,airflow,yarn,test,pytorch,jax,examples]'
 	touch $(FRAMEWORKS)
+
+$(MXNET_VENV)/.installed:
+	test -x $(MXNET_VENV)/bin/python || $(PYTHON) -m venv $(MXNET_VENV)
+	$(MXNET_VENV)/bin/python -m pip install -q 'mxnet==1.9.1' 'numpy<1.24'
+	touch $@
 
 # A throwaway Airflow home inside the repository (git-ignored), with a fresh SQLite metadata DB.
 AIRFLOW_HOME_DIR := $(CURDIR)/airflow-home
@@ -55,8 +64,8 @@ kerberos:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-user libkrb5-dev gcc; }
 
-test: $(STAMP) $(FRAMEWORKS) browser kerberos
+test: $(STAMP) $(FRAMEWORKS) $(MXNET_VENV)/.installed browser kerberos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(MXNET_VENV) *.egg-info .pytest_cache

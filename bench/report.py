@@ -16,7 +16,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-ORDER = ["launch", "recovery", "throughput", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn",
+ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn",
          "gang_packing", "gang_packing_yarn"]
 
 
@@ -302,7 +302,7 @@ def details(name: str, r: dict) -> list[str]:
         if u:
             out.append(f"| user process alone stopped, defaults | "
                        f"{u.get('detect_s') if u.get('detected') else 'not detected in %s s' % u.get('watched_s')} |")
-    elif name == "throughput":
+    elif name.startswith("throughput"):
         if r.get("pair_ratios"):
             out += [f"Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))} (their median is the "
                     f"ratio above; the ratio of the medians is {r.get('ratio_of_medians')}).", ""]
@@ -382,8 +382,9 @@ def document(res: dict[str, dict], made: dict[str, Path], doc: Path) -> str:
              "[--quick] [--json]`, that writes `bench/results/<name>.json`; see each script's docstring for "
              "exactly what it times and against what floor.", "",
              "Running them: the plots need `matplotlib`, the launch profile `pyinstrument` (both in the "
-             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra, `yarn_submit`, `follow_many` "
-             "and the mini cluster part of `recovery` the `yarn` extra plus Java 17 (they start a mini cluster, "
+             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra (and `throughput`'s DDP half the "
+             "`pytorch` and `examples` extras), `yarn_submit`, `follow_many`, the mini cluster parts of `recovery` "
+             "and `gang_packing` the `yarn` extra plus Java 17 (they start a mini cluster, "
              "or reuse the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of them all takes "
              "about 50 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
              "am_scale) adds the profiles quoted below.", ""]

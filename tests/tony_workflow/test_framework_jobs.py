@@ -130,3 +130,21 @@ def test_jax_processes_join_and_exchange_data(backend):
     assert set(done) == {"0", "1", "2"} and len(set(done.values())) == 1, done
     metrics = json.loads(re.search(r"evaluation: (\{.*\})", out).group(1))
     assert metrics["processes"] == 3 and metrics["accuracy"] >= 0.8, metrics
+
+
+def test_mxnet_parameter_server_job_in_an_environment_of_its_own(tony_home):
+    # MXNet 1.9.1 cannot live beside this project's NumPy: `make test` builds it a venv of its own.
+    venv = REPO / ".venv-mxnet"
+    if not (venv / ".installed").exists():
+        pytest.skip(f"no MXNet environment at {venv}: `make test` (or `make mxnet`) builds it")
+    job = {"name": "mxnet-kvstore", "framework": "mxnet", "executes": "kvstore.py",
+           "src_dir": str(REPO / "tests" / "tony_workflow" / "mxnet_job"), "python_venv": str(venv),
+           "tasks": {"scheduler": {"instances": 1, "memory": "512m"}, "server": {"instances": 1, "memory": "512m"},
+                     "worker": {"instances": 2, "memory": "512m"}},
+           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
+    h = TonyClient("local").submit(load_job(job))
+    st = finished(h)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert any("Horovod" in w or "MXNet" in w for w in st.warnings), st.warnings   # the caveat travels with it
+    pulled = sorted(re.findall(r"\[mxnet\] worker (\d) of 2 pulled \[3\.0, 3\.0, 3\.0\]", stdout(h)))
+    assert pulled == ["0", "1"], stdout(h)[-3000:]   # 1 + 2, summed by the server over both workers

@@ -7,7 +7,8 @@ operator and the trigger each keep one hook rather than building one per call.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException

@@ -9,13 +9,13 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
-__all__ = ["TonyTensorBoardLink", "TonyTrackingLink", "TonyLogsLink"]
+__all__ = ["TonyLogsLink", "TonyTensorBoardLink", "TonyTrackingLink"]
 
 
 class _XComLink(BaseOperatorLink):
     xcom_value_key: str = ""
 
-    def get_link(self, operator: "BaseOperator", *, ti_key: "TaskInstanceKey") -> str:
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         from airflow.sdk.execution_time.xcom import XCom
         return XCom.get_value(ti_key=ti_key, key=self.xcom_value_key) or ""
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk import conf as airflow_conf

@@ -14,7 +14,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider.web import create_app
 
-__all__ = ["TonyPlugin", "ENTRY_POINT"]
+__all__ = ["ENTRY_POINT", "TonyPlugin"]
 
 URL_PREFIX = "/tony"
 

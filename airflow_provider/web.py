@@ -28,7 +28,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tony_workflow.status import FINAL_STATES, check_application_id, progress_text
 
-__all__ = ["create_app", "chart"]
+__all__ = ["chart", "create_app"]
 
 _TEMPLATES = Environment(loader=FileSystemLoader(str(Path(__file__).parent / "templates")),
                          autoescape=select_autoescape(["html"]))
@@ -93,10 +93,9 @@ def _charts(series: dict | None) -> list[dict[str, Any]]:
 
 def _application_of(dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:
     """The application a task instance submitted: its ``application_id`` XCom."""
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         row = session.scalars(select(XComModel).where(

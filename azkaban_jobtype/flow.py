@@ -23,12 +23,31 @@ import yaml
 from tony_workflow.spec import SpecIssue
 
 from .flow20 import load_flow20
-from .project import (FLOW_TYPE, FLOW_VERSION_KEY, JOB_SUFFIX, PROJECT_SUFFIX, Flow, JobInstance, Node, Project,
-                      ProjectError, dependency_cycles, runtime_props)
+from .project import (
+    FLOW_TYPE,
+    FLOW_VERSION_KEY,
+    JOB_SUFFIX,
+    PROJECT_SUFFIX,
+    Flow,
+    JobInstance,
+    Node,
+    Project,
+    ProjectError,
+    dependency_cycles,
+    runtime_props,
+)
 from .props import Props, PropsError, directory_chains, load_properties, relative_name
 
-__all__ = ["Project", "Flow", "Node", "JobInstance", "ProjectError", "load_project", "runtime_props",
-           "FLOW_TYPE"]
+__all__ = [
+    "FLOW_TYPE",
+    "Flow",
+    "JobInstance",
+    "Node",
+    "Project",
+    "ProjectError",
+    "load_project",
+    "runtime_props",
+]
 
 
 def load_project(path: str | os.PathLike, name: str | None = None) -> Project:

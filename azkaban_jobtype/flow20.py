@@ -27,7 +27,7 @@ _FLOW_FIELDS = ("config", "nodes", "trigger")
 class _Located:
     """A YAML value with the line it starts on."""
 
-    __slots__ = ("value", "line")
+    __slots__ = ("line", "value")
 
     def __init__(self, value, line: int):
         self.value = value

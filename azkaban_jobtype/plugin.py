@@ -20,7 +20,7 @@ from tony_workflow.spec import SpecError, SpecIssue
 from .props import dump_properties
 from .translate import TONY_JOB_TYPES
 
-__all__ = ["install_plugin", "runner_command", "JOBTYPE_CLASS"]
+__all__ = ["JOBTYPE_CLASS", "install_plugin", "runner_command"]
 
 #: The class Azkaban runs jobs of these types with: a plain process job.
 JOBTYPE_CLASS = "azkaban.jobExecutor.ProcessJob"

@@ -18,8 +18,20 @@ from tony_workflow.spec import SpecError, SpecIssue
 
 from .props import Props
 
-__all__ = ["Project", "Flow", "Node", "JobInstance", "ProjectError", "runtime_props", "dependency_cycles",
-           "FLOW_TYPE", "JOB_SUFFIX", "FLOW_SUFFIX", "PROJECT_SUFFIX", "FLOW_VERSION_KEY"]
+__all__ = [
+    "FLOW_SUFFIX",
+    "FLOW_TYPE",
+    "FLOW_VERSION_KEY",
+    "JOB_SUFFIX",
+    "PROJECT_SUFFIX",
+    "Flow",
+    "JobInstance",
+    "Node",
+    "Project",
+    "ProjectError",
+    "dependency_cycles",
+    "runtime_props",
+]
 
 #: The node type of an embedded flow (Flow 1.0: a job with ``type=flow`` and ``flow.name``).
 FLOW_TYPE = "flow"

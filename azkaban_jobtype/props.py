@@ -21,8 +21,17 @@ import javaproperties
 
 from tony_workflow.spec import SpecError, SpecIssue
 
-__all__ = ["Props", "PropsError", "Origin", "read_properties", "load_properties", "dump_properties",
-           "directory_chains", "resolve", "VARIABLE"]
+__all__ = [
+    "VARIABLE",
+    "Origin",
+    "Props",
+    "PropsError",
+    "directory_chains",
+    "dump_properties",
+    "load_properties",
+    "read_properties",
+    "resolve",
+]
 
 #: A reference Azkaban substitutes. Names are letters, digits, '_' and '.', as Azkaban's own pattern
 #: allows; anything else between ``${`` and ``}`` (``${job:param}`` in flow conditions) is left as is.

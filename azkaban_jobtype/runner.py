@@ -40,8 +40,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 from tony_workflow.client import SubmitError, TonyClient
 from tony_workflow.follow import JobUpdate, diff
@@ -51,7 +52,7 @@ from tony_workflow.status import JobStatus
 from .props import load_properties
 from .translate import describe, translate
 
-__all__ = ["main", "run", "OUTPUT_KEYS", "KILL_TIMEOUT"]
+__all__ = ["KILL_TIMEOUT", "OUTPUT_KEYS", "main", "run"]
 
 #: The keys of the output JSON object.
 OUTPUT_KEYS = ("tony.application.id", "tony.final.status", "tony.tracking.url", "tony.tensorboard.url")

@@ -35,8 +35,16 @@ from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, app
 
 from .props import Origin
 
-__all__ = ["translate", "describe", "path_issues", "application_tags", "TONY_JOB_TYPES", "TAG_KEYS",
-           "WORKER_ENV_PREFIX", "DEFAULT_SRC_DIR"]
+__all__ = [
+    "DEFAULT_SRC_DIR",
+    "TAG_KEYS",
+    "TONY_JOB_TYPES",
+    "WORKER_ENV_PREFIX",
+    "application_tags",
+    "describe",
+    "path_issues",
+    "translate",
+]
 
 #: The job types this job type is registered under: TonY's current name and its earlier one.
 TONY_JOB_TYPES = ("TonyJob", "TensorFlowJob")

@@ -32,9 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 from common import log, rnd
 
 GOAL_SPEC_S = 2.0

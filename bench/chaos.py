@@ -49,9 +49,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 from common import log
 
 EXAMPLES = {

@@ -18,8 +18,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 
@@ -102,7 +103,7 @@ def write_result(args: argparse.Namespace, name: str, result: dict[str, Any], ho
         raise KeyError(f"result of {name} lacks {missing}")
     host = {**host, "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
     doc = {"name": name, "quick": bool(args.quick),
-           "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "command": " ".join([f"bench/{name}.py", *sys.argv[1:]]), "host": host, **result}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}.json"

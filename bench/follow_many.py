@@ -27,9 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 from common import log, rnd
 
 SCRIPT = Path(__file__).resolve()

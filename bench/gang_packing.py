@@ -28,14 +28,12 @@ two places after its submission place.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import common
@@ -74,11 +72,12 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
         if backend == "yarn":
             import requests
+
             from tony_workflow import hadoop
             self.session = requests.Session()
             self.rm = hadoop.rm_web_url(hadoop.read_conf(os.environ["HADOOP_CONF_DIR"]))
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 

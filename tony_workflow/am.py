@@ -28,13 +28,13 @@ from typing import Any
 
 from .am_http import AMHttpServer, calm_collector
 from .am_routes import AMRoutes, Task
+from .am_status import SERIES_FILE, StatusBoard
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .backends import ClusterManager, Container, NeverFits, Wait, gang_requests, get_cluster_manager
 from .events import EventLog, log_tail
 from .gang import AllocationTimeout, GangWatch
 from .liveness import Liveness
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
-from .am_status import SERIES_FILE, StatusBoard
 from .spec import JobSpec
 from .status import JobState, JobStatus, TaskState, TaskStatus
 from .store_watch import StoreWatch

@@ -43,7 +43,7 @@ from urllib.parse import urlparse
 from . import protocol
 from .protocol import TOKEN_HEADER
 
-__all__ = ["AMHttpServer", "Handler", "calm_collector", "render_status_page", "render_log_index"]
+__all__ = ["AMHttpServer", "Handler", "calm_collector", "render_log_index", "render_status_page"]
 
 #: A route's handler: the request's fields in, (HTTP status, JSON-able reply or None) out.
 Handler = Callable[[dict], tuple[int, Any]]
@@ -55,7 +55,7 @@ _MAX_HEADERS = 100
 _PHRASES = {s.value: s.phrase for s in HTTPStatus}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _templates():
     # Imported on the first page view, not with the AM: executors are what the AM serves first.
     import jinja2
@@ -93,7 +93,7 @@ class _Server(ThreadingHTTPServer):
     # overflows the default of 5 and connections get reset.
     request_queue_size = 1024
     daemon_threads = True
-    app: "AMHttpServer"
+    app: AMHttpServer
 
 
 class AMHttpServer:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .progress import TaskProgress, job_progress
 from .status import JobStatus, StatusFile
 
-__all__ = ["StatusBoard", "Series", "SERIES_FILE"]
+__all__ = ["SERIES_FILE", "Series", "StatusBoard"]
 
 SERIES_FILE = "series.json"  # the figures' history, written beside the status as the job ends
 

@@ -17,8 +17,19 @@ from pathlib import Path
 
 from .status import JobState, JobStatus, TaskState, TaskStatus
 
-__all__ = ["Resume", "resume_point", "finished_verdict", "write_am_info", "mark_am_stopped", "attempt_state",
-           "status_from_state", "ATTEMPT_ENV", "COUNTED_ENV", "OWNER_ENV", "RESULT_FILE"]
+__all__ = [
+    "ATTEMPT_ENV",
+    "COUNTED_ENV",
+    "OWNER_ENV",
+    "RESULT_FILE",
+    "Resume",
+    "attempt_state",
+    "finished_verdict",
+    "mark_am_stopped",
+    "resume_point",
+    "status_from_state",
+    "write_am_info",
+]
 
 #: What an executor writes in its container when its user process ended by itself, before it tells
 #: the AM: an attempt that dies before hearing it finds the outcome there.

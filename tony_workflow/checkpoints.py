@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Found", "inspect", "choose", "replace_with"]
+__all__ = ["Found", "choose", "inspect", "replace_with"]
 
 _STATE = re.compile(r'^model_checkpoint_path:\s*"([^"]+)"', re.MULTILINE)
 _STEP = re.compile(r"-(\d+)$")

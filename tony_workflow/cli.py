@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .client import JobHandle, SubmitError, TonyClient, load_job
 from .spec import SpecError, parse_pairs
@@ -155,7 +155,7 @@ def _since(text: str) -> float:
     except ValueError:
         raise ValueError(f"--since: {text!r} is neither a duration (90m, 12h, 7d) nor a date or time "
                          "(2026-11-20, 2026-11-20T10:00)") from None
-    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def _when(ts: float | None) -> str:

@@ -7,8 +7,8 @@ Azkaban) goes through here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .archive import unsafe_entry
 from .backends import Backend, get_backend
@@ -17,7 +17,7 @@ from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, load_job
 from .status import JobStatus, check_application_id
 
-__all__ = ["TonyClient", "JobHandle", "load_job", "SubmitError"]
+__all__ = ["JobHandle", "SubmitError", "TonyClient", "load_job"]
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0

@@ -5,10 +5,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-__all__ = ["EventLog", "read_events", "log_tail"]
+__all__ = ["EventLog", "log_tail", "read_events"]
 
 
 class EventLog:

@@ -24,15 +24,15 @@ import zipfile
 from pathlib import Path
 
 from .archive import unsafe_entry
-from .frameworks import TaskContext, build_env, launch_command
 from .events import log_tail
+from .frameworks import TaskContext, build_env, launch_command
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from .reporting import ReportInbox
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec
 
-__all__ = ["TaskExecutor", "PortReservation", "main"]
+__all__ = ["PortReservation", "TaskExecutor", "main"]
 
 log = logging.getLogger("tony.executor")
 

@@ -10,12 +10,12 @@ a :class:`JobUpdate` naming each change, or None when nothing a user would see h
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .status import JobStatus
 
-__all__ = ["JobUpdate", "TaskChange", "Follower", "diff"]
+__all__ = ["Follower", "JobUpdate", "TaskChange", "diff"]
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-__all__ = ["TaskContext", "build_env", "BUILDERS", "tf_config", "LAUNCHERS", "launch_command", "RANKED_TYPES",
-           "CAVEATS"]
+__all__ = [
+    "BUILDERS",
+    "CAVEATS",
+    "LAUNCHERS",
+    "RANKED_TYPES",
+    "TaskContext",
+    "build_env",
+    "launch_command",
+    "tf_config",
+]
 
 #: The task types a PyTorch or JAX job ranks, in rank order: the chief (or master) is rank 0.
 RANKED_TYPES = ("chief", "master", "worker")

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .backends import Wait
 from .status import JobStatus
 
-__all__ = ["GangWatch", "AllocationTimeout"]
+__all__ = ["AllocationTimeout", "GangWatch"]
 
 
 class AllocationTimeout(Exception):

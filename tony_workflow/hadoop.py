@@ -16,14 +16,14 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 from .spec import load_tony_xml
 
-__all__ = ["SITE_FILES", "read_site", "read_conf", "site_xml", "write_conf_dir", "address_conf", "rm_web_url"]
+__all__ = ["SITE_FILES", "address_conf", "read_conf", "read_site", "rm_web_url", "site_xml", "write_conf_dir"]
 
 #: The files a client's configuration is made of, in the order Hadoop layers them.
 SITE_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")

@@ -22,15 +22,16 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .events import read_events
 from .spec.errors import mask_secrets
 from .status import check_application_id
 from .storage import Storage, open_storage
 
-__all__ = ["JobHistory", "build_record", "record_job", "record_history", "site_history", "live_record", "record_name", "parse_record_name", "sizing_hints"]
+__all__ = ["JobHistory", "build_record", "live_record", "parse_record_name", "record_history", "record_job", "record_name", "site_history", "sizing_hints"]
 
 FINISHED = "finished"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
@@ -165,7 +166,7 @@ class JobHistory:
         self.timezone = timezone
 
     @classmethod
-    def at(cls, location: str, retention_s: int = 30 * 86400, timezone: str = "UTC") -> "JobHistory":
+    def at(cls, location: str, retention_s: int = 30 * 86400, timezone: str = "UTC") -> JobHistory:
         return cls(open_storage(location), retention_s, timezone)
 
     def _day(self, ts: float) -> str:
@@ -174,7 +175,7 @@ class JobHistory:
 
             zone = ZoneInfo(self.timezone)
         except Exception:  # an unknown zone name: TonY falls back to UTC as well
-            zone = _dt.timezone.utc
+            zone = _dt.UTC
         return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
 
     def write(self, record: dict[str, Any], events_file: Path | None = None) -> str:

@@ -30,12 +30,21 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["KEYTAB_USER", "KEYTAB_LOCATION", "LoginError", "Login", "is_secure", "DelegationToken",
-           "read_token_file", "hdfs_delegation_token"]
+__all__ = [
+    "KEYTAB_LOCATION",
+    "KEYTAB_USER",
+    "DelegationToken",
+    "Login",
+    "LoginError",
+    "hdfs_delegation_token",
+    "is_secure",
+    "read_token_file",
+]
 
 #: TonY's keys naming the principal a job is submitted as, and its keytab.
 KEYTAB_USER, KEYTAB_LOCATION = "tony.keytab.user", "tony.keytab.location"

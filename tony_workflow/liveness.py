@@ -27,7 +27,7 @@ class Liveness:
     progress_timeout_ms: int = 0
 
     @classmethod
-    def from_spec(cls, spec) -> "Liveness":
+    def from_spec(cls, spec) -> Liveness:
         return cls(spec.heartbeat_interval_ms, spec.max_missed_heartbeats, spec.heartbeat_timeout_ms,
                    spec.progress_timeout_ms)
 

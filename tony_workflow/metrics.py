@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["TaskSampler", "GpuSampler", "visible_gpus"]
+__all__ = ["GpuSampler", "TaskSampler", "visible_gpus"]
 
 log = logging.getLogger("tony.metrics")
 MB = 1024 * 1024

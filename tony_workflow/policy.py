@@ -88,7 +88,7 @@ class Failure:
     diagnostics: str = ""
 
     @classmethod
-    def of(cls, status: TaskStatus, diagnostics: str = "") -> "Failure":
+    def of(cls, status: TaskStatus, diagnostics: str = "") -> Failure:
         return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics)
 
     @property
@@ -122,7 +122,7 @@ class Policy:
     reclaim_retry_count: int = 0
 
     @classmethod
-    def from_spec(cls, spec: "JobSpec") -> "Policy":
+    def from_spec(cls, spec: JobSpec) -> Policy:
         return cls(chief=tuple(spec.chief), tracked=frozenset(spec.tracked_types),
                    sidecars=frozenset(spec.sidecar_types), stop_on_failure=frozenset(spec.stop_on_failure_types),
                    task_restart_types=frozenset(t for t, ts in spec.tasks.items() if ts.restart_policy == "task"),

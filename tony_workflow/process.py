@@ -15,7 +15,7 @@ import getpass
 import os
 import signal
 
-__all__ = ["start_time", "alive", "kill_tree", "group_members", "user_name", "login_name"]
+__all__ = ["alive", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
 
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 # Start times are whole clock ticks: equal for one process, a tick or more apart for two.

@@ -12,10 +12,11 @@ Pure: no clock of its own, no I/O.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["TaskProgress", "job_progress", "RATE_WINDOW"]
+__all__ = ["RATE_WINDOW", "TaskProgress", "job_progress"]
 
 RATE_WINDOW = 120.0  # seconds of reports the rate (and so the ETA) is measured over
 POINT_EVERY = 2.0    # seconds between the points kept for the rate

@@ -18,8 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-__all__ = ["TOKEN_HEADER", "Field", "Route", "ROUTES", "REGISTER", "CLUSTER_SPEC", "HEARTBEAT", "STARTED",
-           "RESULT", "TENSORBOARD", "STATUS", "RECORD", "KILL", "route_for"]
+__all__ = [
+    "CLUSTER_SPEC",
+    "HEARTBEAT",
+    "KILL",
+    "RECORD",
+    "REGISTER",
+    "RESULT",
+    "ROUTES",
+    "STARTED",
+    "STATUS",
+    "TENSORBOARD",
+    "TOKEN_HEADER",
+    "Field",
+    "Route",
+    "route_for",
+]
 
 TOKEN_HEADER = "X-Tony-Token"
 

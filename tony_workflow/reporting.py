@@ -28,7 +28,7 @@ import time
 from numbers import Real
 from typing import Any
 
-__all__ = ["report", "ReportInbox", "ADDRESS_ENV", "KEY_ENV", "MIN_INTERVAL", "MAX_METRICS"]
+__all__ = ["ADDRESS_ENV", "KEY_ENV", "MAX_METRICS", "MIN_INTERVAL", "ReportInbox", "report"]
 
 ADDRESS_ENV = "TONY_REPORT_ADDRESS"   # host:port of the executor's inbox
 KEY_ENV = "TONY_REPORT_KEY"           # proves a datagram comes from the task's own processes
@@ -170,7 +170,7 @@ class ReportInbox:
         while not self._closed:
             try:
                 data = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -20,7 +20,7 @@ from pathlib import Path
 from . import process
 from .status import JobStatus, check_application_id
 
-__all__ = ["Removal", "removable", "clean", "clean_now_and_then", "dir_size", "parse_duration", "human_size"]
+__all__ = ["Removal", "clean", "clean_now_and_then", "dir_size", "human_size", "parse_duration", "removable"]
 
 #: How often the client looks for expired jobs when it submits one.
 CLEAN_EVERY_S = 3600

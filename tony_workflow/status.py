@@ -10,8 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobState", "TaskState", "TaskStatus", "JobStatus", "FINAL_STATES", "check_application_id", "StatusFile",
-           "progress_text", "waiting_text"]
+__all__ = [
+    "FINAL_STATES",
+    "JobState",
+    "JobStatus",
+    "StatusFile",
+    "TaskState",
+    "TaskStatus",
+    "check_application_id",
+    "progress_text",
+    "waiting_text",
+]
 
 # YARN's shape, which local ids share: application_<cluster start ms>_<sequence>.
 _APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
@@ -84,7 +93,7 @@ class TaskStatus:
         return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TaskStatus":
+    def from_dict(cls, d: dict[str, Any]) -> TaskStatus:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -158,7 +167,7 @@ class JobStatus:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JobStatus":
+    def from_dict(cls, d: dict[str, Any]) -> JobStatus:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["tasks"] = [TaskStatus.from_dict(t) for t in d.get("tasks", [])]
@@ -187,7 +196,7 @@ class JobStatus:
         return (self.finished_at or time.time()) - self.started_at
 
 
-def waiting_text(status: "JobStatus") -> str:
+def waiting_text(status: JobStatus) -> str:
     """``waiting 2/4 containers for 1m05s: worker: 1 of 3 ...``: a job's wait for its gang, in a
     status line."""
     text = f"waiting {status.containers_held}/{status.containers_wanted} containers"

@@ -18,23 +18,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import posixpath
+import re
 import shutil
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 from urllib.parse import quote, urlsplit
 
 from .hadoop import read_conf
 from .kerberos import Login, hdfs_delegation_token, is_secure
 from .process import user_name
 
-__all__ = ["Storage", "LocalStorage", "WebHDFSStorage", "CheckpointMirror", "open_storage", "upload_order"]
+__all__ = ["CheckpointMirror", "LocalStorage", "Storage", "WebHDFSStorage", "open_storage", "upload_order"]
 
 T = TypeVar("T")
 
@@ -414,8 +415,7 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
     ``hadoop.security.authentication=kerberos``, HDFS is reached as ``login`` (default: the
     ticket cache), or with the container's delegation token (see :class:`WebHDFSStorage`); a
     missing login is a :class:`~tony_workflow.kerberos.LoginError`."""
-    if location.startswith("file://"):
-        location = location[len("file://"):]
+    location = location.removeprefix("file://")
     if "://" not in location:
         return LocalStorage(location)
     parts = urlsplit(location)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .events import EventLog
 
-__all__ = ["StoreWatch", "ON_STORE_FAILURE"]
+__all__ = ["ON_STORE_FAILURE", "StoreWatch"]
 
 #: What tony.checkpoint.on-store-failure allows.
 ON_STORE_FAILURE = ("warn", "fail")

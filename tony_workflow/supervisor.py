@@ -34,7 +34,7 @@ from .attempts import ATTEMPT_ENV, COUNTED_ENV, OWNER_ENV, mark_am_stopped
 from .events import EventLog
 from .status import JobState, JobStatus, StatusFile
 
-__all__ = ["Supervisor", "main", "INFO_FILE"]
+__all__ = ["INFO_FILE", "Supervisor", "main"]
 
 #: ``{pid, started}`` of the job's supervisor, beside its status.
 INFO_FILE = "supervisor.json"
@@ -66,7 +66,7 @@ class Supervisor:
         self.am: _Child | None = None
 
     # -------------------------------------------------------------- one attempt
-    def _start(self, attempt: int, counted: int) -> "_Child":
+    def _start(self, attempt: int, counted: int) -> _Child:
         """Starts attempt ``attempt`` (``counted`` earlier ones count against the limit): a fork of
         this process (which imported the AM before it started anything, so a restart costs no
         interpreter start and no imports) that runs the AM's main with the attempt's environment
@@ -104,7 +104,7 @@ class Supervisor:
         os.close(err)
         return _Child(pid)
 
-    def _answers(self, am: "_Child", timeout: float) -> bool:
+    def _answers(self, am: _Child, timeout: float) -> bool:
         """Whether this attempt's AM answers its status route within ``timeout`` seconds."""
         from .rpc import AMClient, AMError, AMUnreachable
 
@@ -124,7 +124,7 @@ class Supervisor:
         finally:
             client.close()
 
-    def _watch(self, am: "_Child", attempt: int) -> str | None:
+    def _watch(self, am: _Child, attempt: int) -> str | None:
         """Waits for the attempt to end. None: it ended the job (a final status and unregistered);
         else why the attempt failed."""
         probe_every = max(0.2, min(2.0, self.liveness_s / 4))

@@ -12,7 +12,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from train import digits_split, init_params, logits, unflat
 
 

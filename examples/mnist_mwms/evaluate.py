@@ -12,9 +12,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import tf_keras as keras  # noqa: E402
-
-import synthetic_mnist  # noqa: E402
+import synthetic_mnist
+import tf_keras as keras
 
 TEST_EXAMPLES = 2048
 

@@ -19,13 +19,12 @@ import time
 # Must be set before TensorFlow is imported to have any effect.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import tensorflow as tf  # noqa: E402
+import synthetic_mnist
+import tensorflow as tf
 
 # Keras 3's fit() cannot run under MultiWorkerMirroredStrategy with more than
 # one worker, while Keras 2 handles it, BackupAndRestore included.
-import tf_keras as keras  # noqa: E402
-
-import synthetic_mnist  # noqa: E402
+import tf_keras as keras
 
 try:  # progress for the job's status, progress bar and hang detection
     from tony_workflow.keras import ProgressCallback

@@ -28,9 +28,9 @@ import time
 os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
 try:  # progress for the job's status, progress bar and hang detection
     from tony_workflow import report

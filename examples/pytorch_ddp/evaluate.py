@@ -9,9 +9,8 @@ import json
 import os
 import sys
 
-import torch
-
 import digits
+import torch
 
 
 def main(argv=None):

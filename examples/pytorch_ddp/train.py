@@ -25,13 +25,12 @@ import os
 import tempfile
 import time
 
+import digits
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
-
-import digits
 
 try:  # progress for the job's status, progress bar and hang detection
     from tony_workflow import report

@@ -109,10 +109,9 @@ def load_dag(name: str):
 
 
 def xcoms(dag_id: str, run_id: str, task_id: str) -> dict:
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
     with create_session() as session:
         rows = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
                                                        XComModel.task_id == task_id)).all()
@@ -120,10 +119,9 @@ def xcoms(dag_id: str, run_id: str, task_id: str) -> dict:
 
 
 def task_instance(dag_id: str, run_id: str, task_id: str):
-    from sqlalchemy import select
-
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from sqlalchemy import select
     with create_session() as session:
         ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
                                                         TaskInstance.task_id == task_id)).one()

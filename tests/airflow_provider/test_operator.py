@@ -1,7 +1,6 @@
 """TonyOperator under a real Airflow 3 (SQLite metadata DB, dag.test()) on the embedded cluster."""
 from __future__ import annotations
 
-
 import pytest
 
 from tests.airflow_provider.conftest import load_dag, task_instance, write_dag, xcoms

@@ -72,11 +72,10 @@ def dag_run_id(api: str, dag_id: str) -> str | None:
 def clear_stale_triggers() -> None:
     """dag.test() runs triggers inline but leaves their rows behind; a real triggerer started later
     would pick those up too and resume tasks long finished. Start it from a clean table."""
-    from sqlalchemy import delete, update
-
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.trigger import Trigger
     from airflow.utils.session import create_session
+    from sqlalchemy import delete, update
     with create_session() as session:
         session.execute(update(TaskInstance).values(trigger_id=None))
         session.execute(delete(Trigger))

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.azkaban_jobtype.conftest import zip_project
-
 from azkaban_jobtype.flow import ProjectError, load_project
 from azkaban_jobtype.props import load_properties, resolve
+from tests.azkaban_jobtype.conftest import zip_project
 
 from .conftest import EXAMPLE, FIXTURES
 

@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from azkaban_jobtype.props import (Origin, Props, PropsError, directory_chains, dump_properties, load_properties,
-                                   read_properties, resolve)
-
+from azkaban_jobtype.props import (
+    Origin,
+    Props,
+    PropsError,
+    directory_chains,
+    dump_properties,
+    load_properties,
+    read_properties,
+    resolve,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Reading, as java.util.Properties.load(InputStream) does

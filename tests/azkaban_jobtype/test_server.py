@@ -39,7 +39,7 @@ OFFLINE = re.compile(r"UnknownHostException|Network is unreachable|Connection re
 # Small enough for any machine the tests run on; no TensorBoard for scripts that are not TensorFlow.
 QUICK = {"tony.am.memory": "256m", "tony.worker.memory": "256m", "tony.task.tensorboard.enabled": "false",
          "tony.worker.instances": "1", "tony.task.heartbeat-interval-ms": "200"}
-SUBMITTED = re.compile(r"Submitted application (application_\d+_\d+)\s*$", re.M)
+SUBMITTED = re.compile(r"Submitted application (application_\d+_\d+)\s*$", re.MULTILINE)
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "CANCELLED"}
 
 

@@ -37,7 +37,7 @@ def server():
     handlers[protocol.STATUS.name] = lambda _: (200, {"state": "RUNNING", "name": "<b>x</b>"})
     srv = AMHttpServer("127.0.0.1", token=TOKEN, view_token=VIEW, handlers=handlers,
                        status=lambda: {"application_id": "application_1_0001", "state": "RUNNING", "tasks": []},
-                       task_logs=lambda: {})
+                       task_logs=dict)
     address = srv.start()
     host, port = address.split(":")
     yield {"address": address, "host": host, "port": int(port), "seen": seen, "gang": gang}
@@ -52,7 +52,7 @@ def raw(server, data: bytes, read_until_close: bool = True) -> bytes:
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except socket.timeout:
+        except TimeoutError:
             if read_until_close:
                 raise AssertionError(f"the server kept the connection open after {out!r}")
         return out

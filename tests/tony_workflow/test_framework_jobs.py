@@ -99,7 +99,7 @@ def test_the_torchrun_contract_in_every_process(backend, processes, local_site):
     h = TonyClient(backend).submit(load_job(job))
     st = finished(h)
     assert st.state == "SUCCEEDED", st.diagnostics
-    envs = [json.loads(line) for line in re.findall(r"^ENV (\{.*\})$", stdout(h), re.M)]
+    envs = [json.loads(line) for line in re.findall(r"^ENV (\{.*\})$", stdout(h), re.MULTILINE)]
     world = 2 * processes
     assert sorted(int(e["RANK"]) for e in envs) == list(range(world)), envs
     master = {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}

@@ -22,8 +22,6 @@ from tony_workflow.minicluster.build import _POM, _sha256
 from tony_workflow.minicluster.scheduling import Scheduling
 
 
-
-
 @pytest.fixture(scope="module")
 def cluster(hadoop_cluster):
     return hadoop_cluster
@@ -244,7 +242,7 @@ def skein_client(scheduling_cluster, tmp_path_factory):
         os.environ.update(saved)
 
 
-def sleepers(name: str, queue_name: str, instances: int = 1, **services) -> "skein.ApplicationSpec":
+def sleepers(name: str, queue_name: str, instances: int = 1, **services) -> skein.ApplicationSpec:
     """An application of ``instances`` containers that sleep, plus ``services`` (name -> node label).
     A container that YARN takes back fails without failing the application (allow_failures)."""
     import skein

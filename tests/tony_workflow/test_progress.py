@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -26,7 +24,6 @@ from tony_workflow.metrics import GpuSampler, TaskSampler, visible_gpus
 from tony_workflow.progress import TaskProgress, job_progress
 from tony_workflow.reporting import ReportInbox
 from tony_workflow.status import JobStatus, progress_text
-
 
 # ----------------------------------------------------------------- report() and the executor's inbox
 

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from tony_workflow.spec.render import render_template
 from tony_workflow.spec import SpecError
+from tony_workflow.spec.render import render_template
 
 
 def only_issue(text, variables=None, source="job.yaml"):

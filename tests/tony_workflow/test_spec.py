@@ -9,8 +9,20 @@ from pathlib import Path
 import pytest
 
 from tony_workflow.spec import (
-    FRAMEWORKS, MULTI_VALUE_KEYS, PROJECT_DEFAULTS, TONY_DEFAULTS, JobSpec, Resources, SpecError, SpecIssue,
-    TaskSpec, apply_overrides, load_spec, load_tony_xml, parse_memory, spec_from_mapping,
+    FRAMEWORKS,
+    MULTI_VALUE_KEYS,
+    PROJECT_DEFAULTS,
+    TONY_DEFAULTS,
+    JobSpec,
+    Resources,
+    SpecError,
+    SpecIssue,
+    TaskSpec,
+    apply_overrides,
+    load_spec,
+    load_tony_xml,
+    parse_memory,
+    spec_from_mapping,
 )
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.conftest import app_processes, run_tony, wait_for

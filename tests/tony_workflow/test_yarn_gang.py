@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tony_workflow.backends.base import Capacity
-from tony_workflow.backends.yarn_gang import (Member, Node, Shape, gang_tag, parse_gang_tag, queue_order,
-                                              verdict)
+from tony_workflow.backends.yarn_gang import Member, Node, Shape, gang_tag, parse_gang_tag, queue_order, verdict
 
 MASTER = Shape(512, 1)
 AM = Shape(512, 1)

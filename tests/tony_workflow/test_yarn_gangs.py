@@ -60,7 +60,7 @@ class RMSampler:
                 continue
             self.samples.append({a["id"]: (a["state"], int(a.get("runningContainers", -1))) for a in apps})
 
-    def __enter__(self) -> "RMSampler":
+    def __enter__(self) -> RMSampler:
         self._thread.start()
         return self
 
@@ -176,7 +176,7 @@ def test_four_jobs_on_room_for_two_run_two_at_a_time_in_order(cluster):
     ({"gpus": 3, "instances": 3}, "tony.worker.gpus", "has 8 GPUs"),
 ])
 def test_a_job_that_can_never_fit_is_refused_at_submission_and_nothing_is_submitted(cluster, worker, key, words):
-    apps = lambda: len((requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps", timeout=10)  # noqa: E731
+    apps = lambda: len((requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps", timeout=10)
                         .json().get("apps") or {}).get("app") or [])
     before = apps()
     spec = job("never", 1, "512m", 1)

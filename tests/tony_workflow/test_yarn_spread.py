@@ -2,8 +2,7 @@
 the mini cluster tests in ``test_yarn_reclaim.py`` show YARN honouring it."""
 from __future__ import annotations
 
-from tony_workflow.backends.yarn_spread import (Placement, decode_hosts, encode_hosts, spread_hosts,
-                                                spread_service)
+from tony_workflow.backends.yarn_spread import Placement, decode_hosts, encode_hosts, spread_hosts, spread_service
 
 
 def node(host: str, avail_mb: int = 4096, used_mb: int = 0, vcores: int = 8, state: str = "RUNNING",

@@ -12,8 +12,18 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import (AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest, NeverFits, Wait,
-                   check_fits, gang_requests)
+from .base import (
+    AMIdentity,
+    Backend,
+    Capacity,
+    ClusterManager,
+    Container,
+    ContainerRequest,
+    NeverFits,
+    Wait,
+    check_fits,
+    gang_requests,
+)
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -45,7 +55,7 @@ def get_backend(name: str = "local", **kwargs) -> Backend:
     raise ValueError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")
 
 
-def get_cluster_manager(name: str, app_dir: Path, spec: "JobSpec") -> tuple[ClusterManager, AMIdentity]:
+def get_cluster_manager(name: str, app_dir: Path, spec: JobSpec) -> tuple[ClusterManager, AMIdentity]:
     """The AM side of backend ``name`` for the application whose files are in ``app_dir``, and the
     identity the AM takes there."""
     if name == "local":

@@ -16,10 +16,10 @@ from __future__ import annotations
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -61,7 +61,7 @@ class ContainerRequest:
     node_label: str | None = None
 
 
-def gang_requests(spec: "JobSpec") -> list[ContainerRequest]:
+def gang_requests(spec: JobSpec) -> list[ContainerRequest]:
     """The gang a job asks for: the AM's own container first, then every task in type order, each
     with the node label its container asks for (its own, else the application's)."""
     reqs = [ContainerRequest("am", spec.am.memory_mb, spec.am.vcores, spec.am.gpus,
@@ -73,7 +73,7 @@ def gang_requests(spec: "JobSpec") -> list[ContainerRequest]:
     return reqs
 
 
-def label_key(spec: "JobSpec", task_id: str) -> str:
+def label_key(spec: JobSpec, task_id: str) -> str:
     """The key that gave the container of ``task_id`` ("am" or "worker:0") its node label: its
     own type's (or tony.am.node-label), else the application's."""
     if task_id == "am":
@@ -326,7 +326,7 @@ class Backend(ABC):
     name: str
 
     @abstractmethod
-    def submit(self, spec: "JobSpec") -> str:
+    def submit(self, spec: JobSpec) -> str:
         """Checks the request fits, stages files, starts the AM; returns the application id."""
 
     @abstractmethod
@@ -339,7 +339,7 @@ class Backend(ABC):
         return self.endpoint(app_id) is None
 
     @abstractmethod
-    def stored_status(self, app_id: str) -> "JobStatus":
+    def stored_status(self, app_id: str) -> JobStatus:
         """The last status the AM persisted (or what the cluster knows once the AM is gone).
         Raises KeyError for an unknown application."""
 

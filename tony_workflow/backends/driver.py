@@ -22,7 +22,7 @@ from typing import Any
 
 from ..kerberos import Login, is_secure
 
-__all__ = ["shared_driver", "close_drivers", "driver_running"]
+__all__ = ["close_drivers", "driver_running", "shared_driver"]
 
 # skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
 # polling threads in every child this process forks. A child that then closes its descriptors

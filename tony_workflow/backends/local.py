@@ -28,9 +28,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 
@@ -40,10 +40,22 @@ from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
-from .base import (AMEndpoint, AMIdentity, Backend, Capacity, ClusterManager, Container, ContainerRequest, NeverFits,
-                   Wait, check_fits, gang_requests, label_key)
+from .base import (
+    AMEndpoint,
+    AMIdentity,
+    Backend,
+    Capacity,
+    ClusterManager,
+    Container,
+    ContainerRequest,
+    NeverFits,
+    Wait,
+    check_fits,
+    gang_requests,
+    label_key,
+)
 
-__all__ = ["LocalBackend", "LocalClusterManager", "Inventory", "tony_home", "detect_gpus"]
+__all__ = ["Inventory", "LocalBackend", "LocalClusterManager", "detect_gpus", "tony_home"]
 
 
 def tony_home() -> Path:
@@ -130,7 +142,7 @@ class Inventory:
     gpus: list[int]
 
     @classmethod
-    def of(cls, capacity: LocalCapacity) -> "Inventory":
+    def of(cls, capacity: LocalCapacity) -> Inventory:
         """The inventory ``capacity`` describes, asking the machine for what it leaves unset."""
         memory_mb = capacity.memory_mb or psutil.virtual_memory().total // (1024 * 1024)
         vcores = int((capacity.vcores or os.cpu_count() or 1) * capacity.oversubscription)
@@ -223,7 +235,7 @@ class LocalClusterManager(ClusterManager):
                 self._forks = None
 
     @classmethod
-    def for_app(cls, app_dir: Path, spec: JobSpec) -> tuple["LocalClusterManager", AMIdentity]:
+    def for_app(cls, app_dir: Path, spec: JobSpec) -> tuple[LocalClusterManager, AMIdentity]:
         """The AM's cluster manager for the application in ``app_dir``, and the tokens the client
         wrote for it when it submitted."""
         app_id = app_dir.name

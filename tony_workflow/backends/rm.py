@@ -30,7 +30,7 @@ from .. import hadoop
 from ..kerberos import Login, LoginError, is_secure, read_token_file
 from ..process import user_name
 
-__all__ = ["AppReport", "ResourceManager", "RMError", "resource_manager", "node_totals", "amounts", "container_rm"]
+__all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm", "node_totals", "resource_manager"]
 
 _TIMEOUT = 30
 
@@ -82,7 +82,7 @@ class AppReport:
     running_containers: int | None = None
 
     @classmethod
-    def from_json(cls, app: dict[str, Any]) -> "AppReport":
+    def from_json(cls, app: dict[str, Any]) -> AppReport:
         def seconds(key: str) -> float | None:
             ms = int(app.get(key) or 0)
             return ms / 1000.0 if ms > 0 else None
@@ -186,7 +186,7 @@ class ResourceManager:
 
     def set_lifetime(self, app_id: str, seconds: float) -> str:
         """Ends the application ``seconds`` from now, whatever its AM does; returns the expiry time."""
-        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
+        at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
         expiry = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}+0000"
         reply = self._put(app_id, "timeout", {"timeout": {"type": "LIFETIME", "expiryTime": expiry}})
         return (reply.get("timeout") or {}).get("expiryTime", expiry)

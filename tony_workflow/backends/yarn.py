@@ -46,24 +46,33 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-
 from .. import hadoop
 from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
-from ..storage import open_storage
 from ..status import JobState, JobStatus
+from ..storage import open_storage
 from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
-from .yarn_attempts import am_restarts
 from .yarn_am import YarnClusterManager
-from .yarn_containers import (AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, MASTER_MEMORY_MB, MASTER_VCORES, app_store,
-                              master_request, service_name)
+from .yarn_attempts import am_restarts
+from .yarn_containers import (
+    AM_SERVICE,
+    KV_ADDRESS,
+    KV_GATE,
+    KV_TOKEN,
+    KV_VIEW,
+    MASTER_MEMORY_MB,
+    MASTER_VCORES,
+    app_store,
+    master_request,
+    service_name,
+)
 from .yarn_gang import gang_tag, minimum_allocation, nodes_from, parse_gang_tag, refuse_never_fits, shape_of
 from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
 
-__all__ = ["YarnBackend", "YarnClusterManager", "AM_SERVICE", "service_name", "shared_driver", "close_drivers", "docker_env"]
+__all__ = ["AM_SERVICE", "YarnBackend", "YarnClusterManager", "close_drivers", "docker_env", "service_name", "shared_driver"]
 
 log = logging.getLogger("tony.yarn")
 
@@ -259,7 +268,7 @@ class YarnBackend(Backend):
         refuse_never_fits(requests_, master, nodes, queue, queue_name,
                           lambda task_id: label_key(spec, task_id))
         minimum = minimum_allocation(queue)
-        shape = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)  # noqa: E731
+        shape = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)
         return gang_tag(shape(master), [shape(r) for r in requests_])
 
     # ------------------------------------------------------------------ Backend

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..storage import open_storage
 from ..status import JobState
+from ..storage import open_storage
 from .base import ClusterManager, Container, ContainerRequest, Wait
 from .rm import container_rm
-from .yarn_containers import (AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, app_store, reclaim_cause,
-                              service_name)
 from .yarn_attempts import EventsCopy, save_state
+from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, app_store, reclaim_cause, service_name
 from .yarn_gate import wait_turn
 from .yarn_line import Line
 from .yarn_spread import Placement

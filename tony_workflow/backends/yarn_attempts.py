@@ -31,7 +31,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["KV_STATE", "EVENTS_COPY", "am_restarts", "save_state", "EventsCopy", "carry_over", "main"]
+__all__ = ["EVENTS_COPY", "KV_STATE", "EventsCopy", "am_restarts", "carry_over", "main", "save_state"]
 
 KV_STATE = "tony.am.state"
 EVENTS_COPY = "am/events.jsonl"

@@ -11,8 +11,19 @@ from .base import ContainerRequest
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
-__all__ = ["AM_SERVICE", "KV_ADDRESS", "KV_TOKEN", "KV_VIEW", "KV_GATE", "service_name", "reclaim_cause", "app_store",
-           "MASTER_MEMORY_MB", "MASTER_VCORES", "master_request"]
+__all__ = [
+    "AM_SERVICE",
+    "KV_ADDRESS",
+    "KV_GATE",
+    "KV_TOKEN",
+    "KV_VIEW",
+    "MASTER_MEMORY_MB",
+    "MASTER_VCORES",
+    "app_store",
+    "master_request",
+    "reclaim_cause",
+    "service_name",
+]
 
 #: The skein service whose container runs the job's supervisor and ApplicationMaster.
 AM_SERVICE = "tony-am"
@@ -27,7 +38,7 @@ KV_GATE = "tony.gang.gate"
 MASTER_MEMORY_MB, MASTER_VCORES = 512, 1
 
 
-def master_request(spec: "JobSpec") -> ContainerRequest:
+def master_request(spec: JobSpec) -> ContainerRequest:
     """skein's master container, as a request: YARN's ApplicationMaster of the job, in the
     application's partition. Named ``am`` in the fits check: it comes with the AM."""
     return ContainerRequest("am", MASTER_MEMORY_MB, MASTER_VCORES, 0, spec.node_label)

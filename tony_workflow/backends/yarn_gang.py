@@ -30,9 +30,24 @@ from dataclasses import dataclass, field
 from .base import Capacity, ContainerRequest, NeverFits, check_fits
 from .rm import AppReport, amounts
 
-__all__ = ["GANG_TAG_PREFIX", "Shape", "Node", "Member", "Verdict", "gang_tag", "parse_gang_tag", "verdict",
-           "queue_order", "nodes_from", "headroom_from", "members_from", "shape_of", "minimum_allocation",
-           "refuse_never_fits", "maximum_from"]
+__all__ = [
+    "GANG_TAG_PREFIX",
+    "Member",
+    "Node",
+    "Shape",
+    "Verdict",
+    "gang_tag",
+    "headroom_from",
+    "maximum_from",
+    "members_from",
+    "minimum_allocation",
+    "nodes_from",
+    "parse_gang_tag",
+    "queue_order",
+    "refuse_never_fits",
+    "shape_of",
+    "verdict",
+]
 
 #: The application tag that carries a job's gang: ``tony-gang:MASTER/SHAPE*N/...``.
 GANG_TAG_PREFIX = "tony-gang:"

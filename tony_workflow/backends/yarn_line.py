@@ -15,10 +15,19 @@ from collections.abc import Mapping, Sequence
 
 from .base import ContainerRequest
 from .rm import AppReport, ResourceManager, RMError
-from .yarn_gang import (Shape, Verdict, headroom_from, maximum_from, members_from, minimum_allocation, nodes_from,
-                        shape_of, verdict)
+from .yarn_gang import (
+    Shape,
+    Verdict,
+    headroom_from,
+    maximum_from,
+    members_from,
+    minimum_allocation,
+    nodes_from,
+    shape_of,
+    verdict,
+)
 
-__all__ = ["Line", "LOOK_EVERY_S"]
+__all__ = ["LOOK_EVERY_S", "Line"]
 
 log = logging.getLogger("tony.yarn")
 

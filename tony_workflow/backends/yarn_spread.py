@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 
 from .yarn_containers import service_name
 
-__all__ = ["SPREAD_ENV", "SPREAD_WAIT_S", "spread_service", "spread_hosts", "encode_hosts", "decode_hosts",
-           "Placement"]
+__all__ = [
+    "SPREAD_ENV",
+    "SPREAD_WAIT_S",
+    "Placement",
+    "decode_hosts",
+    "encode_hosts",
+    "spread_hosts",
+    "spread_service",
+]
 
 #: The AM's environment: the hosts of each spread type's services, ``worker:h1,h2;ps:h3`` (no
 #: quotes: YARN's launch script writes a variable's value inside double quotes without escaping).
@@ -96,7 +103,7 @@ class Placement:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_env(cls) -> "Placement":
+    def from_env(cls) -> Placement:
         return cls(decode_hosts(os.environ.get(SPREAD_ENV) or ""))
 
     def choose(self, cid: str, task_type: str, env: dict[str, str], now: float) -> tuple[str, str | None]:

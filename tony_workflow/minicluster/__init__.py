@@ -15,15 +15,41 @@ command loads it only for ``tony minicluster``, and tests and benchmarks use the
 """
 from __future__ import annotations
 
-from .build import (HADOOP_VERSION, JAVA_MODULE_OPTIONS, Java, MiniClusterError, Progress,
-                    ensure_hadoop_jars, ensure_launcher_classes, find_java, hadoop_lib_dir)
+from .build import (
+                    HADOOP_VERSION,
+                    JAVA_MODULE_OPTIONS,
+                    Java,
+                    MiniClusterError,
+                    Progress,
+                    ensure_hadoop_jars,
+                    ensure_launcher_classes,
+                    find_java,
+                    hadoop_lib_dir,
+)
 from .cli import add_parser, main
 from .cluster import client_env, login, start, status, stop
 from .nodes import nodemanager_of, nodemanagers, stop_nodemanager
 from .scheduling import URGENT_QUEUE
 
 __all__ = [
-    "HADOOP_VERSION", "MiniClusterError", "start", "stop", "status", "client_env", "login", "hadoop_lib_dir",
-    "add_parser", "main", "find_java", "Java", "JAVA_MODULE_OPTIONS", "Progress", "ensure_hadoop_jars",
-    "ensure_launcher_classes", "nodemanagers", "nodemanager_of", "stop_nodemanager", "URGENT_QUEUE",
+                    "HADOOP_VERSION",
+                    "JAVA_MODULE_OPTIONS",
+                    "URGENT_QUEUE",
+                    "Java",
+                    "MiniClusterError",
+                    "Progress",
+                    "add_parser",
+                    "client_env",
+                    "ensure_hadoop_jars",
+                    "ensure_launcher_classes",
+                    "find_java",
+                    "hadoop_lib_dir",
+                    "login",
+                    "main",
+                    "nodemanager_of",
+                    "nodemanagers",
+                    "start",
+                    "status",
+                    "stop",
+                    "stop_nodemanager",
 ]

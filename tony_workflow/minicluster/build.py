@@ -17,13 +17,20 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 __all__ = [
-    "HADOOP_VERSION", "JAVA_MODULE_OPTIONS", "MiniClusterError", "Progress", "Java", "find_java",
-    "hadoop_lib_dir", "ensure_hadoop_jars", "ensure_launcher_classes",
+    "HADOOP_VERSION",
+    "JAVA_MODULE_OPTIONS",
+    "Java",
+    "MiniClusterError",
+    "Progress",
+    "ensure_hadoop_jars",
+    "ensure_launcher_classes",
+    "find_java",
+    "hadoop_lib_dir",
 ]
 
 HADOOP_VERSION = "3.5.0"

@@ -12,7 +12,7 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .build import HADOOP_VERSION, MiniClusterError
 from .cluster import client_env, login, start, status, stop

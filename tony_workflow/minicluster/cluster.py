@@ -35,13 +35,23 @@ import psutil
 import requests
 
 from ..process import alive, login_name, start_time, user_name
-from .build import (HADOOP_VERSION, JAVA_MODULE_OPTIONS, MAIN_CLASS, MiniClusterError, Progress,
-                    ensure_hadoop_jars, ensure_launcher_classes, find_java, quiet, tail)
+from .build import (
+    HADOOP_VERSION,
+    JAVA_MODULE_OPTIONS,
+    MAIN_CLASS,
+    MiniClusterError,
+    Progress,
+    ensure_hadoop_jars,
+    ensure_launcher_classes,
+    find_java,
+    quiet,
+    tail,
+)
 from .config import Settings, merged, write_client_conf, write_file, write_server_conf
 from .scheduling import Scheduling
 from .secure import Kerberos, find_kinit, kinit
 
-__all__ = ["start", "stop", "status", "client_env", "login"]
+__all__ = ["client_env", "login", "start", "status", "stop"]
 
 _JVM_OPTIONS = (
     # Four daemons share this heap; a test cluster stays far below it, and a fixed cap keeps a CI

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from ..hadoop import site_xml
 from .build import JAVA_MODULE_OPTIONS, Java
 
-__all__ = ["Settings", "merged", "write_file", "write_server_conf", "write_client_conf"]
+__all__ = ["Settings", "merged", "write_client_conf", "write_file", "write_server_conf"]
 
 
 def _site_xml(props: dict[str, object]) -> str:

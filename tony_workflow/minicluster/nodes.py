@@ -22,7 +22,7 @@ from .build import MiniClusterError
 from .cluster import _default_dir, _get_json, _running, rm_nodes
 from .config import write_file
 
-__all__ = ["nodemanagers", "stop_nodemanager", "nodemanager_of"]
+__all__ = ["nodemanager_of", "nodemanagers", "stop_nodemanager"]
 
 
 def _cluster(directory: str | os.PathLike[str] | None) -> tuple[Path, dict]:

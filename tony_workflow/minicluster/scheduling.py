@@ -15,13 +15,13 @@ by themselves, and kills a marked container a second after asking its Applicatio
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .build import MiniClusterError
 
-__all__ = ["Scheduling", "URGENT_QUEUE", "parse_node_labels"]
+__all__ = ["URGENT_QUEUE", "Scheduling", "parse_node_labels"]
 
 URGENT_QUEUE = "urgent"
 # The launcher reads this (LABEL=INDEX,...) and labels the NodeManagers once they have registered.

@@ -66,7 +66,27 @@ from .render import render_template
 from .site import LocalCapacity, LocalSettings, local_settings
 from .values import parse_memory
 
-__all__ = ["SpecIssue", "SpecError", "Resources", "TaskSpec", "JobSpec", "LocalCapacity", "LocalSettings",
-           "local_settings", "parse_memory", "load_spec", "load_job", "load_tony_xml", "site_conf",
-           "spec_from_mapping", "apply_overrides", "parse_pairs", "render_template", "TONY_DEFAULTS",
-           "PROJECT_DEFAULTS", "LOCAL_CLUSTER_DEFAULTS", "FRAMEWORKS", "MULTI_VALUE_KEYS"]
+__all__ = [
+           "FRAMEWORKS",
+           "LOCAL_CLUSTER_DEFAULTS",
+           "MULTI_VALUE_KEYS",
+           "PROJECT_DEFAULTS",
+           "TONY_DEFAULTS",
+           "JobSpec",
+           "LocalCapacity",
+           "LocalSettings",
+           "Resources",
+           "SpecError",
+           "SpecIssue",
+           "TaskSpec",
+           "apply_overrides",
+           "load_job",
+           "load_spec",
+           "load_tony_xml",
+           "local_settings",
+           "parse_memory",
+           "parse_pairs",
+           "render_template",
+           "site_conf",
+           "spec_from_mapping",
+]

@@ -17,8 +17,16 @@ from .keys import TONY_DEFAULTS
 from .model import JobSpec
 from .values import conf_value, parse_env
 
-__all__ = ["DocumentReader", "spec_from_mapping", "parse_yaml", "parse_json", "xml_conf", "yaml_loader",
-           "MAX_ALIASES", "MAX_DEPTH"]
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "DocumentReader",
+    "parse_json",
+    "parse_yaml",
+    "spec_from_mapping",
+    "xml_conf",
+    "yaml_loader",
+]
 
 _TOP_LEVEL_CONF = {
     "name": "tony.application.name",

@@ -13,7 +13,7 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["SpecIssue", "SpecError", "error", "unknown_message", "mask_secrets"]
+__all__ = ["SpecError", "SpecIssue", "error", "mask_secrets", "unknown_message"]
 
 
 @dataclass(frozen=True)

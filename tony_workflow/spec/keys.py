@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["TONY_XML_DEFAULTS", "PROJECT_DEFAULTS", "TONY_DEFAULTS", "TASK_DEFAULTS", "FRAMEWORKS",
-           "MULTI_VALUE_KEYS", "RESTART_POLICIES", "RESERVED_TYPES", "BOOL_KEYS", "INT_KEYS", "INT_MINIMUMS",
-           "task_key", "TASK_FIELDS", "OTHER_TONY_KEYS", "unknown_key", "known_keys", "LOCAL_CLUSTER_DEFAULTS",
-           "LOCAL_KEY_REASON"]
+__all__ = [
+    "BOOL_KEYS",
+    "FRAMEWORKS",
+    "INT_KEYS",
+    "INT_MINIMUMS",
+    "LOCAL_CLUSTER_DEFAULTS",
+    "LOCAL_KEY_REASON",
+    "MULTI_VALUE_KEYS",
+    "OTHER_TONY_KEYS",
+    "PROJECT_DEFAULTS",
+    "RESERVED_TYPES",
+    "RESTART_POLICIES",
+    "TASK_DEFAULTS",
+    "TASK_FIELDS",
+    "TONY_DEFAULTS",
+    "TONY_XML_DEFAULTS",
+    "known_keys",
+    "task_key",
+    "unknown_key",
+]
 
 # Every key and default of TonY's tony-default.xml, as Hadoop's Configuration reads it (a property
 # without a value reads as ""). A test compares this with the file itself.

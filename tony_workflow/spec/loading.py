@@ -19,7 +19,7 @@ from .keys import LOCAL_CLUSTER_DEFAULTS, TONY_DEFAULTS
 from .model import JobSpec
 from .render import render_template
 
-__all__ = ["load_spec", "load_job", "load_tony_xml", "site_conf", "site_path", "read_text", "is_text"]
+__all__ = ["is_text", "load_job", "load_spec", "load_tony_xml", "read_text", "site_conf", "site_path"]
 
 
 #: The largest spec read: a job's description is a few kilobytes; a file of megabytes is a mistake

@@ -17,12 +17,21 @@ from functools import cached_property
 
 from . import validation
 from .errors import SpecError, SpecIssue, error, unknown_message
-from .overrides import apply_pairs, parse_overrides
 from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
-from .values import (conf_value, parse_bool, parse_env, parse_int, parse_list,
-                     parse_memory, parse_processes, parse_restart_policy, parse_store_failure)
+from .overrides import apply_pairs, parse_overrides
+from .values import (
+    conf_value,
+    parse_bool,
+    parse_env,
+    parse_int,
+    parse_list,
+    parse_memory,
+    parse_processes,
+    parse_restart_policy,
+    parse_store_failure,
+)
 
-__all__ = ["JobSpec", "TaskSpec", "Resources"]
+__all__ = ["JobSpec", "Resources", "TaskSpec"]
 
 
 @dataclass

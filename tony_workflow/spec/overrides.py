@@ -13,7 +13,7 @@ from .errors import SpecError, SpecIssue
 from .keys import MULTI_VALUE_KEYS
 from .values import conf_value
 
-__all__ = ["parse_pairs", "parse_overrides", "apply_pairs", "apply_overrides"]
+__all__ = ["apply_overrides", "apply_pairs", "parse_overrides", "parse_pairs"]
 
 
 def parse_pairs(values: Iterable[str] | None, origin: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ class LocalSettings:
     retention_s: int = 7 * 86400
 
     @classmethod
-    def from_conf(cls, conf: Mapping[str, str], source: str | None = None) -> "LocalSettings":
+    def from_conf(cls, conf: Mapping[str, str], source: str | None = None) -> LocalSettings:
         """Settings from ``tony.local.*`` keys over their defaults; SpecError naming every bad key
         (an unknown ``tony.local.*`` key is one: a typo would leave the machine's size detected)."""
         issues: list[SpecIssue] = []
@@ -90,7 +90,7 @@ class LocalSettings:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "LocalSettings":
+    def from_dict(cls, data: Mapping) -> LocalSettings:
         cap = dict(data["capacity"])
         if cap.get("gpus") is not None:
             cap["gpus"] = tuple(cap["gpus"])
@@ -108,7 +108,7 @@ def _gpu_indices(text: str) -> tuple[int, ...] | None:
 
 
 def _whitelist_entry_ok(entry: str) -> bool:
-    name = entry[:-1] if entry.endswith("*") else entry
+    name = entry.removesuffix("*")
     return bool(name) and all(c.isalnum() or c == "_" for c in name)
 
 

@@ -11,15 +11,36 @@ from typing import TYPE_CHECKING
 
 from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
-from .keys import (BOOL_KEYS, ENV_NAME, INT_KEYS, INT_MINIMUMS, LOCAL_KEY_REASON, RESERVED_TYPES, TASK_DEFAULTS,
-                   TYPE_NAME, known_keys, task_key, unknown_key)
-from .values import (optional, parse_bool, parse_env, parse_framework, parse_int, parse_int_or_none, parse_memory,
-                     parse_processes, parse_restart_policy, parse_store_failure)
+from .keys import (
+    BOOL_KEYS,
+    ENV_NAME,
+    INT_KEYS,
+    INT_MINIMUMS,
+    LOCAL_KEY_REASON,
+    RESERVED_TYPES,
+    TASK_DEFAULTS,
+    TYPE_NAME,
+    known_keys,
+    task_key,
+    unknown_key,
+)
+from .values import (
+    optional,
+    parse_bool,
+    parse_env,
+    parse_framework,
+    parse_int,
+    parse_int_or_none,
+    parse_memory,
+    parse_processes,
+    parse_restart_policy,
+    parse_store_failure,
+)
 
 if TYPE_CHECKING:
     from .model import JobSpec
 
-__all__ = ["problems", "type_name_problem", "MAX_INSTANCES", "MAX_COMMAND_BYTES"]
+__all__ = ["MAX_COMMAND_BYTES", "MAX_INSTANCES", "problems", "type_name_problem"]
 
 #: Instances of one task type: far beyond what one job runs on any cluster, and refused before
 #: anything is built per instance.

@@ -12,9 +12,21 @@ import re
 
 from .keys import ENV_NAME, FRAMEWORKS, RESTART_POLICIES
 
-__all__ = ["parse_memory", "parse_int", "parse_bool", "parse_list", "parse_env", "parse_framework",
-           "parse_restart_policy", "parse_oversubscription", "parse_local_gpus", "optional", "conf_value",
-           "parse_int_or_none", "parse_processes"]
+__all__ = [
+    "conf_value",
+    "optional",
+    "parse_bool",
+    "parse_env",
+    "parse_framework",
+    "parse_int",
+    "parse_int_or_none",
+    "parse_list",
+    "parse_local_gpus",
+    "parse_memory",
+    "parse_oversubscription",
+    "parse_processes",
+    "parse_restart_policy",
+]
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(?:([mg])b?)?$", re.IGNORECASE)
 _MEMORY_ALLOWED = ("must be a positive size: megabytes as a bare number (4096), or a number with the unit "

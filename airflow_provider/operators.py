@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk import conf as airflow_conf
@@ -57,7 +57,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv",
                                       "python_binary_path", "shell_env")
     template_ext: Sequence[str] = (".yaml", ".yml", ".xml", ".j2")
-    template_fields_renderers = {"job_spec": "yaml", "conf": "json", "shell_env": "json"}
+    template_fields_renderers: ClassVar[dict[str, str]] = {"job_spec": "yaml", "conf": "json", "shell_env": "json"}
     ui_color = "#f2a65a"
     operator_extra_links = (TonyTensorBoardLink(), TonyTrackingLink(), TonyLogsLink())
     external_id_key = "tony_application_id"

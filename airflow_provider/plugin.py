@@ -10,6 +10,8 @@ frame of its own origin, where its session cookie authenticates the pages.
 """
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider.web import create_app
@@ -21,8 +23,8 @@ URL_PREFIX = "/tony"
 
 class TonyPlugin(AirflowPlugin):
     name = "tony"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "TonY"}]
-    external_views = [
+    fastapi_apps: ClassVar[list[dict[str, Any]]] = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "TonY"}]
+    external_views: ClassVar[list[dict[str, str]]] = [
         {"name": "TonY jobs", "href": f"{URL_PREFIX}/", "destination": "nav", "category": "browse",
          "url_route": "tony-jobs"},
         # Airflow fills in the task instance's identity (MAP_INDEX only for a mapped one).

@@ -61,7 +61,7 @@ class TonyJobTrigger(BaseTrigger):
                                         "application_id": self.application_id, "job": status.to_dict()})
                     return
                 await asyncio.sleep(self.poll_interval)
-        except Exception as e:  # surface as an event so the task fails with the reason
+        except Exception as e:  # noqa: BLE001 - surfaced as an event so the task fails with the reason
             yield TriggerEvent({"status": "error", "application_id": self.application_id,
                                 "message": f"{type(e).__name__}: {e}"})
 

@@ -65,7 +65,8 @@ def install_plugin(plugins_dir: str | os.PathLike, *, python: str | None = None,
     if not os.access(python, os.X_OK) or not Path(python).is_file():
         issues.append(SpecIssue("--python", python, "must be an executable Python interpreter"))
     elif check:
-        probe = subprocess.run([python, "-c", "import azkaban_jobtype.runner"], capture_output=True, text=True)
+        probe = subprocess.run([python, "-c", "import azkaban_jobtype.runner"], capture_output=True, text=True,
+                               check=False)
         if probe.returncode != 0:
             last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
             issues.append(SpecIssue("--python", python, f"cannot import azkaban_jobtype ({last}); install "

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from tony_workflow.process import login_name
 from tony_workflow.spec import SpecError, SpecIssue
@@ -182,7 +183,7 @@ class Project:
             self._tempdir.cleanup()
             self._tempdir = None
 
-    def __enter__(self) -> Project:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import javaproperties
@@ -128,7 +129,7 @@ class Props(Mapping[str, str]):
         """A copy of this chain with ``parent`` put under its bottom layer (the chain itself is unchanged)."""
         copies = [Props(layer.values, source=layer.source, lines=layer.lines) for layer in self.layers()]
         copies[-1].parent = parent
-        for upper, lower in zip(copies, copies[1:]):
+        for upper, lower in pairwise(copies):
             upper.parent = lower
         return copies[0]
 

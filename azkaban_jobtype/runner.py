@@ -150,7 +150,7 @@ def run(out: TextIO | None = None) -> int:
         say(f"Received {name}: killing application {handle.app_id}")
         try:
             status = handle.kill(f"killed by Azkaban ({name})", timeout=KILL_TIMEOUT)
-        except Exception as exc:  # a kill that fails must still leave the output and an exit code
+        except Exception as exc:  # noqa: BLE001 - a kill that fails must still leave the output and an exit code
             say(f"error: killing {handle.app_id} failed: {exc}")
             status = handle.status()
         update = diff(shown, status)

@@ -79,9 +79,9 @@ def runtime_revision() -> dict[str, Any]:
     import subprocess
     try:
         head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "tony_workflow"], cwd=REPO,
-                              capture_output=True, text=True, timeout=10).stdout.strip()
+                              capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "tony_workflow"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"runtime_commit": head or None, "runtime_modified": bool(dirty)}

@@ -105,7 +105,7 @@ def run_follower(way: str, app_ids: list[str], poll: float, window: float, tree:
     argv = [sys.executable, str(SCRIPT), "--role", way, "--poll", str(poll), "--window", str(window),
             "--ids", ",".join(app_ids)]
     done = subprocess.run(argv + (["--tree", str(tree)] if tree else []), capture_output=True, text=True,
-                          timeout=window + 600)
+                          timeout=window + 600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the {way} follower failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -28,13 +28,14 @@ two places after its submission place.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Self
 
 import common
 from common import log, rnd
@@ -77,7 +78,7 @@ class Sampler:
             self.session = requests.Session()
             self.rm = hadoop.rm_web_url(hadoop.read_conf(os.environ["HADOOP_CONF_DIR"]))
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -184,10 +185,9 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
                     except Exception as e:  # noqa: BLE001 - the others must still be killed
                         log(f"  kill {h.app_id}: {e}")
         for h in handles:  # the final status is written before the AM lets go: wait for all of it
-            try:
+            # whatever goes wrong, a job whose end cannot be read keeps the status seen last
+            with contextlib.suppress(Exception):
                 finals[h.app_id] = h.wait(poll_interval=0.5, timeout=120)
-            except Exception:  # noqa: BLE001
-                pass
     ended = [finals[h.app_id].finished_at or time.time() for h in handles]
     submit_order = sorted((h.app_id for h in handles), key=lambda a: tuple(int(x) for x in a.split("_")[1:]))
     finish_order = [h.app_id for _, h in sorted(zip(ended, handles), key=lambda x: x[0])]

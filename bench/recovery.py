@@ -215,7 +215,7 @@ def main() -> int:
         log("session relaunch on the mini cluster")
         try:
             out["yarn_session_relaunch"] = yarn_session_relaunch(args.minicluster)
-        except Exception as e:  # the local numbers stand on their own
+        except Exception as e:  # noqa: BLE001 - the local numbers stand on their own
             out["yarn_session_relaunch"] = {"error": repr(e)[:500]}
         log(f"  {out['yarn_session_relaunch']}")
     value = median([s["total_s"] for s in sess])

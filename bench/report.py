@@ -272,17 +272,17 @@ def details(name: str, r: dict) -> list[str]:
     out: list[str] = []
     if name == "launch":
         out += ["| N | floor (s) | runtime (s) | ratio | runtime runs (s) |", "|---|---|---|---|---|"]
-        out += [f"| {row['n']} | {row['floor']} | {row['value']} | {row['ratio']} | "
-                f"{', '.join(map(str, row['runtime_runs']))} |" for row in r["rows"]]
+        out += [(f"| {row['n']} | {row['floor']} | {row['value']} | {row['ratio']} | "
+                 f"{', '.join(map(str, row['runtime_runs']))} |") for row in r["rows"]]
         row = next((row for row in r["rows"] if row["n"] == 16), r["rows"][-1])
         out += ["", f"Phases of the median N={row['n']} run, seconds after submit: " +
                 ", ".join(f"{k} {v}" for k, v in row["phases_median_run"].items() if v is not None) + "."]
         am = r.get("am_process_floor")
         if am:
-            out += ["", "A Python process started and listening on a port, timed from `Popen` to a successful "
-                    f"connect (medians): bare socket {am['bare_listener']} s, with `http.server` "
-                    f"{am['http_server']} s, with `http.server` and the AM's imports "
-                    f"{am['http_server_with_am_imports']} s."]
+            out += ["", ("A Python process started and listening on a port, timed from `Popen` to a successful "
+                         f"connect (medians): bare socket {am['bare_listener']} s, with `http.server` "
+                         f"{am['http_server']} s, with `http.server` and the AM's imports "
+                         f"{am['http_server_with_am_imports']} s.")]
     elif name == "recovery":
         s = r["summary"]
         out += ["| case | total (s) | of which spawn (s) |", "|---|---|---|",
@@ -294,21 +294,21 @@ def details(name: str, r: dict) -> list[str]:
         elif y:
             out.append(f"| session relaunch, mini cluster | {y.get('skipped') or y.get('error')} | |")
         out += ["", "| hang | detected after (s) |", "|---|---|",
-                f"| whole container stopped, defaults (heartbeat-timeout-ms 8000) | "
-                f"{r['hang_default'].get('detect_s')} |",
-                f"| whole container stopped, TonY's rule alone (1000 ms x 25 missed) | "
-                f"{(r.get('hang_tony_rule') or {}).get('detect_s')} |"]
+                ("| whole container stopped, defaults (heartbeat-timeout-ms 8000) | "
+                 f"{r['hang_default'].get('detect_s')} |"),
+                ("| whole container stopped, TonY's rule alone (1000 ms x 25 missed) | "
+                 f"{(r.get('hang_tony_rule') or {}).get('detect_s')} |")]
         u = r.get("hang_user_process_only")
         if u:
-            out.append(f"| user process alone stopped, defaults | "
-                       f"{u.get('detect_s') if u.get('detected') else 'not detected in %s s' % u.get('watched_s')} |")
+            detected = u.get("detect_s") if u.get("detected") else f"not detected in {u.get('watched_s')} s"
+            out.append(f"| user process alone stopped, defaults | {detected} |")
     elif name.startswith("throughput"):
         if r.get("pair_ratios"):
-            out += [f"Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))} (their median is the "
-                    f"ratio above; the ratio of the medians is {r.get('ratio_of_medians')}).", ""]
-        out += [f"Task parameters `{r['params']['task_params']}`. By hand: "
-                f"{', '.join(str(x['steps_per_s']) for x in r['by_hand'])} steps/s; runtime: "
-                f"{', '.join(str(x['steps_per_s']) for x in r['runtime'])}."]
+            out += [(f"Ratios of the back-to-back pairs: {', '.join(map(str, r['pair_ratios']))} (their median is "
+                     f"the ratio above; the ratio of the medians is {r.get('ratio_of_medians')})."), ""]
+        out += [(f"Task parameters `{r['params']['task_params']}`. By hand: "
+                 f"{', '.join(str(x['steps_per_s']) for x in r['by_hand'])} steps/s; runtime: "
+                 f"{', '.join(str(x['steps_per_s']) for x in r['runtime'])}.")]
         if r.get("runtime_no_tensorboard"):
             runs = ", ".join(str(x["steps_per_s"]) for x in r["runtime_no_tensorboard"])
             out[-1] += (f" Runtime without TensorBoard: {runs}"
@@ -318,19 +318,19 @@ def details(name: str, r: dict) -> list[str]:
         if r.get("null_transport"):
             runs.append(("null gang server on the AM's transport", r["null_transport"]))
         runs.append(("ApplicationMaster", r["am"]))
-        out += ["| server | all hold spec (s) | all registered (s) | client errors | CPU, burst | CPU, steady | "
-                "heartbeats/s | p99 heartbeat (ms) |", "|---|---|---|---|---|---|---|---|"]
+        out += [("| server | all hold spec (s) | all registered (s) | client errors | CPU, burst | CPU, steady | "
+                 "heartbeats/s | p99 heartbeat (ms) |"), "|---|---|---|---|---|---|---|---|"]
         for label, x in runs:
             out.append(f"| {label} | {x['spec_all_s']} | {x['registered_all_s']} | {x['errors']} | "
                        f"{fmt(100 * x['burst_cpu_share'])} % | {fmt(100 * x['steady_cpu_share'])} % | "
                        f"{x['heartbeats_per_s']} | {x['hb_latency_ms_p99']} |")
         if r.get("null_transport"):
-            out += ["", f"Steady CPU: the AM's transport costs {r['transport_cpu_ratio']} x http.server's, and the "
-                    f"AM's logic adds {r['logic_cpu_ratio']} x on top of its transport."]
+            out += ["", (f"Steady CPU: the AM's transport costs {r['transport_cpu_ratio']} x http.server's, and "
+                         f"the AM's logic adds {r['logic_cpu_ratio']} x on top of its transport.")]
     elif name == "yarn_submit" and r.get("skein_runs"):
-        out += [f"Median: skein hello world {r['floor']} s, tony {r['value']} s, tony with every task running "
-                f"{r['tasks_running_s']} s. YARN reports the application RUNNING (skein's AM up) after "
-                f"{r['yarn_running_s']['skein']} s (skein) and {r['yarn_running_s']['tony']} s (tony)."]
+        out += [(f"Median: skein hello world {r['floor']} s, tony {r['value']} s, tony with every task running "
+                 f"{r['tasks_running_s']} s. YARN reports the application RUNNING (skein's AM up) after "
+                 f"{r['yarn_running_s']['skein']} s (skein) and {r['yarn_running_s']['tony']} s (tony).")]
         if r.get("am_started_s") is not None:
             out[-1] += f" The tony AM's own event log starts (am_started) at {r['am_started_s']} s."
         if r.get("pair_ratios"):
@@ -343,10 +343,10 @@ def details(name: str, r: dict) -> list[str]:
             out.append(f"| {label} | {x['jvms']} | {x['rss_one_mb']} | {x['rss_all_mb']} | {x['mb_per_job']} | "
                        f"{fmt(100 * x['cpu_share'])} % | {x['polls']} in {x['window_s']} s |")
     elif name.startswith("gang_packing") and r.get("rows"):
-        out += [f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
-                f"with room for {r['params']['room']}: {r['ideal_s']} s.", "",
-                "| run | makespan (s) | x ideal | SUCCEEDED | places late (by submission) | idle memory while "
-                "jobs waited (GB·s, share) | held while waiting (containers, MB) |",
+        out += [(f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
+                 f"with room for {r['params']['room']}: {r['ideal_s']} s."), "",
+                ("| run | makespan (s) | x ideal | SUCCEEDED | places late (by submission) | idle memory while "
+                 "jobs waited (GB·s, share) | held while waiting (containers, MB) |"),
                 "|---|---|---|---|---|---|---|"]
         for i, x in enumerate(r["rows"]):
             out.append(f"| {i + 1} | {x['makespan_s']} | {x['ratio']} | {x['succeeded']}"
@@ -377,17 +377,17 @@ def details(name: str, r: dict) -> list[str]:
 def document(res: dict[str, dict], made: dict[str, Path], doc: Path) -> str:
     rel = lambda p: os.path.relpath(p, doc.parent)
     lines = ["# Benchmarks", "",
-             "Generated by `python bench/report.py` from `bench/results/*.json`; the analysis below the "
-             "tables is kept in `bench/findings.md`. Each benchmark is a script, `python bench/<name>.py "
-             "[--quick] [--json]`, that writes `bench/results/<name>.json`; see each script's docstring for "
-             "exactly what it times and against what floor.", "",
-             "Running them: the plots need `matplotlib`, the launch profile `pyinstrument` (both in the "
-             "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra (and `throughput`'s DDP half the "
-             "`pytorch` and `examples` extras), `yarn_submit`, `follow_many`, the mini cluster parts of `recovery` "
-             "and `gang_packing` the `yarn` extra plus Java 17 (they start a mini cluster, "
-             "or reuse the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of them all takes "
-             "about 50 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
-             "am_scale) adds the profiles quoted below.", ""]
+             ("Generated by `python bench/report.py` from `bench/results/*.json`; the analysis below the "
+              "tables is kept in `bench/findings.md`. Each benchmark is a script, `python bench/<name>.py "
+              "[--quick] [--json]`, that writes `bench/results/<name>.json`; see each script's docstring for "
+              "exactly what it times and against what floor."), "",
+             ("Running them: the plots need `matplotlib`, the launch profile `pyinstrument` (both in the "
+              "`bench` extra); `throughput` and `chaos` need the `tensorflow` extra (and `throughput`'s DDP half "
+              "the `pytorch` and `examples` extras), `yarn_submit`, `follow_many`, the mini cluster parts of "
+              "`recovery` and `gang_packing` the `yarn` extra plus Java 17 (they start a mini cluster, or reuse "
+              "the one in `--minicluster DIR` / `$TONY_BENCH_MINICLUSTER`). A full pass of them all takes about "
+              "50 minutes on 2 cores; `--quick` runs take seconds to a minute each. `--profile` (launch, "
+              "am_scale) adds the profiles quoted below."), ""]
     hosts = {json.dumps({k: r["host"].get(k) for k in ("cores", "cpu", "memory_gb")}) for r in res.values()}
     for h in hosts:
         h = json.loads(h)

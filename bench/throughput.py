@@ -103,7 +103,8 @@ def by_hand(example: Example, params: str) -> dict:
                    "TONY_LOG_DIR": str(d / f"tensorboard-{i}")}
             (d / f"checkpoint-{i}").mkdir()
             procs.append(subprocess.Popen(["bash", "-c", command(params)], cwd=src, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=open(d / f"stdout-{i}", "wb"), stderr=open(d / f"stderr-{i}", "wb")))
+                                          stdout=open(d / f"stdout-{i}", "wb"),  # noqa: SIM115 - held by the worker
+                                          stderr=open(d / f"stderr-{i}", "wb")))  # noqa: SIM115 - held by the worker
         codes = [p.wait(timeout=900) for p in procs]
         if any(codes):
             raise RuntimeError(f"by-hand run failed {codes}: {(d / 'stderr-0').read_text()[-2000:]}")

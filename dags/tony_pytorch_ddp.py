@@ -54,7 +54,7 @@ with DAG(
     @task
     def evaluate(checkpoint_dir: str) -> dict:
         done = subprocess.run([sys.executable, str(DDP / "evaluate.py"), "--checkpoint-dir", checkpoint_dir],
-                              capture_output=True, text=True, cwd=DDP)
+                              capture_output=True, text=True, cwd=DDP, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"evaluation failed: {done.stderr[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -18,6 +18,7 @@ taken in one place and in order.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -451,13 +452,12 @@ class ApplicationMaster(AMRoutes):
         self.cluster.save_attempt_state(state, self.app_dir)  # this attempt is the one a lost container ran
         try:
             end = self._allocate_and_run()
-        except Exception as e:  # the AM must always leave a final status behind
+        except Exception as e:  # noqa: BLE001 - the AM must always leave a final status behind
             self.events.emit("am_error", error=repr(e))
             end = SessionEnd(JobState.FAILED, f"ApplicationMaster error: {e}", retryable=False)
-            try:
+            # nor may a teardown that fails keep it from doing so
+            with contextlib.suppress(Exception):
                 self._teardown()
-            except Exception:
-                pass
         return self._finish(end)
 
     def _allocate(self, requests) -> SessionEnd | None:

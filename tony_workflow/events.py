@@ -19,7 +19,7 @@ class EventLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the log's life, till close()
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"ts": round(time.time(), 3), "event": event, **fields}
@@ -37,7 +37,7 @@ class EventLog:
 def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yields the events of a log; a torn last line (writer killed mid-write) is skipped."""
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 - the `with` below closes it; only opening may raise this
     except FileNotFoundError:
         return
     with fh:

@@ -264,7 +264,7 @@ class TaskExecutor:
         bind = ["--host", self.host] if self.host in ("127.0.0.1", "localhost") else ["--bind_all"]
         argv = [python, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), *bind,
                 "--reload_interval", "5"]
-        out = open(self.workdir / "tensorboard.log", "ab")
+        out = open(self.workdir / "tensorboard.log", "ab")  # noqa: SIM115 - the TensorBoard process keeps it open
         self.tensorboard = subprocess.Popen(argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
         url = f"http://{self.host}:{port}"
@@ -299,7 +299,7 @@ class TaskExecutor:
         otherwise (tony.checkpoint.on-store-failure)."""
         try:
             self.mirror.sync()
-        except Exception as e:  # any store's error: OSError, WebHDFS's own, ...
+        except Exception as e:  # noqa: BLE001 - any store's error: OSError, WebHDFS's own, ...
             message = f"cannot write to the checkpoint store {self.mirror.store.uri}: {e}"
             if message != self.store_error:
                 log.warning("%s", message)
@@ -328,7 +328,7 @@ class TaskExecutor:
         try:
             self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)
             self.mirror.restore()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any store's error: the checkpoints on this machine are still there
             self.store_error = f"cannot read the checkpoint store {location}: {e}"
             log.warning("%s", self.store_error)
         stored = inspect(self.checkpoint_dir)

@@ -136,7 +136,7 @@ class ForkServer:
             pids: list[int | None] = []
             deadline = time.monotonic() + timeout
             for seq in seqs:
-                self._cond.wait_for(lambda: seq in self._replies or self._gone,
+                self._cond.wait_for(lambda seq=seq: seq in self._replies or self._gone,
                                     max(0.0, deadline - time.monotonic()))
                 reply = self._replies.pop(seq, None) or {}
                 pids.append(reply.get("pid"))
@@ -299,7 +299,7 @@ def serve() -> None:
                 code = 127
                 try:
                     code = _become(request, [wake_r, wake_w])
-                except BaseException as e:  # the container cannot start: say why where its stderr goes
+                except BaseException as e:  # noqa: BLE001 - the container cannot start: say why where its stderr goes
                     with contextlib.suppress(OSError):
                         os.write(2, f"tony-workflow: cannot start container command "
                                     f"{request['argv'][:1]}: {e}\n".encode())

@@ -174,7 +174,7 @@ class JobHistory:
             from zoneinfo import ZoneInfo
 
             zone = ZoneInfo(self.timezone)
-        except Exception:  # an unknown zone name: TonY falls back to UTC as well
+        except Exception:  # noqa: BLE001 - an unknown zone name: TonY falls back to UTC as well
             zone = _dt.UTC
         return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
 
@@ -285,7 +285,7 @@ def record_history(app_dir: Path, backend: str) -> str | None:
     try:
         spec = JobSpec.from_dict(json.loads((Path(app_dir) / "spec.json").read_text()))
         return record_job(app_dir, spec, history_default(backend), user_name())
-    except Exception as e:  # the store's errors, a status that could not be written, ...
+    except Exception as e:  # noqa: BLE001 - the store's errors, a status that could not be written, ...
         print(f"tony: the job's history record was not written: {e}", file=sys.stderr, flush=True)
         return None
 

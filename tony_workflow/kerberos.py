@@ -144,7 +144,7 @@ class Login:
         try:
             if not self.keytab:
                 creds = gssapi.Credentials(usage="initiate")
-                creds.lifetime  # an expired ticket fails here, not halfway through a request
+                _ = creds.lifetime  # read for its effect: an expired ticket fails here, not halfway through a request
                 return creds
             key = (str(self.principal), str(self.keytab))
             with _CREDENTIALS_LOCK:
@@ -155,7 +155,7 @@ class Login:
                     name = gssapi.Name(self.principal, gssapi.NameType.kerberos_principal)
                     creds = gssapi.Credentials(name=name, usage="initiate",
                                                store={"client_keytab": self.keytab, "ccache": cache})
-                creds.lifetime  # asks the KDC now: a wrong principal or key fails here
+                _ = creds.lifetime  # read for its effect: asks the KDC now, so a wrong principal or key fails here
                 _CREDENTIALS[key] = creds
                 return creds
         except gssapi.exceptions.GSSError as e:

@@ -81,7 +81,7 @@ class GpuSampler:
                 out.append({"index": name, "util_percent": float(util.gpu),
                             "mem_mb": round(mem.used / MB, 1), "mem_total_mb": round(mem.total / MB, 1)})
             return out
-        except Exception as e:  # ImportError, NVMLError_LibraryNotFound, a GPU that went away, ...
+        except Exception as e:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, a GPU that went away, ...
             log.info("no GPU metrics: %s", e)
             self.disabled = True
             return []

@@ -206,7 +206,7 @@ def waiting_text(status: JobStatus) -> str:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:

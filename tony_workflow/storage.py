@@ -259,9 +259,10 @@ class WebHDFSStorage(Storage):
             return e.status_code >= 500 or e.exception in _RETRIABLE_REMOTE
         # pyhdfs raises the bare base class when an answer is not WebHDFS's JSON (a proxy's error
         # page, a server shutting down), and HdfsNoServerException when no NameNode answered.
-        return (type(e) is hdfs.HdfsException or isinstance(e, hdfs.HdfsNoServerException)
-                or isinstance(e, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                                  urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)))
+        return (type(e) is hdfs.HdfsException
+                or isinstance(e, (hdfs.HdfsNoServerException, requests.ConnectionError, requests.Timeout,
+                                  requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError,
+                                  ConnectionError, TimeoutError)))
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         """Runs one store operation with retries, and turns its failures into OSErrors."""
@@ -346,10 +347,8 @@ class WebHDFSStorage(Storage):
         try:
             self._call(f"put {dest}", upload)
         except Exception:
-            try:
+            with contextlib.suppress(Exception):  # the upload's error is the one to report
                 self.client.delete(part)
-            except Exception:  # the upload's error is the one to report
-                pass
             raise
 
     def get(self, key: str, local: Path) -> None:

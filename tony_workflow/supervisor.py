@@ -92,7 +92,7 @@ class Supervisor:
                 code = am.main(["--backend", self.backend, "--app-dir", str(self.app_dir)])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - printed to the AM's stderr; the child must reach os._exit
                 import traceback
                 traceback.print_exc()
             finally:
@@ -323,7 +323,7 @@ def carried_over(app_dir: Path) -> dict | None:
     if not instance.isdigit() or int(instance) == 0:
         return None
     done = subprocess.run([sys.executable, "-m", "tony_workflow.backends.yarn_attempts", "--app-dir", str(app_dir)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+from itertools import pairwise
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +80,7 @@ def digits_split():
 
 def init_params(key):
     params = []
-    for fan_in, fan_out in zip(SIZES, SIZES[1:]):
+    for fan_in, fan_out in pairwise(SIZES):
         key, sub = jax.random.split(key)
         params.append((jax.random.normal(sub, (fan_in, fan_out)) * np.sqrt(2.0 / fan_in), jnp.zeros(fan_out)))
     return params

@@ -73,7 +73,7 @@ class ApiServer:
 
     def __init__(self, port: int, env: dict | None = None, log_name: str = "api-server.log"):
         self.base = f"http://127.0.0.1:{port}"
-        log = open(AIRFLOW_HOME / log_name, "ab")
+        log = open(AIRFLOW_HOME / log_name, "ab")  # noqa: SIM115 - the api-server process keeps it open
         self.proc = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--port", str(port)],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, **(env or {})})

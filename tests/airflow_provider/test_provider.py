@@ -14,7 +14,7 @@ def test_provider_metadata_and_listing(airflow_db):
                                         "queue", "node_label", "principal", "keytab"}
     assert conn["conn-fields"]["keytab"]["schema"]["format"] == "password"  # shown masked
     listed = subprocess.run([sys.executable, "-m", "airflow", "providers", "list"], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     assert "tony-workflow" in listed.stdout
 
 

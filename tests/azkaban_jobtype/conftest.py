@@ -21,7 +21,7 @@ def pytest_configure(config):
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120):
     """Runs the real ``tony-azkaban`` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "azkaban_jobtype.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or REPO, env={**os.environ, **(env or {})})
+                          timeout=timeout, cwd=cwd or REPO, env={**os.environ, **(env or {})}, check=False)
 
 
 def partition_command_line(command: str) -> list[str]:

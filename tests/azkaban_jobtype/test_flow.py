@@ -16,11 +16,11 @@ from .conftest import EXAMPLE, FIXTURES
 # What Azkaban refuses these fixture projects for on upload (they are generator output, not all of
 # them complete projects); every other fixture project loads without a problem.
 EXPECTED_ISSUES = {
-    "hadoop-dsl-tensorflowjob": ["jobs1_job24.job:3: dependencies: no job of that name in the project "
-                                 "(got 'jobs1_job23')"],
+    "hadoop-dsl-tensorflowjob": [("jobs1_job24.job:3: dependencies: no job of that name in the project "
+                                  "(got 'jobs1_job23')")],
     "hadoop-dsl-expected/jobs1": ["jobs1_job2.job: type: is required",
-                                  "jobs1_job2.job:2: dependencies: no job of that name in the project "
-                                  "(got 'jobs1_job1')"],
+                                  ("jobs1_job2.job:2: dependencies: no job of that name in the project "
+                                   "(got 'jobs1_job1')")],
     "hadoop-dsl-expected/namespacedFlows": ["namespace1/basicFlow.flow: flow name: is used twice",
                                             "namespace2/basicFlow.flow: flow name: is used twice"],
     "hadoop-dsl-expected/readWriteRace2": [f"readWriteRace2_job{i}.job: type: is required" for i in range(1, 6)],
@@ -145,7 +145,7 @@ def test_flow20_props_layer_job_over_embedded_flow_over_flow(fixtures_dir):
         assert job_a["azkaban.flow.flowid"] == "embedded"
         assert job_a["azkaban.job.id"] == "jobA"
         assert job_a["azkaban.flow.nested.path"] == "embedded_flow:jobA"
-        origin = [i for i in p.instances() if i.id == "embedded:embedded_flow:jobA"][0].props.origin("prop")
+        origin = next(i for i in p.instances() if i.id == "embedded:embedded_flow:jobA").props.origin("prop")
         assert str(origin) == "embedded.flow:14"
 
 

@@ -35,7 +35,7 @@ def test_the_command_starts_the_runner_once_split_as_azkaban_splits_it(tmp_path)
     argv = partition_command_line(command)
     assert argv == [sys.executable, "-m", "azkaban_jobtype"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                       env={"PATH": "/usr/bin:/bin"})
+                       env={"PATH": "/usr/bin:/bin"}, check=False)
     # started outside Azkaban, the runner explains what it needs rather than failing obscurely
     assert r.returncode == 2 and "JOB_PROP_FILE is not set" in r.stdout
 

@@ -45,7 +45,7 @@ TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "CANCELLED"}
 
 def java_major(java: str) -> int | None:
     out = subprocess.run([java, "-XshowSettings:properties", "-version"], capture_output=True, text=True,
-                         timeout=60).stderr
+                         timeout=60, check=False).stderr
     m = re.search(r"java\.specification\.version = (\d+)(?:\.(\d+))?", out)
     if not m:
         return None
@@ -82,7 +82,8 @@ def build_azkaban() -> Path:
     with open(BUILD_DIR.parent / f"azkaban-{AZKABAN_VERSION}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (BUILD_DIR / ".built").exists():
-            r = subprocess.run(["bash", str(script), str(BUILD_DIR)], capture_output=True, text=True, timeout=1800)
+            r = subprocess.run(["bash", str(script), str(BUILD_DIR)], capture_output=True, text=True, timeout=1800,
+                               check=False)
             if r.returncode != 0:
                 text = r.stdout + r.stderr
                 if OFFLINE.search(text):

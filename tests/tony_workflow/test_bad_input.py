@@ -44,8 +44,8 @@ CASES = {
     "yaml nested 10000 deep": ("deep.yaml", "conf: " + "[" * 10000 + "]" * 10000 + "\n", [], "nested more than"),
     "json nested 100000 deep": ("deep.json", '{"conf": ' + "[" * 100000 + "]" * 100000 + "}", [],
                                 "nested more than"),
-    "json key given twice": ("twice.json", '{"name": "a", "name": "b", "command": "true", '
-                             '"tasks": {"worker": {}}}', [], "duplicate key 'name'"),
+    "json key given twice": ("twice.json", ('{"name": "a", "name": "b", "command": "true", '
+                                            '"tasks": {"worker": {}}}'), [], "duplicate key 'name'"),
     "a billion workers": ("many.yaml", _yaml(tasks={"worker": {"instances": 10 ** 9}}), [],
                           "tasks.worker.instances"),
     "a billion workers by --conf": ("conf.yaml", _yaml(), ["--conf", "tony.worker.instances=1000000000"],
@@ -61,19 +61,23 @@ CASES = {
     "a memory size of 100000 characters": ("mem.yaml", _yaml(tasks={"worker": {"memory": "9" * 100_000 + "q"}}),
                                            [], "tasks.worker.memory"),
     # Templates are rendered in a sandbox: a line of Jinja2 must not make gigabytes either.
-    "a template that repeats a string a billion times": ("rep.yaml.j2", "name: \"{{ 'x' * 10**9 }}\"\n"
-                                                         "command: 'true'\ntasks: {worker: {instances: 1}}\n", [],
+    "a template that repeats a string a billion times": ("rep.yaml.j2", ("name: \"{{ 'x' * 10**9 }}\"\n"
+                                                                         "command: 'true'\n"
+                                                                         "tasks: {worker: {instances: 1}}\n"), [],
                                                          "a repetition of 1000000000 items"),
-    "a template loop that writes 10 MB": ("loop.yaml.j2", "name: big\ncommand: 'true'\n"
-                                          "tasks: {worker: {instances: 1}}\n"
-                                          "{% for i in range(100000) %}# {{ 'y' * 100 }}\n{% endfor %}", [],
+    "a template loop that writes 10 MB": ("loop.yaml.j2", ("name: big\ncommand: 'true'\n"
+                                                           "tasks: {worker: {instances: 1}}\n"
+                                                           "{% for i in range(100000) %}# {{ 'y' * 100 }}\n"
+                                                           "{% endfor %}"), [],
                                           "the rendered spec is longer than"),
-    "a template power of a million bits": ("pow.yaml.j2", "name: '{{ 7 ** 1000000 }}'\ncommand: 'true'\n"
-                                           "tasks: {worker: {instances: 1}}\n", [], "more than 4096 bits"),
+    "a template power of a million bits": ("pow.yaml.j2", ("name: '{{ 7 ** 1000000 }}'\ncommand: 'true'\n"
+                                                            "tasks: {worker: {instances: 1}}\n"), [],
+                                           "more than 4096 bits"),
     # XML that tries to reach files or multiply itself.
-    "an XML external entity": ("xxe.xml", '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
-                               "<configuration><property><name>tony.application.name</name><value>&e;</value>"
-                               "</property></configuration>", [], "malformed XML"),
+    "an XML external entity": ("xxe.xml", ('<?xml version="1.0"?>'
+                                           '<!DOCTYPE c [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+                                           "<configuration><property><name>tony.application.name</name>"
+                                           "<value>&e;</value></property></configuration>"), [], "malformed XML"),
     "an XML entity bomb": ("laughs.xml", '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY a "lol">'
                            + "".join(f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(9))
                            + "]><configuration><property><name>tony.application.name</name><value>&j;</value>"
@@ -93,15 +97,18 @@ CASES = {
                                    "tony.worker.memroy: unknown key (did you mean tony.worker.memory?)"),
     "a typo at the top level": ("top.yaml", _yaml(**{"tony.am.retry-cont": 3}), [],
                                 "did you mean tony.am.retry-count?"),
-    "a typo in a TonY XML file": ("typo.xml", "<configuration><property><name>tony.worker.instances</name><value>1"
-                                  "</value></property><property><name>tony.containers.command</name><value>true"
-                                  "</value></property><property><name>tony.worker.gpu</name><value>1</value>"
-                                  "</property></configuration>", [], "did you mean tony.worker.gpus?"),
-    "another system's key in a TonY XML file": ("hadoop.xml", "<configuration><property><name>tony.worker.instances"
-                                                "</name><value>1</value></property><property><name>"
-                                                "tony.containers.command</name><value>true</value></property>"
-                                                "<property><name>mapreduce.map.memory.mb</name><value>4096</value>"
-                                                "</property></configuration>", [],
+    "a typo in a TonY XML file": ("typo.xml", ("<configuration><property><name>tony.worker.instances</name>"
+                                               "<value>1</value></property><property>"
+                                               "<name>tony.containers.command</name><value>true</value></property>"
+                                               "<property><name>tony.worker.gpu</name><value>1</value></property>"
+                                               "</configuration>"), [], "did you mean tony.worker.gpus?"),
+    "another system's key in a TonY XML file": ("hadoop.xml", ("<configuration><property>"
+                                                               "<name>tony.worker.instances</name><value>1</value>"
+                                                               "</property><property>"
+                                                               "<name>tony.containers.command</name>"
+                                                               "<value>true</value></property><property>"
+                                                               "<name>mapreduce.map.memory.mb</name>"
+                                                               "<value>4096</value></property></configuration>"), [],
                                                 "mapreduce.map.memory.mb: unknown key: it is not a TonY key"),
     "a typo by --conf": ("conf2.yaml", _yaml(), ["--conf", "tony.application.timout=1000"],
                          "did you mean tony.application.timeout?"),
@@ -112,10 +119,11 @@ CASES = {
                                                  "tony.local.memory: a job may not set this key"),
     "a job that gives the machine GPUs": ("gpus.yaml", _yaml(**{"tony.local.gpus": 8}), [],
                                           "tony.local.gpus: a job may not set this key"),
-    "a job that sizes the machine in TonY XML": ("mach.xml", "<configuration><property><name>tony.worker.instances"
-                                                 "</name><value>1</value></property><property><name>"
-                                                 "tony.local.vcores</name><value>64</value></property>"
-                                                 "</configuration>", [], "tony.local.vcores: a job may not"),
+    "a job that sizes the machine in TonY XML": ("mach.xml", ("<configuration><property>"
+                                                              "<name>tony.worker.instances</name><value>1</value>"
+                                                              "</property><property><name>tony.local.vcores</name>"
+                                                              "<value>64</value></property></configuration>"), [],
+                                                 "tony.local.vcores: a job may not"),
     "a job that widens what it inherits": ("env.yaml", _yaml(), ["--conf", "tony.local.env-whitelist=AIRFLOW_CONN_*"],
                                            "set it in $TONY_CONF_DIR/tony-site.xml"),
     "a job that turns off the fork server": ("fork.yaml", _yaml(), ["--conf", "tony.local.fork-server=false"],
@@ -147,7 +155,8 @@ SITE_CASES = {
 
 def _submit(spec: Path, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
+                          capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ),
+                          check=False)
 
 
 def _refused(r: subprocess.CompletedProcess, expected: str, tony_home: Path) -> None:
@@ -195,7 +204,8 @@ def test_a_flow_file_alias_bomb_is_refused_by_the_azkaban_validator(tmp_path):
     (project / "flow.flow").write_text("nodes:\n  - name: train\n    type: TensorFlowJob\n" +
                                        "\n".join("    " + line for line in bomb.splitlines()) + "\n")
     r = subprocess.run([sys.executable, "-m", "azkaban_jobtype.cli", "validate", str(project)], cwd=REPO,
-                       capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ))
+                       capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ),
+                       check=False)
     assert r.returncode == 2, (r.stdout + r.stderr)[-2000:]
     assert "alias" in r.stdout + r.stderr and "Traceback" not in r.stderr
     assert "flow.flow" in r.stdout + r.stderr
@@ -227,7 +237,7 @@ def test_a_venv_archive_with_an_entry_outside_is_refused_at_submit(tony_home, tm
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**JOB, "python_venv": "venv.zip"}))
     r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec)], cwd=REPO,
-                       capture_output=True, text=True, timeout=50, env=dict(os.environ))
+                       capture_output=True, text=True, timeout=50, env=dict(os.environ), check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "python_venv" in r.stderr and "entry '../../../tmp/planted.sh' climbs out of the archive" in r.stderr
     assert not list((tony_home / "local" / "apps").glob("application_*"))

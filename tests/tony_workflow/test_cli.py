@@ -107,12 +107,13 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ),
                             # As from a terminal: a runner that started the suite in the background
                             # hands SIGINT down ignored, and Python then installs no handler for it.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            # Only a preexec_fn resets SIGINT in the child: no other argument of Popen does.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 - as above
     try:
         app = wait_for(lambda: next((a["application_id"] for a in json.loads(run_tony("list", "--json").stdout)
                                      if a["state"] == "RUNNING"), None), timeout=60)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
         assert proc.returncode == 130
         assert "Traceback" not in err
         assert f"stopped following {app}; the job keeps running" in err and f"tony kill {app}" in err

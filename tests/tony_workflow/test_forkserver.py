@@ -50,7 +50,8 @@ print(json.dumps(result))
 
 
 def test_the_inline_server_is_forked_from_the_calling_process(tmp_path):
-    r = subprocess.run([sys.executable, "-c", INLINE, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", INLINE, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["server_is_child"] and result["group"]

@@ -42,7 +42,7 @@ def test_the_wait_is_shown_with_its_reason_count_since_and_jobs_ahead_then_clear
 
 
 def test_a_wait_that_began_at_the_gate_counts_from_there():
-    g, clock = watch()
+    g, _clock = watch()
     g.begin(4, since=990.0)
     g.waiting(Wait("worker: 0 of 3"))
     assert g.whole() == 10.0

@@ -11,6 +11,7 @@ import sys
 import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -20,6 +21,9 @@ from tests.conftest import REPO, app_processes, minicluster_missing, run_tony, w
 from tony_workflow import minicluster
 from tony_workflow.minicluster.build import _POM, _sha256
 from tony_workflow.minicluster.scheduling import Scheduling
+
+if TYPE_CHECKING:
+    import skein
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +89,8 @@ def test_yarn_command_answers_classpath_glob_for_skein(cluster, hadoop_env):
     assert out[0] == cluster["hadoop_conf_dir"]
     assert any(Path(p).name == "hadoop-yarn-client-3.5.0.jar" for p in out)
     assert all(Path(p).exists() for p in out)
-    nodes = subprocess.run(["yarn", "node", "-list"], capture_output=True, text=True, env=hadoop_env, timeout=120)
+    nodes = subprocess.run(["yarn", "node", "-list"], capture_output=True, text=True, env=hadoop_env, timeout=120,
+                           check=False)
     assert nodes.returncode == 0 and "RUNNING" in nodes.stdout, nodes.stderr
 
 
@@ -113,7 +118,7 @@ def test_skein_hello_world_application_succeeds(cluster, hadoop_env, tmp_path):
     # The services' output, from the logs YARN aggregated into HDFS.
     def logs() -> str:
         r = subprocess.run(["yarn", "logs", "-applicationId", app_id, "-log_files", "hello.log,env.log"],
-                           capture_output=True, text=True, env=hadoop_env, timeout=120)
+                           capture_output=True, text=True, env=hadoop_env, timeout=120, check=False)
         return r.stdout if "LogContents:\nhi" in r.stdout and "conf=" in r.stdout else ""
     out = wait_for(logs, timeout=60, interval=2)
     assert f"conf={cluster['hadoop_conf_dir']}\n" in out
@@ -307,8 +312,10 @@ def test_a_queue_under_its_share_takes_containers_back_by_preemption(scheduling_
         # Guaranteed half of the partition, the urgent queue gets its ApplicationMaster and one
         # container only by taking two of the filler's.
         urgent = skein_client.submit(sleepers("urgent", minicluster.URGENT_QUEUE, instances=1))
-        report = wait_for(lambda: (lambda a: a if a["numNonAMContainerPreempted"] >= 1 else None)(
-            rm_get(info, f"apps/{filler}")["app"]), timeout=120, interval=0.5)
+        def preempted():
+            app = rm_get(info, f"apps/{filler}")["app"]
+            return app if app["numNonAMContainerPreempted"] >= 1 else None
+        report = wait_for(preempted, timeout=120, interval=0.5)
         assert report["preemptedResourceMB"] >= 512 and report["numAMContainerPreempted"] == 0
         assert report["state"] == "RUNNING"
         urgent_app = skein_client.connect(urgent)

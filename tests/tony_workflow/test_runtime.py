@@ -119,8 +119,8 @@ def test_two_whole_machine_jobs_run_one_after_the_other(tony_home, tmp_path, loc
     b = submit(tmp_path, "sleep 0.2", tasks)
     assert a.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
     assert b.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
-    span = {h: ([e["ts"] for e in events(h) if e["event"] == "allocated"][0],
-                [e["ts"] for e in events(h) if e["event"] == "application_finished"][0]) for h in (a, b)}
+    span = {h: (next(e["ts"] for e in events(h) if e["event"] == "allocated"),
+                next(e["ts"] for e in events(h) if e["event"] == "application_finished")) for h in (a, b)}
     # served in submission order, and b got its gang only once a gave its back
     assert span[b][0] >= span[a][1] - 0.05
 

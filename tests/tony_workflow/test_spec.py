@@ -329,7 +329,7 @@ def test_task_order_chief_and_tracking():
 def test_typed_properties_name_a_bad_value():
     spec = JobSpec(conf={"tony.am.retry-count": "x"}, key_origin={"tony.am.retry-count": "retries"})
     with pytest.raises(SpecError, match=r"retries \(tony.am.retry-count\): must be an integer >= 0"):
-        spec.retry_count
+        _ = spec.retry_count
 
 
 def test_round_trip():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Self
 
 import pytest
 import requests
@@ -60,7 +61,7 @@ class RMSampler:
                 continue
             self.samples.append({a["id"]: (a["state"], int(a.get("runningContainers", -1))) for a in apps})
 
-    def __enter__(self) -> RMSampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -145,7 +146,7 @@ def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):
     assert held_while_waiting <= {0, 1}, held_while_waiting
     assert finish_order((a, b), sampler) == [first.app_id, second.app_id]
     for h in (a, b):
-        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+        wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
 
 
 def test_four_jobs_on_room_for_two_run_two_at_a_time_in_order(cluster):
@@ -164,7 +165,7 @@ def test_four_jobs_on_room_for_two_run_two_at_a_time_in_order(cluster):
     for place, app_id in enumerate(order):
         assert place <= submitted.index(app_id) + 2, (order, submitted)   # no job overtaken by more than two
     for h in handles:
-        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+        wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
 
 
 @pytest.mark.parametrize("worker, key, words", [
@@ -204,4 +205,4 @@ def test_a_killed_job_frees_its_containers_for_the_waiting_one(cluster):
     assert not any(sampler.containers(s, a.app_id) > 0 and sampler.containers(s, b.app_id) > 1
                    for s in sampler.samples)
     for h in (a, b):
-        wait_for(lambda: not app_processes(h.app_id), timeout=120)
+        wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -182,7 +182,7 @@ class ClusterManager(ABC):
     name: str = "local"
 
     #: the command a container runs to start the TaskExecutor
-    executor_argv: list[str] = [sys.executable, "-m", "tony_workflow.executor"]
+    executor_argv: ClassVar[list[str]] = [sys.executable, "-m", "tony_workflow.executor"]
     #: the job's event log, given by the AM: what the cluster did to the job's placement, for the record
     events = None
     #: given by the AM: makes it look at its containers now rather than on its next pass

@@ -369,7 +369,7 @@ class YarnBackend(Backend):
             if KV_ADDRESS not in kv:
                 return None
             return AMEndpoint(kv[KV_ADDRESS].decode(), kv[KV_TOKEN].decode(), kv[KV_VIEW].decode())
-        except Exception:  # the app or its AM is gone or not up yet: fall back to the RM report
+        except Exception:  # noqa: BLE001 - the app or its AM is gone or not up yet: fall back to the RM report
             with self._lock:
                 self._apps.pop(app_id, None)
             return None
@@ -457,7 +457,7 @@ class YarnBackend(Backend):
             return {"yarn/logs": path}
         self._await_log_aggregation(app_id)
         done = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)})
+                              timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)}, check=False)
         path.write_text(done.stdout + done.stderr)
         return {"yarn/logs": path}
 

@@ -191,18 +191,14 @@ class YarnClusterManager(ClusterManager):
         self.placement.ended(container.id)
         sid = self._containers.get(container.id)
         if sid:
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 self.app.kill_container(sid)
-            except Exception:
-                pass  # already gone
             self._cache = (0.0, {})
 
     def release(self) -> None:
         for sid in list(self._containers.values()):
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 self.app.kill_container(sid)
-            except Exception:
-                pass
 
     def log_url(self, container: Container) -> str | None:
         sid = self._containers.get(container.id)
@@ -232,14 +228,12 @@ class YarnClusterManager(ClusterManager):
         a relaunched session's TensorBoard, or a later AM attempt, takes the route over, so the link
         users already have keeps working. None when the proxy cannot be set up."""
         ui = self.app.ui
-        try:
+        with contextlib.suppress(Exception):  # the route is taken: by an earlier session or attempt
             return ui.add_page(route, url, link_name=link_name).address
-        except Exception:
-            pass  # the route is taken: by an earlier session or attempt
         try:
             ui.remove_page(route)
             return ui.add_page(route, url, link_name=link_name).address
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever the reason, the job runs on without the proxied link
             return None
 
     def recover(self) -> None:
@@ -248,10 +242,8 @@ class YarnClusterManager(ClusterManager):
         for c in self.app.get_containers(states=["WAITING", "REQUESTED", "RUNNING"]):
             if c.service_name == AM_SERVICE:
                 continue
-            try:
+            with contextlib.suppress(Exception):  # already gone
                 self.app.kill_container(c.id)
-            except Exception:
-                pass  # already gone
 
     @functools.cached_property
     def store(self):
@@ -268,7 +260,7 @@ class YarnClusterManager(ClusterManager):
     def report_progress(self, fraction: float) -> None:
         try:
             self.app.set_progress(min(1.0, max(0.0, fraction)))  # the ResourceManager's progress bar
-        except Exception as e:  # the driver's errors, a closed channel while the AM ends
+        except Exception as e:  # noqa: BLE001 - the driver's errors, a closed channel while the AM ends
             log.debug("progress not reported to the ResourceManager: %s", e)
 
     def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:

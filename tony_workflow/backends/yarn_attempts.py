@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     app = skein.ApplicationClient.from_current()
     try:
         store = open_storage(app_store(app.id))
-    except Exception:  # no HDFS to reach: the status still comes from the key-value store
+    except Exception:  # noqa: BLE001 - no HDFS to reach: the status still comes from the key-value store
         store = None
     out = carry_over(app, args.app_dir.resolve(), os.environ.get("SKEIN_CONTAINER_ID", ""), store)
     print(json.dumps(out))

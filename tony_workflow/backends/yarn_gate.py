@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_turn(line, requests, publish, deadline=since + timeout_ms / 1000.0 if timeout_ms > 0 else None)
         if line.unreadable:
             log.warning("the line could not be read (%s): the ApplicationMaster starts now", line.unreadable)
-    except Exception as e:  # the gate must never keep a job from running: the AM waits its turn too
-        log.exception("the gate failed (%s): the ApplicationMaster starts now", e)
+    except Exception:  # the gate must never keep a job from running: the AM waits its turn too
+        log.exception("the gate failed: the ApplicationMaster starts now")
     app.kv[KV_GATE] = json.dumps({"since": since, "admitted": time.time()}).encode()
     app.add_container(AM_SERVICE)
     log.info("the job's turn has come: its ApplicationMaster's container is asked for")

@@ -86,7 +86,7 @@ def find_java() -> Java:
     home = java.parent.parent
     try:
         out = subprocess.run([str(java), "-XshowSettings:properties", "-version"], capture_output=True,
-                             text=True, timeout=60).stderr
+                             text=True, timeout=60, check=False).stderr
     except (OSError, subprocess.TimeoutExpired) as e:
         raise MiniClusterError(f"cannot run {java}: {e}") from None
     m = re.search(r"java\.specification\.version = (\d+)(?:\.(\d+))?", out)
@@ -159,7 +159,7 @@ def ensure_hadoop_jars(lib: Path | None = None, *, progress: Progress = quiet) -
         cmd = [mvn, "-q", "-B", "-f", str(build / "pom.xml"), "dependency:copy-dependencies",
                f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=build)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=build, check=False)
         except subprocess.TimeoutExpired:
             raise MiniClusterError("Maven did not finish fetching the Hadoop jars within 30 minutes") from None
         if done.returncode != 0 or not list(lib.glob(f"hadoop-minicluster-{HADOOP_VERSION}*.jar")):
@@ -189,7 +189,7 @@ def ensure_launcher_classes(lib: Path, java: Java, *, progress: Progress = quiet
         part.mkdir(parents=True)
         done = subprocess.run([str(java.javac), "-nowarn", "-XDignore.symbol.file", "-d", str(part),
                                "-cp", str(lib / "*"), str(_MAIN_SOURCE)],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
             raise MiniClusterError(f"javac could not compile {_MAIN_SOURCE.name} against {lib}:\n"
                                    f"{tail(done.stdout + done.stderr)}")

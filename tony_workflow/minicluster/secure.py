@@ -199,7 +199,7 @@ def kinit(krb5_conf: str | os.PathLike[str], ccache: str | os.PathLike[str], pri
     env = {**os.environ, "KRB5_CONFIG": str(krb5_conf), "KRB5CCNAME": str(ccache)}
     try:
         done = subprocess.run([exe, "-k", "-t", str(keytab), principal], env=env, capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+                              text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         raise MiniClusterError(f"kinit did not log {principal} in within 60 s; does the KDC in {krb5_conf} "
                                "still run?") from None

@@ -42,7 +42,7 @@ def parse_memory(value: object) -> int:
     ValueError.
     """
     if isinstance(value, bool):
-        raise ValueError(_MEMORY_ALLOWED)
+        raise ValueError(_MEMORY_ALLOWED)  # noqa: TRY004 - callers report ValueError as a bad value
     if isinstance(value, (int, float)):
         amount, unit = float(value), "m"
     else:
@@ -59,7 +59,7 @@ def parse_memory(value: object) -> int:
 def parse_int(value: object, minimum: int | None = None) -> int:
     allowed = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
     if isinstance(value, bool):
-        raise ValueError(allowed)
+        raise ValueError(allowed)  # noqa: TRY004 - callers report ValueError as a bad value
     if isinstance(value, int):
         number = value
     elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):

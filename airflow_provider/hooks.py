@@ -94,7 +94,7 @@ class TonyHook(BaseHook):
         return {key: str(self.fields[f]) for f, key in _CONN_TO_CONF.items() if self.fields.get(f)}
 
     def submit(self, spec: JobSpec) -> JobHandle:
-        """Validates and submits; raises SpecError / SubmitError with nothing submitted on bad input."""
+        """Validates and submits; raises SpecError / SubmissionRefused with nothing submitted on bad input."""
         return self.get_conn().submit(spec)
 
     def attach(self, application_id: str) -> JobHandle:

@@ -19,9 +19,10 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider.hooks import TonyHook
 from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTrackingLink
 from airflow_provider.triggers import TonyJobTrigger
-from tony_workflow.client import SubmitError, load_job
+from tony_workflow.client import load_job
+from tony_workflow.errors import ConfigError, LoginError, SpecError, SubmissionRefused, TonyError, UnknownApplication
 from tony_workflow.follow import JobUpdate
-from tony_workflow.spec import JobSpec, SpecError
+from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobState, JobStatus
 
 if TYPE_CHECKING:
@@ -30,6 +31,27 @@ if TYPE_CHECKING:
 __all__ = ["TonyOperator"]
 
 _ACTIVE = {JobState.NEW, JobState.SUBMITTED, JobState.ALLOCATING, JobState.RUNNING}
+
+
+#: How the operator reports the project's errors. Input that must change (a bad spec, a job that can
+#: never fit, a missing login, a wrong connection) fails the task without retries; anything else
+#: (the cluster or a store failing, an ApplicationMaster gone) fails this try, and Airflow's retries
+#: apply.
+_NO_RETRY: tuple[tuple[type[TonyError], str], ...] = (
+    (SpecError, "Invalid TonY job spec, nothing was submitted"),
+    (SubmissionRefused, "The TonY job can never run on this cluster, nothing was submitted"),
+    (LoginError, "Cannot log in to the cluster, nothing was submitted"),
+    (ConfigError, "The tony connection or the cluster's configuration is wrong, nothing was submitted"),
+)
+
+
+def airflow_error(error: TonyError) -> AirflowException:
+    """The Airflow exception the task raises for ``error``: the one place the operator maps the
+    project's errors onto Airflow's conventions."""
+    for kind, opening in _NO_RETRY:
+        if isinstance(error, kind):
+            return AirflowFailException(f"{opening}:\n{error}")
+    return AirflowException(f"TonY: {error}")
 
 
 class TonyOperator(ResumableJobMixin, BaseOperator):
@@ -107,8 +129,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                             src_dir=self.src_dir, python_venv=self.python_venv,
                             python_binary_path=self.python_binary_path, shell_env=self.shell_env or None)
             spec.validate()
-        except SpecError as e:
-            raise AirflowFailException(f"Invalid TonY job spec, nothing was submitted:\n{e}") from None
+        except TonyError as e:
+            raise airflow_error(e) from None
         return spec
 
     # ------------------------------------------------------------------ execute
@@ -119,10 +141,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     def submit_job(self, context: Context) -> str:
         try:
             handle = self.hook.submit(self._spec)
-        except SpecError as e:
-            raise AirflowFailException(f"Invalid TonY job spec, nothing was submitted:\n{e}") from None
-        except SubmitError as e:
-            raise AirflowFailException(f"The TonY job can never run on this cluster, nothing was submitted:\n{e}") from None
+        except TonyError as e:
+            raise airflow_error(e) from None
         self.application_id = handle.app_id
         self.log.info("Submitted application %s", handle.app_id)
         # Returned at once: the id is recorded for a retry to reattach to only after this returns,
@@ -161,7 +181,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     def get_job_status(self, external_id: Any, context: Context) -> str:
         try:
             return self.hook.get_status(str(external_id)).state
-        except KeyError:
+        except UnknownApplication:
             return "UNKNOWN"
 
     def is_job_active(self, status: str) -> bool:

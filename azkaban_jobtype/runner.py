@@ -44,9 +44,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from tony_workflow.client import SubmitError, TonyClient
+from tony_workflow.client import TonyClient
+from tony_workflow.errors import ConfigError, SpecError, SubmissionRefused, TonyError
 from tony_workflow.follow import JobUpdate, diff
-from tony_workflow.spec import SpecError, SpecIssue
+from tony_workflow.spec import SpecIssue
 from tony_workflow.status import JobStatus
 
 from .props import load_properties
@@ -81,6 +82,20 @@ class _Terminate:
             signal.signal(sig, self)
 
 
+def refused(error: TonyError, what: str, say) -> int:
+    """Writes why nothing was submitted to the job's log and returns the runner's exit code: the
+    one place the job type maps the project's errors. A spec's problems get a line each."""
+    if isinstance(error, SpecError):
+        say(f"error: {what}:")
+        for issue in error.issues:
+            say(f"  {issue}")
+    elif isinstance(error, SubmissionRefused):
+        say(f"error: {what} by the cluster: {error}")
+    else:
+        say(f"error: {what}: {error}")
+    return EXIT_USAGE
+
+
 def run(out: TextIO | None = None) -> int:
     """Runs the job Azkaban's environment describes, printing to ``out`` (default stdout); returns the
     exit code."""
@@ -109,13 +124,10 @@ def run(out: TextIO | None = None) -> int:
         backend = resolved.get("tony.backend") or env.get("TONY_BACKEND") or "local"
         try:
             client = TonyClient(backend)
-        except ValueError as exc:
+        except ConfigError as exc:
             raise SpecError([SpecIssue("tony.backend", backend, str(exc), label)]) from None
-    except SpecError as exc:
-        say(f"error: the props of {label} cannot be submitted:")
-        for issue in exc.issues:
-            say(f"  {issue}")
-        return EXIT_USAGE
+    except TonyError as exc:
+        return refused(exc, f"the props of {label} cannot be submitted", say)
 
     if stop.signum is not None:
         say(f"Received {signal.Signals(stop.signum).name} before submission: nothing was submitted")
@@ -125,14 +137,8 @@ def run(out: TextIO | None = None) -> int:
         say(line)
     try:
         handle = client.submit(spec)
-    except SpecError as exc:
-        say(f"error: {label} was refused:")
-        for issue in exc.issues:
-            say(f"  {issue}")
-        return EXIT_USAGE
-    except SubmitError as exc:
-        say(f"error: {label} was refused by the cluster: {exc}")
-        return EXIT_USAGE
+    except TonyError as exc:
+        return refused(exc, f"{label} was refused", say)
 
     # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
     say(f"Submitted application {handle.app_id}")

@@ -7,7 +7,17 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .client import JobHandle, SubmitError, TonyClient, load_job
+from .client import JobHandle, TonyClient, load_job
+from .errors import (
+    AMUnreachable,
+    ConfigError,
+    LoginError,
+    StoreError,
+    SubmissionRefused,
+    TonyError,
+    UnknownApplication,
+    UsageError,
+)
 from .spec import SpecError, parse_pairs
 from .status import JobStatus
 
@@ -121,7 +131,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from .spec import local_settings
 
     if args.backend != "local":
-        raise ValueError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
+        raise UsageError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
                          "(yarn.log-aggregation.retain-seconds)")
     older = parse_duration(args.older_than) if args.older_than is not None else local_settings().retention_s
     if not args.app_ids and args.older_than is None and older <= 0:
@@ -153,7 +163,7 @@ def _since(text: str) -> float:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--since: {text!r} is neither a duration (90m, 12h, 7d) nor a date or time "
+        raise UsageError(f"--since: {text!r} is neither a duration (90m, 12h, 7d) nor a date or time "
                          "(2026-11-20, 2026-11-20T10:00)") from None
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
@@ -209,7 +219,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             _show_record(record)
         return 0
     if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {args.limit}")
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
     records = history.list(state=args.state, since=_since(args.since) if args.since else None, limit=args.limit)
     if args.json:
         keep = ("application_id", "name", "user", "state", "started_at", "finished_at", "diagnostics")
@@ -301,22 +311,37 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: How the command line reports the project's errors: the first that matches gives the line's
+#: opening and the exit status (2: the input must change; 1: the cluster or a store failed).
+ERROR_REPORTS: tuple[tuple[type[TonyError], str, int], ...] = (
+    (SpecError, "invalid job spec, nothing was submitted:\n", 2),
+    (SubmissionRefused, "the job cannot run on this cluster, nothing was submitted:\n", 2),
+    (UnknownApplication, "", 2),
+    (LoginError, "cannot log in to the cluster: ", 2),
+    (ConfigError, "", 2),
+    (UsageError, "", 2),
+    (AMUnreachable, "the job's ApplicationMaster does not answer: ", 1),
+    (StoreError, "the store failed: ", 1),
+    (TonyError, "", 1),
+)
+
+
+def error_report(error: TonyError) -> tuple[str, int]:
+    """The line the command prints for ``error`` (without the ``tony: `` prefix), and its exit status."""
+    for kind, opening, status in ERROR_REPORTS:
+        if isinstance(error, kind):
+            return f"{opening}{error}", status
+    raise AssertionError("TonyError is the last row")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except SpecError as e:
-        print(f"tony: invalid job spec, nothing was submitted:\n{e}", file=sys.stderr)
-        return 2
-    except SubmitError as e:
-        print(f"tony: the job cannot run on this cluster, nothing was submitted:\n{e}", file=sys.stderr)
-        return 2
-    except KeyError as e:
-        print(f"tony: unknown application {e.args[0]}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"tony: {e}", file=sys.stderr)
-        return 2
+    except TonyError as e:
+        line, status = error_report(e)
+        print(f"tony: {line}", file=sys.stderr)
+        return status
     except KeyboardInterrupt:
         return 130
 

@@ -12,19 +12,20 @@ from pathlib import Path
 
 from .archive import unsafe_entry
 from .backends import Backend, get_backend
+from .errors import SubmissionRefused, UnknownApplication
 from .follow import Follower, JobUpdate
 from .rpc import AMClient, AMError, AMUnreachable
 from .spec import JobSpec, SpecError, SpecIssue, load_job
 from .status import JobStatus, check_application_id
 
-__all__ = ["JobHandle", "SubmitError", "TonyClient", "load_job"]
+__all__ = ["JobHandle", "SubmissionRefused", "SubmitError", "TonyClient", "UnknownApplication", "load_job"]
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
 
 
-class SubmitError(RuntimeError):
-    """The cluster refused the job before anything ran (e.g. it can never fit)."""
+#: The name this module gave the refusal before the error tree had one: the same class.
+SubmitError = SubmissionRefused
 
 
 def check_paths(spec: JobSpec) -> None:
@@ -112,7 +113,7 @@ class JobHandle:
             # record: what the cluster says of it.
             try:
                 status = self.backend.stored_status(self.app_id)
-            except KeyError:
+            except UnknownApplication:
                 return None
             record = build_record(status.to_dict(), [], user="", conf={}, requested={})
         return record
@@ -164,7 +165,7 @@ class JobHandle:
             time.sleep(min(poll_interval, 0.5))
         try:
             stored = self.backend.stored_status(self.app_id)
-        except KeyError:
+        except UnknownApplication:
             return st
         return stored if stored.is_final else st
 
@@ -196,15 +197,11 @@ class TonyClient:
 
     def submit(self, spec: JobSpec) -> JobHandle:
         """Validates ``spec`` (raising :class:`SpecError` listing every problem, with nothing
-        submitted), checks the cluster can ever hold it (:class:`SubmitError` otherwise), and starts
-        the application."""
+        submitted), checks the cluster can ever hold it (:class:`SubmissionRefused`, naming the key
+        to change, otherwise), and starts the application."""
         spec.validate()
         check_paths(spec)
-        from .backends.base import NeverFits
-        try:
-            app_id = self.backend.submit(spec)
-        except NeverFits as e:
-            raise SubmitError(str(e)) from None
+        app_id = self.backend.submit(spec)
         handle = JobHandle(app_id, self.backend)
         # Return once the AM answers, so callers can show the tracking URL straight away.
         deadline = time.time() + 30
@@ -216,8 +213,8 @@ class TonyClient:
         return handle
 
     def attach(self, app_id: str) -> JobHandle:
-        """A handle on an existing application (KeyError if unknown, ValueError if ``app_id`` is not
-        an application id at all)."""
+        """A handle on an existing application; :class:`UnknownApplication` if the cluster does not
+        know it (:class:`~tony_workflow.errors.NotAnApplicationId` if ``app_id`` is no id at all)."""
         self.backend.stored_status(check_application_id(app_id))
         return JobHandle(app_id, self.backend)
 
@@ -226,7 +223,7 @@ class TonyClient:
         knows it and only the job history does; None when neither has it."""
         try:
             return self.attach(app_id).record()
-        except KeyError:
+        except UnknownApplication:
             return self.history().get(app_id)
 
     def history(self):
@@ -241,7 +238,7 @@ class TonyClient:
         for app_id in self.backend.list_applications():
             try:
                 out.append(JobHandle(app_id, self.backend).status())
-            except KeyError:
+            except UnknownApplication:  # ended and cleaned up between the listing and the look
                 continue
         return out
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
+from .errors import ConfigError
 from .spec import load_tony_xml
 
 __all__ = ["SITE_FILES", "address_conf", "read_conf", "read_site", "rm_web_url", "site_xml", "write_conf_dir"]
@@ -129,7 +130,7 @@ def _web_address(value: str, what: str, http_port: int, https_port: int) -> tupl
     except ValueError:
         parts, port = None, None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
-        raise ValueError(f"{what} {value!r} must be http://host[:port] or https://host[:port]")
+        raise ConfigError(f"{what} {value!r} must be http://host[:port] or https://host[:port]")
     https = parts.scheme == "https"
     return https, parts.hostname, f"{parts.hostname}:{port or (https_port if https else http_port)}"
 
@@ -143,7 +144,7 @@ def _rpc_address(value: str, what: str, default_port: int) -> tuple[str, str]:
     except ValueError:
         parts, port = None, None
     if parts is None or "://" in value or not parts.hostname or parts.path:
-        raise ValueError(f"{what} {value!r} must be host[:port]")
+        raise ConfigError(f"{what} {value!r} must be host[:port]")
     return parts.hostname, f"{parts.hostname}:{port or default_port}"
 
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import LoginError
+
 __all__ = [
     "KEYTAB_LOCATION",
     "KEYTAB_USER",
@@ -55,11 +57,6 @@ HDFS_TOKEN_KIND = "HDFS_DELEGATION_TOKEN"
 # the caller as a refusal, which this package explains itself (LoginError), so the log stays quiet
 # unless an application has set its own handlers up.
 logging.getLogger("requests_gssapi").addHandler(logging.NullHandler())
-
-
-class LoginError(ValueError):
-    """The client cannot log in to a secure cluster: no ticket, an expired one, or a principal
-    and keytab that do not match. Bad input, like a bad key: nothing is submitted."""
 
 
 def is_secure(conf: Mapping[str, str]) -> bool:

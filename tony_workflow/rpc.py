@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from . import protocol
+from .errors import AMError, AMUnreachable
 from .protocol import TOKEN_HEADER, Route
 
 __all__ = ["TOKEN_HEADER", "AMClient", "AMError", "AMUnreachable"]
@@ -23,18 +24,6 @@ __all__ = ["TOKEN_HEADER", "AMClient", "AMError", "AMUnreachable"]
 # the AM before it was reused: safe to send again.
 _RETRYABLE = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
               http.client.RemoteDisconnected)
-
-
-class AMError(RuntimeError):
-    """The AM answered with an error status."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(f"AM answered {status}: {message}")
-        self.status = status
-
-
-class AMUnreachable(ConnectionError):
-    """The AM could not be reached (not started yet, or gone)."""
 
 
 class AMClient:

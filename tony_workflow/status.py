@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import NotAnApplicationId
+
 __all__ = [
     "FINAL_STATES",
     "JobState",
@@ -27,12 +29,13 @@ _APPLICATION_ID = re.compile(r"application_[0-9]{1,19}_[0-9]{1,10}")
 
 
 def check_application_id(app_id: object) -> str:
-    """``app_id`` if it has the shape of an application id; ValueError saying what one looks like
-    otherwise. Every id from a user passes here before it names a file, a URL or a request."""
+    """``app_id`` if it has the shape of an application id; :class:`NotAnApplicationId` (a
+    ValueError) saying what one looks like otherwise. Every id from a user passes here before it
+    names a file, a URL or a request."""
     if not isinstance(app_id, str) or not _APPLICATION_ID.fullmatch(app_id):
         shown = repr(app_id) if len(repr(app_id)) <= 80 else repr(app_id)[:77] + "..."
-        raise ValueError(f"not an application id: {shown}; expected application_<cluster timestamp>_<sequence>, "
-                         "e.g. application_1763700000000_0001")
+        raise NotAnApplicationId(str(app_id), f"{shown}; expected application_<cluster timestamp>_<sequence>, "
+                                 "e.g. application_1763700000000_0001")
     return app_id
 
 

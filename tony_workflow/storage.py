@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, urlsplit
 
+from .errors import ConfigError, StoreError
 from .hadoop import read_conf
 from .kerberos import Login, hdfs_delegation_token, is_secure
 from .process import user_name
@@ -201,7 +202,7 @@ class WebHDFSStorage(Storage):
             import pyhdfs
             import requests
         except ImportError as e:
-            raise ValueError(f"HDFS storage needs pyhdfs ({e}); install tony-workflow[yarn]") from None
+            raise ConfigError(f"HDFS storage needs pyhdfs ({e}); install tony-workflow[yarn]") from None
 
         token = (delegation or hdfs_delegation_token(namenode)) if kerberos else None
         where = f"WebHDFS at {hosts if isinstance(hosts, str) else ','.join(hosts)}"
@@ -281,7 +282,7 @@ class WebHDFSStorage(Storage):
                 if self._transient(e):
                     raise _Transient(f"{what}: WebHDFS at {','.join(self.client.hosts)} failed: {e}") from e
                 if isinstance(e, hdfs.HdfsException):
-                    raise OSError(f"{what}: {e}") from e
+                    raise StoreError(f"{what}: {e}") from e
                 raise
 
         return retry(attempt, self.attempts, self.base_delay, retry_on=lambda e: isinstance(e, _Transient))
@@ -306,7 +307,7 @@ class WebHDFSStorage(Storage):
             raise FileNotFoundError(errno.ENOENT, f"rename {src} -> {dest}: {message}")
         if r.status_code >= 500 or name in _RETRIABLE_REMOTE:
             raise requests.ConnectionError(f"rename {src} -> {dest}: HTTP {r.status_code} {name} {message}")
-        raise OSError(f"rename {src} -> {dest}: HTTP {r.status_code} {name} {message}")
+        raise StoreError(f"rename {src} -> {dest}: HTTP {r.status_code} {name} {message}")
 
     # -- the Storage interface --------------------------------------------------------------------
 
@@ -389,7 +390,7 @@ def _namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = 
         keys = [f"{key}.{authority}.{nn.strip()}" for nn in nn_ids.split(",") if nn.strip()]
         missing = [k for k in keys if not conf.get(k)]
         if missing:
-            raise ValueError(f"nameservice {authority!r} is missing {', '.join(missing)} in hdfs-site.xml")
+            raise ConfigError(f"nameservice {authority!r} is missing {', '.join(missing)} in hdfs-site.xml")
         return [conf[k] for k in keys]
     host = urlsplit(f"//{authority}").hostname or ""
     address = conf.get(f"{key}.{authority}") or conf.get(key)
@@ -400,7 +401,7 @@ def _namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = 
             address = f"{host}:{port}"
         return [address]
     if not host:
-        raise ValueError(f"cannot tell where WebHDFS listens: set {key} in $HADOOP_CONF_DIR/hdfs-site.xml, "
+        raise ConfigError(f"cannot tell where WebHDFS listens: set {key} in $HADOOP_CONF_DIR/hdfs-site.xml, "
                          "or use a webhdfs://host:port/path location")
     return [f"{host}:{default_port}"]
 
@@ -423,20 +424,20 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
     secure = {"kerberos": is_secure(conf), "login": login}
     if scheme in ("webhdfs", "swebhdfs"):
         if not parts.netloc:
-            raise ValueError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
+            raise ConfigError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
         return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location, **secure)
     if scheme == "hdfs":
         authority = parts.netloc
         if not authority:
             default = urlsplit(conf.get("fs.defaultFS", ""))
             if default.scheme != "hdfs" or not default.netloc:
-                raise ValueError(f"{location!r} names no NameNode and fs.defaultFS in HADOOP_CONF_DIR is not "
+                raise ConfigError(f"{location!r} names no NameNode and fs.defaultFS in HADOOP_CONF_DIR is not "
                                  "an hdfs:// URI")
             authority = default.netloc
         https = conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
         return WebHDFSStorage(_namenode_web_addresses(authority, conf, https), parts.path or "/", https=https,
                               uri=location, namenode=authority, **secure)
-    raise ValueError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
+    raise ConfigError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
                      "webhdfs:// URI")
 
 

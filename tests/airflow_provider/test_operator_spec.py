@@ -26,3 +26,22 @@ def test_unknown_keys_fail_the_task_naming_the_nearest_known_key(airflow_db, ton
         op.build_spec()
     assert expected in str(info.value) and "nothing was submitted" in str(info.value)
     assert not list((tony_home / "local" / "apps").glob("application_*"))
+
+
+def test_the_operator_maps_the_error_tree_in_one_place():
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider.operators import airflow_error
+    from tony_workflow import errors
+    from tony_workflow.backends.base import NeverFits
+
+    # Input that must change fails the task without retries; the cluster failing is retried.
+    for error in (errors.SpecError([]), NeverFits("tony.worker.memory", "too big"), errors.LoginError("no ticket"),
+                  errors.ConfigError("no ResourceManager address")):
+        mapped = airflow_error(error)
+        assert isinstance(mapped, AirflowFailException) and str(error) in str(mapped), error
+        assert "nothing was submitted" in str(mapped)
+    for error in (errors.AMUnreachable("gone"), errors.StoreError("HDFS in safe mode"),
+                  errors.UnknownApplication("application_1_0001")):
+        mapped = airflow_error(error)
+        assert type(mapped) is AirflowException and str(mapped) == f"TonY: {error}", error

@@ -52,7 +52,8 @@ def test_an_unknown_application_fires_an_error_event(airflow_db, tony_home, monk
     monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)
     fired = asyncio.run(asyncio.wait_for(events(TonyJobTrigger("application_1_9999", poll_interval=0.2)), 60))
     assert [e.payload["status"] for e in fired] == ["error"]
-    assert fired[0].payload["application_id"] == "application_1_9999" and "KeyError" in fired[0].payload["message"]
+    assert fired[0].payload["application_id"] == "application_1_9999" and (
+        "UnknownApplication: unknown application application_1_9999" in fired[0].payload["message"])
 
 
 @pytest.mark.timeout(300)

@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import wait_for
 from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.errors import UnknownApplication
 from tony_workflow.events import read_events
 from tony_workflow.rpc import TOKEN_HEADER
 from tony_workflow.spec import SpecError
@@ -320,7 +321,7 @@ def test_attach_from_another_client_and_list(tony_home, tmp_path):
     other = TonyClient("local").attach(h.app_id)
     assert other.wait(poll_interval=0.2, timeout=60).state == "SUCCEEDED"
     assert h.app_id in [s.application_id for s in TonyClient("local").list()]
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownApplication, match="unknown application application_1_9999"):
         TonyClient("local").attach("application_1_9999")
 
 

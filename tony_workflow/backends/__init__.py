@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigError
 from .base import (
     AMIdentity,
     Backend,
@@ -50,9 +51,9 @@ def get_backend(name: str = "local", **kwargs) -> Backend:
         try:
             from .yarn import YarnBackend  # type: ignore[import-not-found]
         except ImportError as e:
-            raise ValueError(f"backend 'yarn' is not available here ({e}); install tony-workflow[yarn]") from None
+            raise ConfigError(f"backend 'yarn' is not available here ({e}); install tony-workflow[yarn]") from None
         return YarnBackend(**kwargs)
-    raise ValueError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")
+    raise ConfigError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")
 
 
 def get_cluster_manager(name: str, app_dir: Path, spec: JobSpec) -> tuple[ClusterManager, AMIdentity]:
@@ -74,4 +75,4 @@ def get_cluster_manager(name: str, app_dir: Path, spec: JobSpec) -> tuple[Cluste
         tokens = json.loads(secret.read_text())
         return cluster, AMIdentity(cluster.app_id, tokens["token"], tokens["view_token"],
                                    os.environ.get("NM_HOST") or socket.getfqdn())
-    raise ValueError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")
+    raise ConfigError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")

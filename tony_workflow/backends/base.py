@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from ..errors import SubmissionRefused
+
 if TYPE_CHECKING:
     from ..spec import JobSpec
     from ..status import JobStatus
@@ -29,12 +31,11 @@ __all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "ClusterManager", 
            "NeverFits", "Wait", "check_fits", "gang_requests", "label_key"]
 
 
-class NeverFits(ValueError):
+class NeverFits(SubmissionRefused):
     """A request that no amount of waiting can satisfy. ``key`` names the spec key to change."""
 
     def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
+        super().__init__(f"{key}: {message}", key)
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,8 @@ class Backend(ABC):
     @abstractmethod
     def stored_status(self, app_id: str) -> JobStatus:
         """The last status the AM persisted (or what the cluster knows once the AM is gone).
-        Raises KeyError for an unknown application."""
+        Raises :class:`~tony_workflow.errors.UnknownApplication` for an application the cluster
+        does not know."""
 
     @abstractmethod
     def force_kill(self, app_id: str) -> None:

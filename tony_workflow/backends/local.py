@@ -36,6 +36,7 @@ import psutil
 
 from .. import process
 from ..attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
+from ..errors import UnknownApplication
 from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
@@ -532,7 +533,7 @@ class LocalBackend(Backend):
         try:
             status = JobStatus.from_dict(json.loads((d / "status.json").read_text()))
         except FileNotFoundError:
-            raise KeyError(app_id) from None
+            raise UnknownApplication(app_id, "not on the embedded cluster") from None
         if not status.is_final:
             # The job runs while its supervisor does (between AM attempts there is no AM).
             sup = self._supervisor(app_id)
@@ -573,7 +574,7 @@ class LocalBackend(Backend):
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         d = self.app_dir(app_id)
         if not d.is_dir():
-            raise KeyError(app_id)
+            raise UnknownApplication(app_id, "not on the embedded cluster")
         out: dict[str, Path] = {}
         if task in (None, "am"):
             out["am/stdout"], out["am/stderr"] = d / "am.stdout", d / "am.stderr"

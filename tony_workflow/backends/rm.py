@@ -27,6 +27,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from .. import hadoop
+from ..errors import ClusterError
 from ..kerberos import Login, LoginError, is_secure, read_token_file
 from ..process import user_name
 
@@ -52,7 +53,7 @@ def node_totals(node: dict) -> tuple[int, int, int]:
             int(node.get("usedVirtualCores", 0)) + int(node.get("availableVirtualCores", 0)), gpus)
 
 
-class RMError(RuntimeError):
+class RMError(ClusterError):
     """The ResourceManager refused a request, or could not be reached."""
 
 

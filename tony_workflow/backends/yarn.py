@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import hadoop
+from ..errors import ConfigError, UnknownApplication
 from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
@@ -169,9 +170,9 @@ class YarnBackend(Backend):
                  rm_web_address: str | None = None, webhdfs: str | None = None):
         base = hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or None
         if base and not Path(base).is_dir():
-            raise ValueError(f"the Hadoop conf directory {base!r} does not exist")
+            raise ConfigError(f"the Hadoop conf directory {base!r} does not exist")
         if not rm_address and not (base and Path(base, "yarn-site.xml").is_file()):
-            raise ValueError("backend 'yarn' needs the ResourceManager's address: rm_address, or HADOOP_CONF_DIR "
+            raise ConfigError("backend 'yarn' needs the ResourceManager's address: rm_address, or HADOOP_CONF_DIR "
                              f"pointing at a directory with yarn-site.xml (got {base!r})")
         overrides = hadoop.address_conf(rm_address=rm_address, rm_web_address=rm_web_address, webhdfs=webhdfs,
                                         base=hadoop.read_conf(base))
@@ -216,7 +217,7 @@ class YarnBackend(Backend):
         """The ResourceManager's web address (REST API, application pages), e.g. ``http://rm:8088``."""
         url = hadoop.rm_web_url(self.conf)
         if not url:
-            raise ValueError(f"yarn.resourcemanager.webapp.address is not set in {self.conf_dir}/yarn-site.xml")
+            raise ConfigError(f"yarn.resourcemanager.webapp.address is not set in {self.conf_dir}/yarn-site.xml")
         return url
 
     def _app_client(self, report: AppReport):
@@ -232,13 +233,13 @@ class YarnBackend(Backend):
             return known[1]
 
     def _report(self, app_id: str) -> AppReport:
-        """The ResourceManager's report; KeyError for an application it does not know."""
+        """The ResourceManager's report; UnknownApplication for an application it does not know."""
         try:
             report = self._rm(app_id).app(app_id)
         except RMError as e:
-            raise KeyError(app_id) from e
+            raise UnknownApplication(app_id, f"the ResourceManager: {e}") from e
         if report is None:
-            raise KeyError(app_id)
+            raise UnknownApplication(app_id, "the ResourceManager does not know it")
         return report
 
     def inventory(self, rm=None) -> tuple[dict, dict]:

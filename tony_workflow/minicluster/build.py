@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ClusterError
+
 __all__ = [
     "HADOOP_VERSION",
     "JAVA_MODULE_OPTIONS",
@@ -54,7 +56,7 @@ JAVA_MODULE_OPTIONS = (
 Progress = Callable[[str], None]
 
 
-class MiniClusterError(RuntimeError):
+class MiniClusterError(ClusterError):
     """A cluster could not be started or stopped; the message says why and what to do."""
 
 

@@ -3,7 +3,7 @@
 
 Every part of the spec package (and the template renderer, and the Azkaban translator) reports
 through these two types, so that a user sees every problem at once, each naming the key as they
-spelled it, the bad value and what is allowed. This module imports nothing of the package.
+spelled it, the bad value and what is allowed. :class:`SpecError` itself is the project's error tree's (:mod:`tony_workflow.errors`).
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import re
 import reprlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from ..errors import SpecError
 
 __all__ = ["SpecError", "SpecIssue", "error", "mask_secrets", "unknown_message"]
 
@@ -35,17 +37,6 @@ class SpecIssue:
         if self.value is not None:
             text += f" (got {_shown(self.value, self.key)})"
         return f"{self.source}: {text}" if self.source else text
-
-
-class SpecError(ValueError):
-    """A spec that cannot be used. ``issues`` lists every problem found; ``str()`` gives one per line."""
-
-    def __init__(self, issues: Iterable[SpecIssue]):
-        self.issues = list(issues)
-        super().__init__(self.issues)
-
-    def __str__(self) -> str:
-        return "\n".join(str(issue) for issue in self.issues)
 
 
 #: How much of a bad value a message repeats: enough to recognise it, never a whole file.

@@ -11,6 +11,7 @@ import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 __all__ = [
     "BUILDERS",
@@ -49,7 +50,19 @@ class TaskContext:
     agent: bool = False
 
 
-def tf_config(ctx: TaskContext) -> dict:
+class _TFTask(TypedDict):
+    type: str
+    index: int
+
+
+class _TFConfig(TypedDict):
+    """TF_CONFIG: the cluster TensorFlow sees, and this task's place in it."""
+
+    cluster: dict[str, list[str]]
+    task: _TFTask
+
+
+def tf_config(ctx: TaskContext) -> _TFConfig:
     # TensorFlow must not see sidecars (they are no servers), nor an evaluator unless it is one:
     # an evaluator in the cluster makes workers wait for it in collective ops.
     cluster = {t: list(a) for t, a in ctx.cluster.items()

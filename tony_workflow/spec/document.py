@@ -8,14 +8,20 @@ as JSON and never pay for it.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .keys import TONY_DEFAULTS
 from .model import JobSpec
 from .values import conf_value, parse_env
+
+if TYPE_CHECKING:
+    import yaml
+    from _typeshed import SupportsRead
 
 __all__ = [
     "MAX_ALIASES",
@@ -57,7 +63,8 @@ class DocumentReader:
         self.source = source
         self.conf: dict[str, str] = {}
         self.origin: dict[str, str] = {}
-        self.args: dict[str, object] = {}
+        # JobSpec's own fields by name, passed to it as keywords: str or None, shell_env a dict[str, str].
+        self.args: dict[str, Any] = {}
         self.issues: list[SpecIssue] = []
 
     def problem(self, where: str, value: object, message: str) -> None:
@@ -76,7 +83,7 @@ class DocumentReader:
         if where != key:
             self.origin[key] = where
 
-    def mapping(self, value: object, where: str) -> Mapping | None:
+    def mapping(self, value: object, where: str) -> Mapping[Any, Any] | None:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
@@ -84,7 +91,7 @@ class DocumentReader:
             return None
         return value
 
-    def read(self, data: Mapping) -> None:
+    def read(self, data: Mapping[Any, Any]) -> None:
         for key, value in data.items():
             if not isinstance(key, str):
                 self.problem(str(key), None, "field names must be strings")
@@ -114,7 +121,7 @@ class DocumentReader:
                 self.problem(key, None, unknown_message(key, _TOP_LEVEL, "field", ", flat tony.* keys and x-* keys"))
 
     @staticmethod
-    def flat_keys(data: Mapping) -> set[str]:
+    def flat_keys(data: Mapping[Any, Any]) -> builtins.set[str]:
         keys = {k for k in data if isinstance(k, str) and k.startswith("tony.")}
         if isinstance(data.get("conf"), Mapping):
             keys |= {str(k) for k in data["conf"]}
@@ -136,7 +143,7 @@ class DocumentReader:
             else:
                 self.problem(f"am.{name}", None, unknown_message(str(name), _AM_FIELDS, "am field"))
 
-    def read_tasks(self, value: object, explicit: set[str]) -> None:
+    def read_tasks(self, value: object, explicit: builtins.set[str]) -> None:
         tasks = self.mapping(value, "tasks")
         images = []
         for task_type, fields in (tasks or {}).items():
@@ -197,7 +204,7 @@ def shell_env_value(value: object) -> dict[str, str]:
     raise ValueError("must be a mapping, a list of KEY=value strings, or a comma-separated string")
 
 
-def spec_from_mapping(data: Mapping, *, source: str | None = None) -> JobSpec:
+def spec_from_mapping(data: object, *, source: str | None = None) -> JobSpec:
     """The JobSpec a parsed YAML/JSON document describes (schema in this module's docstring).
 
     The document's keys are laid over TONY_DEFAULTS. Structural problems (unknown fields, a field
@@ -225,10 +232,10 @@ MAX_VALUES = 100_000
 #: embedded flow); thousands of levels are an attack on the reader (Python's recursion), never a job.
 MAX_DEPTH = 64
 
-_LOADER = None
+_LOADER: type[yaml.SafeLoader] | None = None
 
 
-def yaml_loader():
+def yaml_loader() -> type[yaml.SafeLoader]:
     """A SafeLoader that refuses a key repeated in one mapping instead of keeping the last silently,
     more than :data:`MAX_ALIASES` aliases, and nesting deeper than :data:`MAX_DEPTH`, each as a YAML
     error at the line where it happens. Built on first use: executors read specs as JSON and never
@@ -238,14 +245,17 @@ def yaml_loader():
         import yaml
 
         class BoundedLoader(yaml.SafeLoader):
-            def __init__(self, stream):
+            def __init__(self, stream: str | bytes | SupportsRead[str] | SupportsRead[bytes]) -> None:
                 super().__init__(stream)
                 self._aliases = 0
                 self._depth = 0
                 self._weights: dict[int, tuple[object, int]] = {}
 
-            def compose_node(self, parent, index):
-                mark = self.peek_event().start_mark
+            def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node:
+                # types-PyYAML leaves Parser.peek_event unannotated: it returns the next event, whose
+                # marks are yaml.error.Mark here (the C parser's marks are another class; this is not it).
+                peek_event = cast("Callable[[], yaml.Event]", self.peek_event)
+                mark = cast("yaml.error.Mark | None", peek_event().start_mark)
                 if self.check_event(yaml.AliasEvent):
                     self._aliases += 1
                     if self._aliases > MAX_ALIASES:
@@ -257,13 +267,14 @@ def yaml_loader():
                         None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
                 self._depth += 1
                 try:
-                    node = super().compose_node(parent, index)
+                    # types-PyYAML allows None; PyYAML's Composer.compose_node always returns a node.
+                    node = cast("yaml.Node", super().compose_node(parent, index))
                 finally:
                     self._depth -= 1
                 self._weigh(node)
                 return node
 
-            def _weigh(self, node) -> None:
+            def _weigh(self, node: yaml.Node) -> None:
                 """Counts the values ``node`` stands for with every alias in it expanded (its children,
                 aliased ones included, were weighed before it)."""
                 if id(node) in self._weights:
@@ -281,7 +292,7 @@ def yaml_loader():
                         None, None, f"the document stands for more than {MAX_VALUES} values once its aliases "
                         "are expanded: refused, as an alias bomb would be", node.start_mark)
 
-            def construct_mapping(self, node, deep=False):
+            def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
                 seen = set()
                 for key_node, _ in node.value:
                     if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
@@ -329,8 +340,8 @@ def _depth(value: object) -> int:
 def parse_json(text: str, source: str | None) -> object:
     """The JSON document in ``text``. A key given twice in one object is an error (as in YAML),
     and so is nesting deeper than :data:`MAX_DEPTH`."""
-    def unique(pairs):
-        seen = {}
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
         for key, value in pairs:
             if key in seen:
                 raise ValueError(f"duplicate key {key!r}")
@@ -363,13 +374,13 @@ def xml_conf(text: str, source: str | None, *, strict: bool = False) -> dict[str
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        line = exc.position[0] if exc.position else None
+        line: int | None = exc.position[0] if exc.position else None
         raise error(f"line {line}" if line else "document", None, f"malformed XML: {exc}", source) from None
     if root.tag != "configuration":
         raise error("document", root.tag, "the root element must be <configuration>", source)
     conf: dict[str, str] = {}
     issues: list[SpecIssue] = []
-    first_line: dict[str, int] = {}
+    first_line: dict[str, int | None] = {}
     lines = _property_lines(text) if strict else []
     for number, prop in enumerate(root.iter("property")):
         line = lines[number] if number < len(lines) else None
@@ -400,7 +411,7 @@ def _property_lines(text: str) -> list[int]:
     lines: list[int] = []
     parser = expat.ParserCreate()
 
-    def start(tag, attrs):
+    def start(tag: str, attrs: dict[str, str]) -> None:
         if tag == "property":
             lines.append(parser.CurrentLineNumber)
 

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
 from .errors import error
@@ -27,7 +28,7 @@ __all__ = ["is_text", "load_job", "load_spec", "load_tony_xml", "read_text", "si
 MAX_SPEC_BYTES = 1024 * 1024
 
 
-def read_text(path: str | os.PathLike) -> str:
+def read_text(path: str | os.PathLike[str]) -> str:
     """A spec file's text; SpecError naming the file when it cannot be read as UTF-8 text, or is
     larger than :data:`MAX_SPEC_BYTES`."""
     try:
@@ -45,14 +46,14 @@ def read_text(path: str | os.PathLike) -> str:
         raise error("spec", str(path), f"cannot be read: {exc.strerror}") from None
 
 
-def is_text(path_or_text: str | os.PathLike) -> bool:
+def is_text(path_or_text: str | os.PathLike[str]) -> bool:
     """Whether a string argument is a spec's text rather than a path (see :func:`load_spec`)."""
     if isinstance(path_or_text, os.PathLike):
         return False
     return "\n" in path_or_text or path_or_text.lstrip("\ufeff \t\r").startswith(("<", "{"))
 
 
-def load_tony_xml(path_or_text: str | os.PathLike, *, source: str | None = None) -> dict[str, str]:
+def load_tony_xml(path_or_text: str | os.PathLike[str], *, source: str | None = None) -> dict[str, str]:
     """The properties of a Hadoop ``<configuration>`` XML file or text, in file order.
 
     Like Hadoop's Configuration: a property without a name is skipped, a name without a value reads
@@ -83,7 +84,7 @@ def format_of(fmt: str | None, path: str | None, text: str, source: str | None) 
     return "xml" if text.lstrip("\ufeff \t\r\n").startswith("<") else "yaml"
 
 
-def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Mapping[str, object] = (),
+def load_spec(path_or_text: str | os.PathLike[str], *, overrides: Iterable[str] | Mapping[str, object] = (),
               variables: Mapping[str, object] | None = None, fmt: str | None = None) -> JobSpec:
     """Load a job spec from a file or a text.
 
@@ -118,22 +119,22 @@ def load_spec(path_or_text: str | os.PathLike, *, overrides: Iterable[str] | Map
     return spec
 
 
-def site_path(conf_dir: str | os.PathLike | None = None) -> Path | None:
+def site_path(conf_dir: str | os.PathLike[str] | None = None) -> Path | None:
     """``tony-site.xml`` in ``conf_dir`` (default ``$TONY_CONF_DIR``), or None when there is none."""
     conf_dir = conf_dir or os.environ.get("TONY_CONF_DIR")
     path = Path(conf_dir) / "tony-site.xml" if conf_dir else None
     return path if path is not None and path.is_file() else None
 
 
-def site_conf(conf_dir: str | os.PathLike | None = None) -> dict[str, str]:
+def site_conf(conf_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """``$TONY_CONF_DIR/tony-site.xml``'s properties, or nothing when there is none."""
     path = site_path(conf_dir)
     return load_tony_xml(str(path)) if path else {}
 
 
-def load_job(spec: str | os.PathLike | Mapping[str, object], *,
+def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
              conf: Iterable[str] | Mapping[str, object] = (), variables: Mapping[str, object] | None = None,
-             base_dir: str | os.PathLike | None = None, **fields: object) -> JobSpec:
+             base_dir: str | os.PathLike[str] | None = None, **fields: object) -> JobSpec:
     """The job a front end submits.
 
     ``spec`` is a file, a text (as :func:`load_spec` tells them apart; either may be a Jinja2
@@ -156,7 +157,8 @@ def load_job(spec: str | os.PathLike | Mapping[str, object], *,
     site = {k: v for k, v in site_conf().items() if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith("tony.local.")}
     if site:
         loaded = dataclasses.replace(loaded, conf={**loaded.conf, **site})
-    updates = {k: v for k, v in fields.items() if v is not None}
+    # JobSpec's fields by name; dataclasses.replace and JobSpec's own checks judge the values.
+    updates: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
     file_dir = (Path(loaded.source).resolve().parent
                 if loaded.source and Path(loaded.source).is_file() else None)
     for key in ("src_dir", "python_venv"):

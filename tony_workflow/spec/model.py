@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import validation
 from .errors import SpecError, SpecIssue, error, unknown_message
@@ -31,7 +32,12 @@ from .values import (
     parse_store_failure,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 __all__ = ["JobSpec", "Resources", "TaskSpec"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -42,7 +48,7 @@ class Resources:
     vcores: int = 1
     gpus: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         issues = []
         for name, minimum in (("memory_mb", 1), ("vcores", 1), ("gpus", 0)):
             try:
@@ -52,11 +58,11 @@ class Resources:
         if issues:
             raise SpecError(issues)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> Resources:
+    def from_dict(cls, data: Mapping[str, Any]) -> Resources:
         return cls(**known_fields(cls, data, "resources"))
 
 
@@ -87,7 +93,7 @@ class TaskSpec:
     spread: bool = False
     processes: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.resources, Mapping):
             self.resources = Resources.from_dict(self.resources)
         issues = []
@@ -102,15 +108,15 @@ class TaskSpec:
         if issues:
             raise SpecError(issues)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> TaskSpec:
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskSpec:
         return cls(**known_fields(cls, data, "task"))
 
 
-def known_fields(cls, data: Mapping, what: str) -> dict:
+def known_fields(cls: type[DataclassInstance], data: Mapping[str, Any], what: str) -> dict[str, Any]:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in names]
     if unknown:
@@ -145,7 +151,7 @@ class JobSpec:
     source: str | None = None
     key_origin: dict[str, str] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         issues = []
         for name in ("conf", "shell_env", "key_origin"):
             value = getattr(self, name)
@@ -186,14 +192,14 @@ class JobSpec:
         """A SpecIssue about ``key``, named as the user spelled it, with this spec's source."""
         return SpecIssue(self.display(key), value, message, self.source)
 
-    def _typed(self, key: str, parse, fallback: str | None = None):
+    def _typed(self, key: str, parse: Callable[[Any], _T], fallback: str | None = None) -> _T:
         raw = self.get(key, fallback)
         try:
             return parse(raw)
         except ValueError as exc:
             raise SpecError([self.issue(key, raw, str(exc))]) from None
 
-    def _task_typed(self, task_type: str, name: str, parse):
+    def _task_typed(self, task_type: str, name: str, parse: Callable[[Any], _T]) -> _T:
         return self._typed(task_key(task_type, name), parse, TASK_DEFAULTS.get(name))
 
     def _text(self, key: str) -> str | None:
@@ -530,7 +536,7 @@ class JobSpec:
 
     # -- round trip and overrides ------------------------------------------------------------------
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` turns it back into an equal JobSpec."""
         data = {}
         for f in dataclasses.fields(self):
@@ -539,7 +545,7 @@ class JobSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> JobSpec:
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
         """The JobSpec a :meth:`to_dict` dict describes; unknown fields raise SpecError."""
         if not isinstance(data, Mapping):
             raise error("job spec", type(data).__name__, "must be a mapping")

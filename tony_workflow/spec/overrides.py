@@ -35,6 +35,7 @@ def parse_pairs(values: Iterable[str] | None, origin: str) -> dict[str, str]:
 def parse_overrides(pairs: Iterable[str] | Mapping[str, object], origin: str) -> list[tuple[str, str]]:
     """``--conf`` pairs (strings or a mapping) as ``(key, conf value)``, keys and string values stripped."""
     issues, parsed = [], []
+    items: list[tuple[str, object]]
     if isinstance(pairs, Mapping):
         items = [(str(k).strip(), v) for k, v in pairs.items()]
     else:
@@ -42,11 +43,11 @@ def parse_overrides(pairs: Iterable[str] | Mapping[str, object], origin: str) ->
             pairs = [pairs]
         items = []
         for pair in pairs:
-            key, sep, value = str(pair).partition("=")
-            if not sep or not key.strip():
+            name, sep, text = str(pair).partition("=")
+            if not sep or not name.strip():
                 issues.append(SpecIssue(origin, pair, "must be key=value with a non-empty key"))
                 continue
-            items.append((key.strip(), value.strip()))
+            items.append((name.strip(), text.strip()))
     for key, value in items:
         if not key:
             issues.append(SpecIssue(origin, value, "the key must not be empty"))

@@ -12,8 +12,13 @@ import os
 import re
 import traceback
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .errors import SpecError, SpecIssue
+
+if TYPE_CHECKING:
+    from jinja2.runtime import Context, Undefined
+    from jinja2.sandbox import SandboxedEnvironment
 
 __all__ = ["render_template"]
 
@@ -22,7 +27,7 @@ _TEMPLATE_FRAME = "<template>"
 _UNDEFINED_NAME = re.compile(r"'([^']+)' is undefined|has no attribute '([^']+)'")
 
 
-class _EnvVars(Mapping):
+class _EnvVars(Mapping[str, str]):
     """A read-only snapshot of ``os.environ``: templates may read it, never change the process env."""
 
     def __init__(self, values: Mapping[str, str]):
@@ -38,13 +43,13 @@ class _EnvVars(Mapping):
         return len(self._values)
 
 
-_ENVIRONMENT = None
+_ENVIRONMENT: SandboxedEnvironment | None = None
 
 #: The longest text a template may render to, as long as a spec file may be.
 MAX_OUTPUT_CHARS = 1024 * 1024
 
 
-def _environment():
+def _environment() -> SandboxedEnvironment:
     """The sandboxed Jinja2 environment, built on first use: Jinja2 costs an executor ~50 ms to import,
     and executors load specs that were rendered long before."""
     global _ENVIRONMENT
@@ -57,7 +62,7 @@ def _environment():
             # The sandbox bounds range(); a product or a power can still make gigabytes from one line.
             intercepted_binops = frozenset({"*", "**"})
 
-            def call_binop(self, context, operator, left, right):
+            def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
                 if operator == "*":
                     for seq, times in ((left, right), (right, left)):
                         if (isinstance(seq, (str, list, tuple)) and isinstance(times, int)
@@ -69,7 +74,7 @@ def _environment():
                     raise SecurityError(f"{left} ** {right} is a number of more than 4096 bits")
                 return super().call_binop(context, operator, left, right)
 
-            def getattr(self, obj, attribute):
+            def getattr(self, obj: Any, attribute: str) -> Any | Undefined:
                 # ``env.NAME`` for an unset variable would otherwise read "'..._EnvVars object' has no
                 # attribute 'NAME'"; say what is actually missing.
                 if (isinstance(obj, _EnvVars) and isinstance(attribute, str) and attribute not in obj

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 from .errors import SpecError, SpecIssue
 from .keys import LOCAL_CLUSTER_DEFAULTS
@@ -19,6 +20,8 @@ from .loading import site_conf, site_path
 from .values import optional, parse_bool, parse_int, parse_list, parse_local_gpus, parse_memory, parse_oversubscription
 
 __all__ = ["LocalCapacity", "LocalSettings", "local_settings"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class LocalSettings:
         issues: list[SpecIssue] = []
         values = {**LOCAL_CLUSTER_DEFAULTS, **{k: v for k, v in conf.items() if k.startswith("tony.local.")}}
 
-        def typed(key: str, parse):
+        def typed(key: str, parse: Callable[[str], _T]) -> _T | None:
             try:
                 return parse(values[key])
             except ValueError as exc:
@@ -64,11 +67,10 @@ class LocalSettings:
                 issues.append(SpecIssue(key, None, f"unknown key{hint}: the local cluster's settings are "
                                         + ", ".join(LOCAL_CLUSTER_DEFAULTS), source))
         gpus = typed("tony.local.gpus", parse_local_gpus)
-        capacity = LocalCapacity(
-            memory_mb=typed("tony.local.memory", optional(parse_memory)),
-            vcores=typed("tony.local.vcores", optional(lambda v: parse_int(v, 1))),
-            gpus=_gpu_indices(gpus) if gpus is not None else None,
-            oversubscription=typed("tony.local.vcore-oversubscription", parse_oversubscription))
+        memory_mb = typed("tony.local.memory", optional(parse_memory))
+        vcores = typed("tony.local.vcores", optional(lambda v: parse_int(v, 1)))
+        gpu_indices = _gpu_indices(gpus) if gpus is not None else None
+        oversubscription = typed("tony.local.vcore-oversubscription", parse_oversubscription)
         fork_server = typed("tony.local.fork-server", parse_bool)
         retention = typed("tony.local.retention-sec", lambda v: parse_int(v, 0))
         whitelist = tuple(parse_list(values["tony.local.env-whitelist"]))
@@ -78,6 +80,10 @@ class LocalSettings:
                                     "entries are variable names, or a name prefix followed by '*'", source))
         if issues:
             raise SpecError(issues)
+        # typed() gives None only with an issue recorded, and every issue was raised just above.
+        assert oversubscription is not None and retention is not None
+        capacity = LocalCapacity(memory_mb=memory_mb, vcores=vcores, gpus=gpu_indices,
+                                 oversubscription=oversubscription)
         return cls(capacity, bool(fork_server), whitelist, retention)
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
@@ -86,11 +92,11 @@ class LocalSettings:
         prefixes = tuple(p[:-1] for p in self.env_whitelist if p.endswith("*"))
         return {k: v for k, v in environ.items() if k in names or (prefixes and k.startswith(prefixes))}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> LocalSettings:
+    def from_dict(cls, data: Mapping[str, Any]) -> LocalSettings:
         cap = dict(data["capacity"])
         if cap.get("gpus") is not None:
             cap["gpus"] = tuple(cap["gpus"])
@@ -112,7 +118,7 @@ def _whitelist_entry_ok(entry: str) -> bool:
     return bool(name) and all(c.isalnum() or c == "_" for c in name)
 
 
-def local_settings(conf_dir: str | os.PathLike | None = None) -> LocalSettings:
+def local_settings(conf_dir: str | os.PathLike[str] | None = None) -> LocalSettings:
     """The local cluster's settings from ``tony-site.xml`` in ``conf_dir`` (default
     ``$TONY_CONF_DIR``), or the defaults where there is none."""
     path = site_path(conf_dir)

@@ -7,7 +7,9 @@ rules a job must keep (typed keys, task type names, TonY's constraints between k
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
@@ -48,12 +50,21 @@ MAX_INSTANCES = 10_000
 #: A task's command runs as one ``bash -c`` argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN).
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 
+_T = TypeVar("_T")
+
+
+class _Check(Protocol):
+    """The ``check`` of :func:`problems`: ``parse`` applied to a key's value, or None with the
+    problem recorded."""
+
+    def __call__(self, key: str, parse: Callable[[Any], _T], fallback: str | None = None) -> _T | None: ...
+
 
 def problems(spec: JobSpec) -> list[SpecIssue]:
     """Every problem of ``spec``, each naming the key as the user wrote it; empty when it is usable."""
     issues: list[SpecIssue] = []
 
-    def check(key: str, parse, fallback: str | None = None):
+    def check(key: str, parse: Callable[[Any], _T], fallback: str | None = None) -> _T | None:
         raw = spec.get(key, fallback)
         try:
             return parse(raw)
@@ -67,7 +78,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
         check(key, parse_bool)
     for key in INT_KEYS:
         minimum = INT_MINIMUMS.get(key)
-        check(key, lambda v, m=minimum: parse_int(v, m))
+        check(key, partial(parse_int, minimum=minimum))
     check("tony.checkpoint.on-store-failure", parse_store_failure)
     check("tony.am.memory", parse_memory)
     check("tony.am.vcores", lambda v: parse_int(v, 1))
@@ -85,7 +96,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
     return issues
 
 
-def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]:
+def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     active: dict[str, int] = {}
     unreadable = []
@@ -102,7 +113,7 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
                             ("gpus", lambda v: parse_int(v, 0)), ("timeout", lambda v: parse_int(v, 0)),
                             ("restart-policy", parse_restart_policy), ("spread", parse_bool)):
             value = check(task_key(task_type, name), parse, TASK_DEFAULTS[name])
-            if name == "gpus" and value and instances:
+            if name == "gpus" and isinstance(value, int) and value and instances:
                 total_gpus += value * instances
         if instances is None:
             unreadable.append(task_type)
@@ -175,7 +186,7 @@ def _check_tasks(spec: JobSpec, check, framework: str | None) -> list[SpecIssue]
 
 
 
-def _processes_problems(spec: JobSpec, check, task_type: str, framework: str | None) -> list[SpecIssue]:
+def _processes_problems(spec: JobSpec, check: _Check, task_type: str, framework: str | None) -> list[SpecIssue]:
     """tony.<type>.processes: a PyTorch type's processes per container, launched by torch's agent."""
     key = task_key(task_type, "processes")
     value = check(key, parse_processes, TASK_DEFAULTS["processes"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime
 import math
 import re
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 from .keys import ENV_NAME, FRAMEWORKS, RESTART_POLICIES
 
@@ -27,6 +29,8 @@ __all__ = [
     "parse_processes",
     "parse_restart_policy",
 ]
+
+_T = TypeVar("_T")
 
 _MEMORY = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(?:([mg])b?)?$", re.IGNORECASE)
 _MEMORY_ALLOWED = ("must be a positive size: megabytes as a bare number (4096), or a number with the unit "
@@ -71,7 +75,7 @@ def parse_int(value: object, minimum: int | None = None) -> int:
     return number
 
 
-def parse_processes(value: object) -> int | str:
+def parse_processes(value: object) -> int | Literal["gpus"]:
     """tony.<type>.processes: how many processes of the task's command one container runs, a
     number >= 1, or ``gpus`` (one per GPU the container asks for)."""
     if isinstance(value, str) and value.strip().lower() == "gpus":
@@ -146,9 +150,9 @@ def parse_local_gpus(value: str) -> str:
     return text
 
 
-def optional(parse):
+def optional(parse: Callable[[str], _T]) -> Callable[[str], _T | None]:
     """A parser that also accepts the empty string (meaning: detect or unset)."""
-    def parse_optional(value: str):
+    def parse_optional(value: str) -> _T | None:
         return None if not str(value).strip() else parse(value)
     return parse_optional
 

@@ -64,7 +64,10 @@ kerberos:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-user libkrb5-dev gcc; }
 
+# Lint and types first (seconds), then the tests.
 test: $(STAMP) $(FRAMEWORKS) $(MXNET_VENV)/.installed browser kerberos
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -236,14 +236,15 @@ LAUNCHERS: dict[str, Callable[[TaskContext, str, str], str]] = {
 #: be installed beside this project's, so the runtime gives them their variables but proves nothing
 #: of them. Every job of the framework shows the caveat with its status.
 CAVEATS: dict[str, str] = {
-    "horovod": ("framework horovod: Horovod's last release (0.28.1, 2023) is not built against this project's torch "
-                "or TensorFlow, so tony-workflow sets Horovod's variables (HOROVOD_*) but has not run Horovod; "
-                "the job's own environment (python_venv) must bring a Horovod that works, and the rendezvous "
-                "server Horovod's launcher would start is not run (the gloo rendezvous address names the first "
-                "driver, chief or worker task)"),
-    "mxnet": ("framework mxnet: MXNet is retired upstream (1.9.1, 2022) and cannot be installed beside this "
-              "project's NumPy (it needs numpy < 1.24), so tony-workflow sets its DMLC_* variables but its "
-              "tests run it only from a job environment of its own (python_venv)"),
+    "horovod": ("framework horovod: Horovod's last release (0.28.1, 2023) does not build against this project's "
+                "torch (whose headers need C++20) or TensorFlow (whose wheel lacks the headers Horovod's XLA "
+                "operations include), so tony-workflow sets Horovod's variables (HOROVOD_*) but has not run "
+                "Horovod: the job's own environment (python_venv) must bring a Horovod that works, and no "
+                "rendezvous server is started for it (the gloo rendezvous address names the first driver, chief "
+                "or worker task)"),
+    "mxnet": ("framework mxnet: MXNet is retired upstream (1.9.1, 2022) and needs numpy < 1.24, which this "
+              "project's TensorFlow and JAX do not allow: run the job with a python_venv of MXNet's own "
+              "(`make mxnet` builds one, .venv-mxnet); tony-workflow sets its DMLC_* variables"),
 }
 
 

@@ -104,7 +104,7 @@ def write_result(args: argparse.Namespace, name: str, result: dict[str, Any], ho
     host = {**host, "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
     doc = {"name": name, "quick": bool(args.quick),
            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "command": " ".join([f"bench/{name}.py", *sys.argv[1:]]), "host": host, **result}
+           "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]), "host": host, **result}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")

@@ -1,12 +1,14 @@
 """Shared test fixtures: an isolated TONY_HOME per test, and cleanup of anything left running."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -84,6 +86,26 @@ def minicluster_missing() -> str | None:
     if not (minicluster.hadoop_lib_dir() / ".tony-pom-sha256").exists() and not shutil.which("mvn"):
         return "no Maven to fetch the Hadoop jars, and no jars cached"
     return None
+
+
+@contextlib.contextmanager
+def own_minicluster(directory: Path, **options) -> Iterator[dict]:
+    """A mini cluster of a test module's own (``options`` as :func:`tony_workflow.minicluster.start`
+    takes them) with its client environment set; stopped, with the environment restored, after."""
+    from tony_workflow import minicluster
+    from tony_workflow.backends.driver import close_drivers
+
+    info = minicluster.start(directory, **options)
+    saved = dict(os.environ)
+    close_drivers()  # a driver of an earlier cluster must not serve this one
+    os.environ.update(minicluster.client_env(info))
+    try:
+        yield info
+    finally:
+        close_drivers()
+        os.environ.clear()
+        os.environ.update(saved)
+        minicluster.stop(directory)
 
 
 @pytest.fixture(scope="session")

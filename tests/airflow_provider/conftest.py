@@ -99,13 +99,15 @@ def api_server(airflow_db):
     server.stop()
 
 
-def load_dag(name: str):
-    """Imports a DAG file from the DAGs folder the way the DAG processor would."""
+def load_dag(name: str, dag_id: str | None = None):
+    """Imports a DAG file from the DAGs folder the way the DAG processor would; its ``dag``, or the
+    DAG ``dag_id`` when the file defines several."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"dag_{name}", DAGS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.dag
+    return module.dag if dag_id is None else next(d for d in vars(module).values()
+                                                  if getattr(d, "dag_id", None) == dag_id and hasattr(d, "test"))
 
 
 def xcoms(dag_id: str, run_id: str, task_id: str) -> dict:

@@ -80,7 +80,7 @@ def test_bad_spec_fails_at_once_names_the_key_and_submits_nothing(airflow_db, to
 @pytest.mark.frameworks
 @pytest.mark.parametrize("dag_id, world", [("tony_pytorch_ddp", 2), ("tony_jax", 3)])
 def test_the_pytorch_and_jax_example_dags_train_and_evaluate(airflow_db, tony_home, dag_id, world):
-    dr = load_dag(dag_id).test()
+    dr = load_dag("tony_digits", dag_id).test()
     assert dr.state == "success"
     x = xcoms(dag_id, dr.run_id, "train")
     assert x["status"]["state"] == "SUCCEEDED"

@@ -7,7 +7,6 @@ the runtime's own records. A gang being broken by preemption and formed again is
 other preemption tests (test_yarn_reclaim.py)."""
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Self
@@ -15,9 +14,7 @@ from typing import Self
 import pytest
 import requests
 
-from tests.conftest import app_processes, minicluster_missing, sleeper_job, wait_for
-from tony_workflow import minicluster
-from tony_workflow.backends.yarn import close_drivers
+from tests.conftest import app_processes, minicluster_missing, own_minicluster, sleeper_job, wait_for
 from tony_workflow.client import SubmitError, TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -28,18 +25,8 @@ def cluster(tmp_path_factory):
     reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
-    d = tmp_path_factory.mktemp("gang-mc")
-    saved = dict(os.environ)
-    info = minicluster.start(d, nodemanagers=2, nm_memory_mb=4096, nm_vcores=8)
-    close_drivers()
-    os.environ.update(minicluster.client_env(info))
-    try:
+    with own_minicluster(tmp_path_factory.mktemp("gang-mc"), nodemanagers=2, nm_memory_mb=4096, nm_vcores=8) as info:
         yield info
-    finally:
-        close_drivers()
-        os.environ.clear()
-        os.environ.update(saved)
-        minicluster.stop(d)
 
 
 class RMSampler:

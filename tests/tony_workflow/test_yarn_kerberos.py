@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REPO, minicluster_missing, run_tony, sleeper_job, user_process, wait_for
+from tests.conftest import REPO, minicluster_missing, own_minicluster, run_tony, sleeper_job, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -39,20 +39,10 @@ def secure(tmp_path_factory):
     pytest.importorskip("requests_gssapi")
     pytest.importorskip("skein")
     from tony_workflow import minicluster
-    from tony_workflow.backends.driver import close_drivers
 
-    d = tmp_path_factory.mktemp("secure-yarn")
-    info = minicluster.start(d, secure=True)
-    saved = dict(os.environ)
-    os.environ.update(minicluster.client_env(info))
-    try:
+    with own_minicluster(tmp_path_factory.mktemp("secure-yarn"), secure=True) as info:
         minicluster.login(info)
         yield info
-    finally:
-        close_drivers()
-        os.environ.clear()
-        os.environ.update(saved)
-        minicluster.stop(d)
 
 
 def spnego():

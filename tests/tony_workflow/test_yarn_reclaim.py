@@ -88,9 +88,10 @@ def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
         services={"claim": skein.Service(resources=skein.Resources(memory=1024, vcores=1), instances=2,
                                          script="sleep 20")}))
     # The gang is broken: the next session waits for room while urgent holds its half, says so
-    # with no task shown launched, and forms again once urgent is done.
-    broken = wait_for(lambda: (s := h.status()).session_id >= 1 and s.waiting_reason and s, timeout=240,
-                      interval=0.5)
+    # with no task shown launched, and forms again once urgent is done. (The status keeps the
+    # session that ended until the next one has its gang.)
+    broken = wait_for(lambda: (s := h.status()).reclaims >= 1 and s.state == "ALLOCATING" and s.waiting_reason
+                      and s, timeout=240, interval=0.5)
     assert broken.state == "ALLOCATING" and "blocked by" in broken.waiting_reason, broken.waiting_reason
     assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in broken.tasks), broken.tasks
     st = h.wait(poll_interval=1, timeout=600)

@@ -1,0 +1,73 @@
+"""Train a classifier of scikit-learn's handwritten digits under TonY, then score what it saved.
+
+Two DAGs, one per framework, the same three steps each (a checkpoint directory for the run, the
+training job, the evaluation of the model it left there):
+
+- ``tony_pytorch_ddp``: two workers run ``examples/pytorch_ddp/train.py`` as torchrun would (gloo on
+  CPUs, NCCL on GPUs); set ``tony.worker.processes`` to run several ranks per container under
+  torch's own agent.
+- ``tony_jax``: three workers run ``examples/jax/train.py``, joined through ``jax.distributed`` at
+  the address the runtime gives them (``JAX_COORDINATOR_ADDRESS``); the gradients are averaged
+  across processes every step.
+
+Both run on the embedded cluster with no configuration (the ``tony_default`` connection); point
+``tony_default`` at a ``tony`` connection with backend ``yarn`` to run them on YARN.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from airflow.sdk import DAG, task
+
+from airflow_provider.operators import TonyOperator
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DATA_ROOT = Path(os.environ.get("TONY_WORKFLOW_DATA", Path.home() / "tony-workflow-data"))
+
+
+def digits_dag(dag_id: str, example: str, task_params: str, tag: str) -> DAG:
+    """The DAG that trains ``examples/<example>`` (its ``<example>.yaml``) and runs its ``evaluate.py``."""
+    source = EXAMPLES / example
+    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+             template_searchpath=[str(EXAMPLES)], tags=["tony", "example", tag], doc_md=__doc__) as dag:
+
+        @task
+        def checkpoints(run_id: str | None = None) -> str:
+            """Where this run's training state goes: the evaluation reads the final model there."""
+            out = DATA_ROOT / dag_id / re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "manual") / "checkpoints"
+            out.mkdir(parents=True, exist_ok=True)
+            return str(out)
+
+        location = checkpoints()
+        train = TonyOperator(
+            task_id="train",
+            job_spec=f"{example}/{example}.yaml",
+            src_dir=str(source),
+            task_params=task_params,
+            conf={"tony.checkpoint.location": "{{ ti.xcom_pull(task_ids='checkpoints') }}",
+                  "tony.am.memory": "512m"},
+            poll_interval=2,
+        )
+
+        @task
+        def evaluate(checkpoint_dir: str) -> dict:
+            done = subprocess.run([sys.executable, str(source / "evaluate.py"), "--checkpoint-dir", checkpoint_dir],
+                                  capture_output=True, text=True, cwd=source, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"evaluation failed: {done.stderr[-2000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            print("evaluation:", result)
+            return result
+
+        location >> train >> evaluate(location)
+    return dag
+
+
+tony_pytorch_ddp = digits_dag("tony_pytorch_ddp", "pytorch_ddp", "--epochs 8 --save-every 10", "pytorch")
+tony_jax = digits_dag("tony_jax", "jax", "--steps 300 --save-every 20", "jax")

@@ -133,7 +133,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if args.backend != "local":
         raise UsageError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
                          "(yarn.log-aggregation.retain-seconds)")
-    older = parse_duration(args.older_than) if args.older_than is not None else local_settings().retention_s
+    try:
+        older = parse_duration(args.older_than) if args.older_than is not None else local_settings().retention_s
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not args.app_ids and args.older_than is None and older <= 0:
         print("tony: tony.local.retention-sec is 0 (keep every job); name jobs or give --older-than",
               file=sys.stderr)

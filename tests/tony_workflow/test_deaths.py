@@ -114,7 +114,8 @@ TRAINER = textwrap.dedent("""
         tmp = ck / "step.tmp"
         tmp.write_text(str(step + 1))
         os.replace(tmp, saved)
-        (marks / "progress").write_text(str(step + 1))
+        (marks / "progress.tmp").write_text(str(step + 1))
+        os.replace(marks / "progress.tmp", marks / "progress")
 """)
 
 

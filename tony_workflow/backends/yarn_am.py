@@ -91,9 +91,13 @@ class YarnClusterManager(ClusterManager):
         return float(gate["since"]) if gate.get("reason") or gate.get("admitted") else None
 
     def granted(self, container: Container) -> bool:
+        # A container not granted yet is only looked at here (the monitor polls granted ones), so a
+        # spread task whose node gives nothing is asked anywhere from here too.
         sid = self._containers.get(container.id)
         c = self._states().get(sid) if sid else None
-        return c is not None and str(c.state) not in ("WAITING", "REQUESTED")
+        if c is None or (c := self._placed(container, c)) is None:
+            return False
+        return str(c.state) not in ("WAITING", "REQUESTED")
 
     def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
         """Why ``pending`` are not granted yet, looked up every couple of seconds: room that is

@@ -230,15 +230,15 @@ def serve_null_transport(d: Path, n: int) -> int:
     ready = threading.Event()
     done = threading.Event()
 
-    def register(body):
+    def register(req):
         with lock:
-            registered[body["task_id"]] = f"{body['host']}:{body['port']}"
+            registered[req.task_id] = f"{req.host}:{req.port}"
             if len(registered) == n:
                 ready.set()
         return 200, {"ok": True}
 
     def cluster_spec(q):
-        if ready.wait(min(q["wait"], 60.0)):
+        if ready.wait(min(q.wait, 60.0)):
             with lock:
                 cluster = {"worker": [registered[f"worker:{i}"] for i in range(n)]}
             return 200, {"cluster": cluster, "session_id": 0, "chief": ["worker", 0]}

@@ -11,9 +11,11 @@ routes of :mod:`tony_workflow.protocol` with this class's route handlers), and t
 (a :class:`~tony_workflow.backends.base.ClusterManager`, chosen by
 :func:`~tony_workflow.backends.get_cluster_manager`). None of them imports this module.
 
-State is changed under one lock. The HTTP handlers (:mod:`tony_workflow.am_routes`) only record
-what executors report and wake the monitor thread (:meth:`ApplicationMaster._run_session`), which alone decides, so decisions are
-taken in one place and in order.
+Its state is declared in :class:`~tony_workflow.am_state.AMState`, which this class extends, and is
+changed under one lock. The HTTP handlers (:mod:`tony_workflow.am_routes`) are given that state only:
+they record what executors report and wake the monitor thread
+(:meth:`ApplicationMaster._run_session`), which alone decides, so decisions are taken in one place
+and in order.
 """
 from __future__ import annotations
 
@@ -28,17 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from .am_http import AMHttpServer, calm_collector
-from .am_routes import AMRoutes, Task
-from .am_status import SERIES_FILE, StatusBoard
+from .am_routes import AMRoutes
+from .am_state import AMState, Task
+from .am_status import SERIES_FILE
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .backends import ClusterManager, Container, NeverFits, Wait, gang_requests, get_cluster_manager
-from .events import EventLog, log_tail
+from .events import log_tail
 from .gang import AllocationTimeout, GangWatch
-from .liveness import Liveness
-from .policy import LOST_EXIT_CODE, Action, Failure, Policy
+from .policy import LOST_EXIT_CODE, Action, Failure
 from .spec import JobSpec
-from .status import JobState, JobStatus, TaskState, TaskStatus
-from .store_watch import StoreWatch
+from .status import JobState, TaskState, TaskStatus
 
 __all__ = ["ApplicationMaster", "main"]
 
@@ -56,65 +57,33 @@ class SessionEnd(Exception):
         self.unformed = unformed
 
 
-class ApplicationMaster(AMRoutes):
+class ApplicationMaster(AMState):
+    """An AM's state (:class:`~tony_workflow.am_state.AMState`) and the mechanics that change it:
+    sessions, launching, the monitor."""
+
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager, *,
                  token: str, view_token: str, host: str = "127.0.0.1",
                  executor_argv: list[str] | None = None, resume: Resume | None = None):
-        self.spec = spec
-        self.app_id = app_id
-        self.app_dir = Path(app_dir)
-        self.cluster = cluster
+        # A later attempt carries on the job: its start time, the relaunches spent, the next session.
+        self.resume = resume or Resume()
+        super().__init__(spec, app_id, app_dir, cluster, self.resume)
         self.token = token
         self.view_token = view_token
         self.host = host
         self.executor_argv = executor_argv or cluster.executor_argv
-        self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
-        self._gang_ready = threading.Event()  # set when the current session's gang has registered
-        self.events = EventLog(self.app_dir / "events.jsonl")
         cluster.events = self.events
         cluster.on_change = self._wake_monitor
         cluster.on_wait = self._on_wait
         self.gang = GangWatch(spec.allocation_timeout_ms, spec.gang_hold_timeout_ms, spec.gang_backoff_ms)
-        self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
-        self.store_failure: str | None = None  # set when the store's trouble must fail the job
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
-        self.kill_requested: str | None = None
-        self.cancel = threading.Event()
-        self.tasks: dict[str, Task] = {}
-        self.session_id = 0
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on
         self.task_restarts: dict[str, int] = {}
         self.server: AMHttpServer | None = None
-        # A later attempt carries on the job: its start time, the relaunches spent, the next session.
-        self.resume = resume or Resume()
-        self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
-                                started_at=self.resume.started_at or time.time(),
-                                backend=cluster.name,
-                                retries=self.resume.retries, reclaims=self.resume.reclaims,
-                                am_attempt=self.resume.attempt, warnings=list(spec.warnings),
-                                diagnostics=self.resume.diagnostics)
-        self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
-                                 series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
-        self._cluster: dict[str, list[str]] | None = None  # the spec, once every task registered
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
         self.log_dir = cluster.log_dir(self.app_dir)
-        # The spec derives these from its flat conf on every access; the monitor and the HTTP
-        # handlers need them on every pass, so take them once.
-        self.policy = Policy.from_spec(spec)
-        self.type_order = list(spec.tasks)
-        self.chief = self.policy.chief
         self.retry_count = spec.retry_count
-        self.liveness = Liveness.from_spec(spec)
-        self.tick = self.liveness.tick
 
     # ---------------------------------------------------------------- status
-    def _publish(self, force: bool = False) -> None:
-        """Marks the status changed and wakes the monitor, which persists it outside the lock (see
-        :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
-        self.board.changed(force)
-        self.cond.notify_all()
-
     def _on_wait(self, wait: Wait | None) -> None:
         """The cluster's word on the gang while it allocates (see :class:`~tony_workflow.gang.GangWatch`)."""
         with self.lock:
@@ -123,24 +92,17 @@ class ApplicationMaster(AMRoutes):
                 self.gang.show(self.status)
                 if wait is not None:
                     self.events.emit("gang_waiting", reason=wait.reason, ahead=list(wait.ahead))
-                self._publish()
+                self.publish()
 
     def _wake_monitor(self) -> None:
         """The cluster says a container changed: the monitor looks now, not on its next tick."""
         with self.cond:
             self.cond.notify_all()
 
-    def _set_task_state(self, task: Task, state: str, **extra: Any) -> None:
-        task.status.state = state
-        if task.final and task.status.metrics:
-            extra.setdefault("metrics", task.status.metrics)  # the final figures stay in the task's last event
-        self.events.emit("task_state", task=task.id, session=task.session_id, state=state, **extra)
-        self._publish()
-
     # ---------------------------------------------------------------- HTTP API
     def start_server(self) -> str:
         self.server = AMHttpServer(self.host, token=self.token, view_token=self.view_token,
-                                   handlers=self.handlers(), status=self.status_dict, task_logs=self.task_logs)
+                                   handlers=AMRoutes(self).handlers(), status=self.status_dict, task_logs=self.task_logs)
         address = self.server.start(self.resume.port)
         self.status.tracking_url = f"http://{address}/ui/{self.view_token}"
         self.status.tracking_url = self.cluster.publish_endpoint(address, self.token, self.view_token,
@@ -185,7 +147,7 @@ class ApplicationMaster(AMRoutes):
     def _mark_launched(self, task: Task) -> None:
         """The task's container is granted and runs its executor. Called with the lock held."""
         task.launched_at = time.time()
-        self._set_task_state(task, TaskState.LAUNCHED, container=task.container.id, gpus=task.container.gpu_indices)
+        self.set_task_state(task, TaskState.LAUNCHED, container=task.container.id, gpus=task.container.gpu_indices)
 
     def _mark_granted(self) -> None:
         """Tasks whose containers the cluster granted since the last look are LAUNCHED; those it
@@ -199,7 +161,7 @@ class ApplicationMaster(AMRoutes):
                 restarts: int = 0) -> Task:
         """Creates and launches one task. Called with the lock held."""
         task = self._new_task(task_id, container, session_id, fixed_port, restarts)
-        self._set_task_state(task, TaskState.REQUESTED, container=container.id)
+        self.set_task_state(task, TaskState.REQUESTED, container=container.id)
         self.cluster.launch(container, self.executor_argv, self._task_env(task_id, session_id, fixed_port, container))
         self._mark_granted()
         return task
@@ -211,17 +173,17 @@ class ApplicationMaster(AMRoutes):
             self.status.attempts = session_id + 1
             self.tasks = {}
             self.status.tasks = []
-            self._cluster = None
-            self._gang_ready = threading.Event()
+            self.cluster_spec = None
+            self.gang_ready = threading.Event()
             chief = f"{self.chief[0]}:{self.chief[1]}"
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
             self.events.emit("session_started", session=session_id)
             tasks = []
             for task_id, container in self.containers.items():
                 task = self._new_task(task_id, container, session_id)
-                self._set_task_state(task, TaskState.REQUESTED, container=container.id)
+                self.set_task_state(task, TaskState.REQUESTED, container=container.id)
                 tasks.append(task)
-            self._publish()
+            self.publish()
         # Launched without the lock, so status requests and early registrations are answered while
         # the rest of the gang is still being started.
         self.cluster.launch_all([(t.container, self.executor_argv, self._task_env(t.id, session_id, None, t.container))
@@ -245,11 +207,11 @@ class ApplicationMaster(AMRoutes):
                                  **({"waited_s": round(waited, 3)} if waited is not None else {}))
                 self.gang.show(self.status)
                 self.status.state = JobState.RUNNING
-                self._publish()
+                self.publish()
             return
         if self.gang.waiting(wait) or changed:
             self.gang.show(self.status)
-            self._publish()
+            self.publish()
 
     def _forming(self) -> None:
         """One look at a gang that is not whole (outside the lock: the cluster may ask its
@@ -280,22 +242,22 @@ class ApplicationMaster(AMRoutes):
             return
         task.status.exit_code = code
         if task.stopping:
-            return self._set_task_state(task, TaskState.KILLED, exit_code=code)
+            return self.set_task_state(task, TaskState.KILLED, exit_code=code)
         if code == 0:
-            return self._set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
+            return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
         cause = self.cluster.reclaimed(task.container)
         decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics), cause,
                                                           self.status.reclaims)
         if decision:
             return self._on_reclaimed(task, code, cause, decision)
         state = TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
-        self._set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
+        self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self._on_failure(task, code, diagnostics)
 
     def _on_reclaimed(self, task: Task, code: int, cause: str, decision) -> None:
         """The cluster took the task's container back: no failure of the job's. Called with the lock held."""
         self.status.reclaims += 1
-        self._set_task_state(task, TaskState.KILLED, exit_code=code, diagnostics=decision.diagnostics)
+        self.set_task_state(task, TaskState.KILLED, exit_code=code, diagnostics=decision.diagnostics)
         self.events.emit("container_reclaimed", task=task.id, session=task.session_id, cause=cause)
         if decision.action is Action.RESTART_TASK:
             self._pending_task_restarts.append(task)
@@ -417,12 +379,12 @@ class ApplicationMaster(AMRoutes):
                 code = None if t.final else (t.reported[0] if t.reported else self.cluster.poll(t.container))
                 if code is not None:
                     code = 128 - code if code < 0 else code
-                    self._set_task_state(t, TaskState.SUCCEEDED if code == 0 else TaskState.FAILED, exit_code=code)
+                    self.set_task_state(t, TaskState.SUCCEEDED if code == 0 else TaskState.FAILED, exit_code=code)
                     t.status.exit_code = code
             live = [t for t in self.tasks.values() if not t.final]
             for t in live:
                 t.stopping = True
-            self._gang_ready.set()  # wakes waiters for the cluster spec; they find their session gone
+            self.gang_ready.set()  # wakes waiters for the cluster spec; they find their session gone
             self.cond.notify_all()
         threads = [threading.Thread(target=self.cluster.kill, args=(t.container, 3.0)) for t in live]
         for th in threads:
@@ -432,11 +394,11 @@ class ApplicationMaster(AMRoutes):
         with self.lock:
             for t in live:
                 if t.status.state == TaskState.REQUESTED:
-                    self._set_task_state(t, TaskState.NEW)  # withdrawn: it never had a container
+                    self.set_task_state(t, TaskState.NEW)  # withdrawn: it never had a container
                 elif not t.final:
                     code = self.cluster.poll(t.container)
                     t.status.exit_code = code
-                    self._set_task_state(t, TaskState.KILLED, exit_code=code)
+                    self.set_task_state(t, TaskState.KILLED, exit_code=code)
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> int:
@@ -447,7 +409,7 @@ class ApplicationMaster(AMRoutes):
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name,
                          attempt=self.resume.attempt)
         with self.lock:
-            self._publish(force=True)
+            self.publish(force=True)
             state = attempt_state(self.status, self.resume)
         self.cluster.save_attempt_state(state, self.app_dir)  # this attempt is the one a lost container ran
         try:
@@ -492,7 +454,7 @@ class ApplicationMaster(AMRoutes):
                     since = None
                     self.status.state = JobState.ALLOCATING
                     self.gang.show(self.status)
-                    self._publish()
+                    self.publish()
             failed = self._allocate(requests)
             if failed is not None:
                 return failed
@@ -508,7 +470,7 @@ class ApplicationMaster(AMRoutes):
                     self.status.state = JobState.ALLOCATING
                     self.gang.granted(1, len(requests))
                     self.gang.show(self.status)
-                    self._publish()
+                    self.publish()
                 if self.cancel.wait(pause):
                     return SessionEnd(JobState.KILLED, self.kill_requested or "killed while waiting for resources")
                 fresh = False
@@ -528,7 +490,7 @@ class ApplicationMaster(AMRoutes):
             self.status.state = end.state
             self.status.diagnostics = end.diagnostics
             self.status.finished_at = time.time()
-            self._publish(force=True)
+            self.publish(force=True)
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
         from .history import record_history  # the store's client: imported only as the job ends
 

@@ -29,6 +29,7 @@ import functools
 import gc
 import hmac
 import json
+import logging
 import os
 import socket
 import threading
@@ -41,12 +42,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import protocol
-from .protocol import TOKEN_HEADER
+from .protocol import TOKEN_HEADER, BadRequest, Handler
 
 __all__ = ["AMHttpServer", "Handler", "calm_collector", "render_log_index", "render_status_page"]
 
-#: A route's handler: the request's fields in, (HTTP status, JSON-able reply or None) out.
-Handler = Callable[[dict], tuple[int, Any]]
+log = logging.getLogger("tony.am")
 
 _HTML = "text/html; charset=utf-8"
 _LOG_TAIL_BYTES = 1 << 20  # the last MiB is what anyone reads in a browser
@@ -240,15 +240,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._unauthorized()
         return ok
 
-    def _body(self) -> dict:
+    def _body(self) -> Any:
+        """The request's JSON body (None when it has none); raises BadRequest when it is not JSON."""
         n = int(self.headers.get("Content-Length") or 0)
         if not n:
             return {}
+        data = self.rfile.read(n)
         try:
-            body = json.loads(self.rfile.read(n))
-        except json.JSONDecodeError:
-            return {}
-        return body if isinstance(body, dict) else {}
+            return json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadRequest(f"the body is not JSON: {data[:80]!r}") from None
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -263,16 +264,19 @@ class _RequestHandler(BaseHTTPRequestHandler):
         route = protocol.route_for(method, url.path)
         if not self._authorized(allow_view=route is not None and route.view):
             return
-        if method == "GET":
-            try:
-                fields = route.decode_query(url.query) if route else {}
-            except ValueError as e:
-                return self._send(HTTPStatus.BAD_REQUEST, {"error": f"bad query: {e}"})
-        else:
-            fields = self._body()  # read even for an unknown route: the connection is kept alive
-        if route is None:
-            return self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {url.path}"})
-        code, reply = self.server.app.handlers[route.name](fields)
+        try:
+            # The body is read even for an unknown route: the connection is kept alive.
+            raw = None if method == "GET" else self._body()
+            if route is None:
+                return self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {url.path}"})
+            request = route.decode_query(url.query) if method == "GET" else route.decode(raw)
+        except BadRequest as e:
+            return self._send(HTTPStatus.BAD_REQUEST, {"error": str(e), "field": e.field})
+        try:
+            code, reply = self.server.app.handlers[route.name](request)
+        except Exception as e:
+            log.exception("%s %s failed", method, url.path)
+            code, reply = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"}
         self._send(code, reply)
 
     # ------------------------------------------------------------------ tracking pages

@@ -1,214 +1,196 @@
-"""What executors and clients tell the ApplicationMaster: its route handlers, and its record of a task.
+"""What executors and clients tell the ApplicationMaster: its route handlers.
 
-Each handler runs on a server thread, takes the AM's lock, checks that the request comes from the
-task's current session and container, records what it was told and wakes the monitor thread; no
-handler decides anything (:class:`~tony_workflow.am.ApplicationMaster` does, on its monitor pass).
-Kept apart from the AM's mechanics (sessions, launching, the monitor) so each reads alone.
-:class:`AMRoutes` is a base of the ApplicationMaster: the state it uses (the lock, the tasks, the
-status board, the store's watch) is the AM's own.
+:class:`AMRoutes` is given the AM's state (:class:`~tony_workflow.am_state.AMState`) and nothing else
+of the AM. Each handler runs on a server thread and receives its route's request already checked
+against the protocol's declaration (:mod:`tony_workflow.protocol`: a malformed one never gets here,
+the server answers it 400). It takes the state's lock, checks that the request comes from the
+task's current session and container, records what it was told, and wakes the monitor thread. No
+handler decides anything: the monitor (:class:`~tony_workflow.am.ApplicationMaster`) does, on its
+next pass, so decisions are taken in one place and in order.
+
+Registration, top-down: an executor that reserved its port posts :class:`~.protocol.Registration`
+(:meth:`AMRoutes.register`); the task becomes REGISTERED; when it is the session's last, the
+cluster spec is made (:meth:`~.am_state.AMState.cluster_dict`) and the session's gang event is set,
+which answers every executor waiting in :meth:`AMRoutes.cluster_spec`.
 """
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import protocol
-from .am_http import Handler
-from .backends import Container
-from .progress import TaskProgress
-from .status import TaskState, TaskStatus
+from .am_state import AMState, Task
+from .protocol import (
+    Ack,
+    ClusterSpecQuery,
+    ClusterSpecReply,
+    Go,
+    Handler,
+    Heartbeat,
+    Kill,
+    Problem,
+    Registration,
+    Result,
+    Started,
+    Stop,
+    TensorBoard,
+)
+from .status import TaskState
 
-__all__ = ["AMRoutes", "Task"]
+__all__ = ["AMRoutes"]
+
+_ACK: Ack = {"ok": True}
 
 
-@dataclass
-class Task:
-    """AM-side record of one task in the current session."""
-
-    status: TaskStatus
-    container: Container
-    session_id: int
-    launched_at: float = field(default_factory=time.time)
-    registered_at: float | None = None
-    last_heartbeat: float | None = None
-    fixed_port: int | None = None
-    stopping: bool = False
-    reported: tuple[int, str] | None = None
-    #: since when the AM waits for the cluster to say how the task's container ended
-    held_since: float | None = None
-    progress: TaskProgress = field(default_factory=TaskProgress)
-
-    @property
-    def id(self) -> str:
-        return self.status.task_id
-
-    @property
-    def final(self) -> bool:
-        return self.status.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
-
+def _stop(why: str) -> tuple[int, Stop]:
+    return 409, {"error": why, "action": "stop"}
 
 
 class AMRoutes:
-    """The route handlers of :class:`~tony_workflow.am.ApplicationMaster` (see the module docstring)."""
+    """The handler of every route of the protocol, on an AM's state."""
+
+    def __init__(self, state: AMState):
+        self.state = state
 
     def handlers(self) -> dict[str, Handler]:
-        """This AM's handler for every route of the protocol."""
+        s = self.state
         return {
             protocol.REGISTER.name: self.register,
-            protocol.CLUSTER_SPEC.name: lambda q: self.cluster_spec(q["task_id"], q["session_id"], q["wait"]),
+            protocol.CLUSTER_SPEC.name: self.cluster_spec,
             protocol.HEARTBEAT.name: self.heartbeat,
-            protocol.STARTED.name: self.task_started,
-            protocol.RESULT.name: self.task_result,
-            protocol.TENSORBOARD.name: self.register_tensorboard,
-            protocol.STATUS.name: lambda _: (200, self.status_dict()),
-            protocol.RECORD.name: lambda _: (200, self.record()),
+            protocol.STARTED.name: self.started,
+            protocol.RESULT.name: self.result,
+            protocol.TENSORBOARD.name: self.tensorboard,
+            protocol.STATUS.name: lambda _: (200, s.status_dict()),
+            protocol.RECORD.name: lambda _: (200, s.record()),
             protocol.KILL.name: self.kill,
         }
 
-    def status_dict(self) -> dict:
-        with self.lock:
-            return self.status.to_dict()
-
-    def record(self) -> dict:
-        """The job's record as the history will keep it, as it stands now (:mod:`tony_workflow.history`)."""
-        from .history import live_record
-
-        with self.lock:
-            status = self.status.to_dict()
-        return live_record(status, self.app_dir, self.spec, self.board.series_dict())
-
-    def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
-        with self.lock:
-            return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}
-
-    # Route handlers return (http status, body). They run on server threads.
-    def _task_for(self, body: dict) -> tuple[Task | None, tuple[int, dict] | None]:
-        task = self.tasks.get(str(body.get("task_id", "")))
+    def _task_for(self, task_id: str, session_id: int, container_id: str | None = None) -> Task | tuple[int, Stop]:
+        """The current task the request comes from, or the answer that stops its executor: the task
+        is unknown, of another session, stopping or ended, or runs in another container now.
+        Called with the lock held."""
+        task = self.state.tasks.get(task_id)
         if task is None:
-            return None, (404, {"error": f"unknown task {body.get('task_id')!r}", "action": "stop"})
-        if int(body.get("session_id", -1)) != task.session_id or task.stopping or task.final:
-            return None, (409, {"error": "stale session or stopped task", "action": "stop"})
-        cid = body.get("container_id")
-        if cid and cid != task.container.id:
-            return None, (409, {"error": "stale container", "action": "stop"})
-        return task, None
+            return 404, {"error": f"unknown task {task_id!r}", "action": "stop"}
+        if session_id != task.session_id or task.stopping or task.final:
+            return _stop("stale session or stopped task")
+        if container_id and container_id != task.container.id:
+            return _stop("stale container")
+        return task
 
-    def register(self, body: dict) -> tuple[int, dict]:
-        with self.lock:
-            task, err = self._task_for(body)
-            if err:
-                return err
-            port = int(body["port"])
-            if task.fixed_port and port != task.fixed_port:
-                return 409, {"error": f"relaunched task must keep port {task.fixed_port}", "action": "stop"}
-            task.status.host, task.status.port = str(body["host"]), port
-            task.status.pid = body.get("pid")
+    # ---------------------------------------------------------------- executors
+    def register(self, req: Registration) -> tuple[int, Ack | Stop]:
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id, req.container_id)
+            if not isinstance(task, Task):
+                return task
+            if task.fixed_port and req.port != task.fixed_port:
+                return _stop(f"relaunched task must keep port {task.fixed_port}")
+            task.status.host, task.status.port, task.status.pid = req.host, req.port, req.pid
             task.registered_at = task.last_heartbeat = time.time()
-            self._set_task_state(task, TaskState.REGISTERED, host=task.status.host, port=port)
-            self._cluster = None
-            if all(t.registered_at for t in self.tasks.values()):
-                self._cluster = self.cluster_dict()
-                self._gang_ready.set()
-                self.events.emit("cluster_spec_ready", session=self.session_id, cluster=self._cluster)
-            return 200, {"ok": True}
+            s.set_task_state(task, TaskState.REGISTERED, host=req.host, port=req.port)
+            s.cluster_spec = None
+            if all(t.registered_at for t in s.tasks.values()):
+                s.cluster_spec = s.cluster_dict()
+                s.gang_ready.set()
+                s.events.emit("cluster_spec_ready", session=s.session_id, cluster=s.cluster_spec)
+            return 200, _ACK
 
-    def cluster_dict(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for t in sorted(self.tasks.values(), key=lambda t: (self.type_order.index(t.status.type), t.status.index)):
-            out.setdefault(t.status.type, []).append(f"{t.status.host}:{t.status.port}")
-        return out
-
-    def cluster_spec(self, task_id: str, session_id: int, wait: float) -> tuple[int, dict | None]:
-        deadline = time.time() + min(max(wait, 0.0), 60.0)
+    def cluster_spec(self, q: ClusterSpecQuery) -> tuple[int, ClusterSpecReply | Stop | None]:
+        """Answers once the session's cluster spec is made, or with 204 after ``q.wait`` seconds
+        (a minute at most)."""
+        s = self.state
+        deadline = time.time() + min(max(q.wait, 0.0), 60.0)
         while True:
-            with self.lock:
-                task = self.tasks.get(task_id)
-                if task is None or task.session_id != session_id or task.stopping:
-                    return 409, {"error": "stale session", "action": "stop"}
-                if self._cluster is not None:
-                    return 200, {"cluster": self._cluster, "session_id": session_id, "chief": list(self.chief)}
+            with s.lock:
+                task = s.tasks.get(q.task_id)
+                if task is None or task.session_id != q.session_id or task.stopping:
+                    return _stop("stale session")
+                if s.cluster_spec is not None:
+                    return 200, {"cluster": s.cluster_spec, "session_id": q.session_id, "chief": list(s.chief)}
                 remaining = deadline - time.time()
                 if remaining <= 0:
                     return 204, None
-                gang = self._gang_ready
+                gang = s.gang_ready
                 if gang.is_set():  # a task relaunched alone is registering again
-                    self.cond.wait(min(remaining, self.tick))
+                    s.cond.wait(min(remaining, s.tick))
                     continue
             # Waiters sleep on the gang's own event, not the AM's condition: registrations would
             # otherwise wake every waiting request once per task (N² wake-ups for a gang of N).
             gang.wait(remaining)
 
-    def heartbeat(self, body: dict) -> tuple[int, dict]:
+    def heartbeat(self, req: Heartbeat) -> tuple[int, Go | Stop]:
+        s = self.state
         now = time.time()
-        with self.lock:
-            task, err = self._task_for(body)
-            if err:
-                return err
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
             task.last_heartbeat = now
             # Figures change with every beat: they are persisted with the next slow snapshot, and
             # the job's progress is worked out by the monitor, not once per beat.
-            if isinstance(body.get("metrics"), dict) and body["metrics"]:
-                task.status.metrics = body["metrics"]
-                self.board.figures_changed()
-            if task.progress.update(body.get("progress"), now):
+            if req.metrics:
+                task.status.metrics = req.metrics
+                s.board.figures_changed()
+            if task.progress.update(req.progress, now):
                 task.status.progress = task.progress.to_dict()
-                self.board.figures_changed(progressed=True)
-            store = body.get("store") if isinstance(body.get("store"), dict) else {}
-            changed, failure = self.store.report(task.id, task.session_id, store.get("error"), bool(store.get("ok")))
+                s.board.figures_changed(progressed=True)
+            store = req.store or {}
+            changed, failure = s.store.report(task.id, task.session_id, store.get("error"), bool(store.get("ok")))
             if changed:
-                self.status.warnings = [*self.spec.warnings, *self.store.warnings]
-                self._publish()
-            if failure and not self.store_failure:
-                self.store_failure = failure
-                self.cond.notify_all()
+                s.warnings_changed()
+                s.publish()
+            if failure:
+                s.fail_for_store(failure)
             return 200, {"action": "continue"}
 
-    def task_started(self, body: dict) -> tuple[int, dict]:
-        with self.lock:
-            task, err = self._task_for(body)
-            if err:
-                return err
-            task.status.pid = body.get("pid", task.status.pid)
+    def started(self, req: Started) -> tuple[int, Ack | Stop]:
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
+            if req.pid is not None:
+                task.status.pid = req.pid
             task.last_heartbeat = time.time()
-            if body.get("restored") and self.store.restored(task.id, task.session_id, body["restored"]):
-                self.status.warnings = [*self.spec.warnings, *self.store.warnings]
-            self._set_task_state(task, TaskState.RUNNING, pid=task.status.pid)
-            if all(t.status.state == TaskState.RUNNING for t in self.tasks.values()):
+            if req.restored and s.store.restored(task.id, task.session_id, req.restored):
+                s.warnings_changed()
+            s.set_task_state(task, TaskState.RUNNING, pid=task.status.pid)
+            if all(t.status.state == TaskState.RUNNING for t in s.tasks.values()):
                 # Every task has restored its checkpoint: earlier copies are no longer needed.
-                keep = {t.container.id for t in self.tasks.values()}
-                threading.Thread(target=self.cluster.prune_checkpoints, args=(keep,), daemon=True).start()
-            return 200, {"ok": True}
+                keep = {t.container.id for t in s.tasks.values()}
+                threading.Thread(target=s.cluster.prune_checkpoints, args=(keep,), daemon=True).start()
+            return 200, _ACK
 
-    def task_result(self, body: dict) -> tuple[int, dict]:
-        with self.lock:
-            task, err = self._task_for(body)
-            if err:
-                return err
+    def result(self, req: Result) -> tuple[int, Ack | Stop]:
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
             # Decisions belong to the monitor thread; a handler only records and wakes it.
-            task.reported = (int(body["exit_code"]), str(body.get("diagnostics") or ""))
-            self.cond.notify_all()
-            return 200, {"ok": True}
+            task.reported = (req.exit_code, req.diagnostics or "")
+            s.cond.notify_all()
+            return 200, _ACK
 
-    def register_tensorboard(self, body: dict) -> tuple[int, dict]:
-        given = str(body.get("url") or "")
+    # ---------------------------------------------------------------- the chief and clients
+    def tensorboard(self, req: TensorBoard) -> tuple[int, Ack | Problem]:
+        s = self.state
         # The URL becomes a link in the tracking page and the workflow UIs: a web address, nothing else.
-        parts = urlsplit(given)
+        parts = urlsplit(req.url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            return 400, {"error": f"a TensorBoard URL must be an http(s) address, got {given[:200]!r}"}
-        url = self.cluster.expose_tensorboard(given) or given
-        with self.lock:
-            self.status.tensorboard_url = url
-            self.events.emit("tensorboard", url=self.status.tensorboard_url)
-            self._publish()
-        return 200, {"ok": True}
+            return 400, {"error": f"a TensorBoard URL must be an http(s) address, got {req.url[:200]!r}"}
+        url: str = s.cluster.expose_tensorboard(req.url) or req.url
+        with s.lock:
+            s.status.tensorboard_url = url
+            s.events.emit("tensorboard", url=url)
+            s.publish()
+        return 200, _ACK
 
-    def kill(self, body: dict) -> tuple[int, dict]:
-        with self.lock:
-            self.kill_requested = str(body.get("reason") or "killed by user")
-            self.cancel.set()
-            self.events.emit("kill_requested", reason=self.kill_requested)
-            self.cond.notify_all()
-        return 200, {"ok": True}
+    def kill(self, req: Kill) -> tuple[int, Ack]:
+        with self.state.lock:
+            self.state.request_kill(req.reason or "killed by user")
+        return 200, _ACK

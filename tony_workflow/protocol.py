@@ -6,6 +6,11 @@ or fields cannot drift apart between the two. A POST carries its fields as a JSO
 query parameters (which arrive as text, hence each field's type and the default the AM assumes
 when it is absent).
 
+Each route declares its request as a frozen dataclass (its fields, their types, which are
+required) and its reply as a typed dict. The AM checks every request against that declaration
+before a handler sees it (:meth:`Route.decode`): a missing field, one of the wrong type or one the
+route does not have is answered 400, naming the field, and the handler gets the typed object.
+
 Every request carries the job's token in :data:`TOKEN_HEADER`. Executors and clients use the full
 token; a route marked ``view`` also accepts the read-only view token, which a tracking page can
 carry without handing out the executors' secret.
@@ -14,8 +19,13 @@ This module is imported by every executor: standard library only, nothing at imp
 """
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, Literal, TypedDict
 from urllib.parse import parse_qs
 
 __all__ = [
@@ -30,20 +40,192 @@ __all__ = [
     "STATUS",
     "TENSORBOARD",
     "TOKEN_HEADER",
+    "Ack",
+    "BadRequest",
+    "ClusterSpecQuery",
+    "ClusterSpecReply",
     "Field",
+    "Go",
+    "Heartbeat",
+    "Kill",
+    "NoFields",
+    "Problem",
+    "Registration",
+    "Result",
     "Route",
+    "Started",
+    "Stop",
+    "TensorBoard",
     "route_for",
 ]
 
 TOKEN_HEADER = "X-Tony-Token"
 
 
+# ---------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Registration:
+    """An executor's address, once its port is reserved."""
+
+    task_id: str
+    session_id: int
+    host: str
+    port: int
+    pid: int | None = None
+    container_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpecQuery:
+    """Long-poll for the cluster spec: 200 once every task of the session registered, 204 until
+    then, after ``wait`` seconds at most."""
+
+    task_id: str = ""
+    session_id: int = -1
+    wait: float = 0.0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """``metrics``: the task's resource figures; ``progress``: what user code last reported (with
+    its age in seconds); ``store``: ``{"error": why}`` while the checkpoint store fails,
+    ``{"ok": true}`` once a sync succeeded."""
+
+    task_id: str
+    session_id: int
+    metrics: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    store: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """The user's process runs; ``restored`` says which checkpoint it was given."""
+
+    task_id: str
+    session_id: int
+    pid: int | None = None
+    restored: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    task_id: str
+    session_id: int
+    exit_code: int
+    diagnostics: str = ""
+
+
+@dataclass(frozen=True)
+class TensorBoard:
+    url: str
+
+
+@dataclass(frozen=True)
+class Kill:
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class NoFields:
+    """A route that takes nothing."""
+
+
+# ---------------------------------------------------------------- replies
+class Ack(TypedDict):
+    ok: bool
+
+
+class Go(TypedDict):
+    """A heartbeat's answer: carry on."""
+
+    action: Literal["continue"]
+
+
+class Stop(TypedDict):
+    """The request comes from a task the AM no longer runs (an older session, a replaced
+    container): its executor stops."""
+
+    error: str
+    action: Literal["stop"]
+
+
+class Problem(TypedDict):
+    """A request refused (a malformed body, a bad value)."""
+
+    error: str
+
+
+class ClusterSpecReply(TypedDict):
+    cluster: dict[str, list[str]]
+    session_id: int
+    chief: list[Any]
+
+
+# ---------------------------------------------------------------- routes
+class BadRequest(ValueError):
+    """A request that does not match its route's declaration; ``field`` names the culprit (None:
+    the body as a whole)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+_KINDS = {str: "text", int: "an integer", float: "a number", bool: "true or false", dict: "a JSON object"}
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
     type: type = str
-    #: what the AM assumes when a query parameter is absent
+    #: what the AM assumes when it is absent (required fields have none)
     default: Any = None
+    required: bool = False
+    nullable: bool = True
+
+    def check(self, value: Any) -> Any:
+        """``value`` as this field's type; raises BadRequest when it is not one."""
+        if value is None:
+            if self.nullable:
+                return None
+        elif self.type is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        elif self.type is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        elif isinstance(value, self.type):
+            return value
+        raise BadRequest(f"field {self.name!r} must be {_KINDS.get(self.type, self.type.__name__)}, "
+                         f"got {_shown(value)}", self.name)
+
+    def parse(self, text: str) -> Any:
+        """A query parameter's text as this field's type."""
+        try:
+            return self.type(text)
+        except ValueError:
+            raise BadRequest(f"field {self.name!r} must be {_KINDS.get(self.type, self.type.__name__)}, "
+                             f"got {_shown(text)}", self.name) from None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _fields(request: type) -> tuple[Field, ...]:
+    hints = typing.get_type_hints(request)
+    out = []
+    for f in dataclasses.fields(request):
+        tp, nullable = hints[f.name], False
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            nullable, tp = len(args) < len(typing.get_args(tp)), args[0]
+        base = typing.get_origin(tp) or tp
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        out.append(Field(f.name, base, None if required else f.default, required, nullable))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -51,52 +233,74 @@ class Route:
     name: str
     method: str               # "GET" or "POST"
     path: str
-    fields: tuple[Field, ...] = ()
+    #: the request's declaration (a frozen dataclass) and the reply's (a typed dict, or several)
+    request: type = NoFields
+    reply: Any = dict
     #: also answers the read-only view token
     view: bool = False
+
+    @cached_property
+    def fields(self) -> tuple[Field, ...]:
+        return _fields(self.request)
+
+    @cached_property
+    def _by_name(self) -> dict[str, Field]:
+        return {f.name: f for f in self.fields}
 
     @property
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
 
-    def request(self, **values: Any) -> dict[str, Any]:
+    def request_fields(self, **values: Any) -> dict[str, Any]:
         """The request's fields (the JSON body of a POST, the query of a GET). A name the route does
-        not define is refused here, on the sending side, instead of being ignored by the AM."""
+        not define is refused here, on the sending side, instead of being refused by the AM."""
         unknown = sorted(set(values) - set(self.field_names))
         if unknown:
             raise TypeError(f"{self.method} {self.path} has no field(s) {', '.join(unknown)}")
         return values
 
-    def decode_query(self, query: str) -> dict[str, Any]:
-        """A GET's fields from its query string, typed, with defaults for absent ones. Raises
-        ValueError for a value of the wrong type."""
+    def decode(self, body: Any) -> Any:
+        """A POST's JSON body as the route's request object. Raises BadRequest naming the field
+        that is missing, of the wrong type, or not the route's."""
+        if not isinstance(body, Mapping):
+            raise BadRequest(f"{self.method} {self.path} takes a JSON object, got {type(body).__name__}")
+        by_name = self._by_name
+        unknown = sorted(k for k in body if k not in by_name)
+        if unknown:
+            raise BadRequest(f"{self.method} {self.path} has no field {unknown[0]!r} "
+                             f"(it takes {', '.join(self.field_names) or 'none'})", unknown[0])
+        values = {}
+        for f in self.fields:
+            if f.name in body:
+                values[f.name] = f.check(body[f.name])
+            elif f.required:
+                raise BadRequest(f"field {f.name!r} is missing ({self.method} {self.path} needs "
+                                 f"{', '.join(g.name for g in self.fields if g.required)})", f.name)
+        return self.request(**values)
+
+    def decode_query(self, query: str) -> Any:
+        """A GET's query string as the route's request object, with defaults for absent fields."""
         given = {k: v[0] for k, v in parse_qs(query).items()}
-        return {f.name: f.type(given[f.name]) if f.name in given else f.default for f in self.fields}
+        return self.decode({k: self._by_name[k].parse(v) if k in self._by_name else v for k, v in given.items()})
 
 
-REGISTER = Route("register", "POST", "/v1/register", (
-    Field("task_id"), Field("session_id", int), Field("host"), Field("port", int),
-    Field("pid", int), Field("container_id")))
-# Long-poll: 200 with the cluster once every task of the session registered, 204 until then.
-CLUSTER_SPEC = Route("cluster_spec", "GET", "/v1/cluster-spec", (
-    Field("task_id", str, ""), Field("session_id", int, -1), Field("wait", float, 0.0)))
-# metrics: the task's resource figures; progress: what user code last reported (with its age in
-# seconds); store: {"error": why} while the checkpoint store fails, {"ok": true} once a sync succeeded.
-HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", (
-    Field("task_id"), Field("session_id", int), Field("metrics", dict), Field("progress", dict),
-    Field("store", dict)))
-STARTED = Route("started", "POST", "/v1/started", (
-    Field("task_id"), Field("session_id", int), Field("pid", int), Field("restored", dict)))
-RESULT = Route("result", "POST", "/v1/result", (
-    Field("task_id"), Field("session_id", int), Field("exit_code", int), Field("diagnostics")))
-TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", (Field("url"),))
+REGISTER = Route("register", "POST", "/v1/register", Registration, Ack | Stop)
+CLUSTER_SPEC = Route("cluster_spec", "GET", "/v1/cluster-spec", ClusterSpecQuery, ClusterSpecReply | Stop)
+HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", Heartbeat, Go | Stop)
+STARTED = Route("started", "POST", "/v1/started", Started, Ack | Stop)
+RESULT = Route("result", "POST", "/v1/result", Result, Ack | Stop)
+TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", TensorBoard, Ack | Problem)
+# The job's status (status.JobStatus as a dict) and its record as the history keeps it, as it
+# stands: timeline, tasks, figures over time.
 STATUS = Route("status", "GET", "/v1/status", view=True)
-# The job's record as the history keeps it, as it stands: timeline, tasks, figures over time.
 RECORD = Route("record", "GET", "/v1/record", view=True)
-KILL = Route("kill", "POST", "/v1/kill", (Field("reason"),))
+KILL = Route("kill", "POST", "/v1/kill", Kill, Ack)
 
 ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL)
 _BY_REQUEST = {(r.method, r.path): r for r in ROUTES}
+
+#: A route's handler: its request object in, (HTTP status, reply or None) out.
+Handler = Callable[[Any], tuple[int, Any]]
 
 
 def route_for(method: str, path: str) -> Route | None:

@@ -66,7 +66,7 @@ class AMClient:
         self._drop()
 
     def _call(self, route: Route, *, timeout: float | None = None, **fields: Any) -> Any:
-        values = route.request(**fields)
+        values = route.request_fields(**fields)
         method = route.method
         params = values if method == "GET" else None
         url = route.path + ("?" + urlencode(params) if params else "")

@@ -3,6 +3,7 @@ standard handler did for it (keep-alive, pipelining, malformed requests, closing
 tokens. The handlers are a test's: the transport is tested alone."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -18,23 +19,24 @@ TOKEN, VIEW = "secret-token", "view-token"
 
 @pytest.fixture
 def server():
-    seen: list[tuple[str, dict]] = []
+    seen: list[tuple[str, object]] = []
     gang = threading.Event()
 
     def record(name):
-        def handler(fields):
-            seen.append((name, fields))
-            return 200, {"route": name, "echo": fields}
+        def handler(request):
+            seen.append((name, request))
+            return 200, {"route": name, "echo": dataclasses.asdict(request)}
         return handler
 
     def cluster_spec(q):
         seen.append(("cluster_spec", q))
         return (200, {"cluster": {"worker": ["h:1"]}, "session_id": 0, "chief": ["worker", 0]}) \
-            if gang.wait(q["wait"]) else (204, None)
+            if gang.wait(q.wait) else (204, None)
 
     handlers = {r.name: record(r.name) for r in protocol.ROUTES}
     handlers[protocol.CLUSTER_SPEC.name] = cluster_spec
     handlers[protocol.STATUS.name] = lambda _: (200, {"state": "RUNNING", "name": "<b>x</b>"})
+    handlers[protocol.KILL.name] = lambda _: 1 / 0  # a handler's own bug
     srv = AMHttpServer("127.0.0.1", token=TOKEN, view_token=VIEW, handlers=handlers,
                        status=lambda: {"application_id": "application_1_0001", "state": "RUNNING", "tasks": []},
                        task_logs=dict)
@@ -120,6 +122,47 @@ def test_a_malformed_request_is_refused_and_the_connection_closed(server, reques
     assert got[0][1].get("connection") == "close"
     assert "error" in json.loads(got[0][2])
     assert not [s for s in server["seen"] if s[0] != "status"]  # no handler ran
+
+
+@pytest.mark.parametrize("body, field, says", [
+    ({"task_id": "worker:0", "session_id": 0, "host": "h"}, "port", "field 'port' is missing"),
+    ({"task_id": "worker:0", "session_id": 0, "host": "h", "port": "80"}, "port", "must be an integer, got '80'"),
+    ({"task_id": "worker:0", "session_id": True, "host": "h", "port": 80}, "session_id", "must be an integer"),
+    ({"task_id": "worker:0", "session_id": 0, "host": "h", "port": 80, "colour": "red"}, "colour", "no field 'colour'"),
+    ([1, 2], None, "takes a JSON object, got list"),
+    (b"{not json", None, "the body is not JSON"),
+])
+def test_a_body_that_does_not_match_its_route_is_answered_400_naming_the_field(server, body, field, says):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = (f"POST /v1/register HTTP/1.1\r\nX-Tony-Token: {TOKEN}\r\nContent-Length: {len(data)}\r\n"
+               f"\r\n").encode() + data
+    # Refused on a connection that stays open: a well-formed request after it is answered.
+    got = replies(raw(server, request + post("/v1/heartbeat", {"task_id": "a", "session_id": 0},
+                                             extra="Connection: close\r\n")))
+    assert [c for c, _, _ in got] == [400, 200], got
+    reply = json.loads(got[0][2])
+    assert reply["field"] == field and says in reply["error"], reply
+    assert [name for name, _ in server["seen"]] == ["heartbeat"]  # the register handler never ran
+
+
+def test_the_real_client_reports_a_refused_request_without_retrying_it(server):
+    with pytest.raises(AMError) as e:
+        AMClient(server["address"], TOKEN, timeout=5, retries=3).register("worker:0", 0, "h", "80")
+    assert e.value.status == 400 and "'port'" in str(e.value)
+    assert not server["seen"]
+
+
+def test_a_handler_that_fails_is_answered_500_and_the_server_serves_on(server):
+    with pytest.raises(AMError) as e:
+        AMClient(server["address"], TOKEN, timeout=5).kill("stop")
+    assert e.value.status == 500 and "ZeroDivisionError" in str(e.value)
+    assert AMClient(server["address"], TOKEN, timeout=5).heartbeat("worker:0", 0)["route"] == "heartbeat"
+
+
+def test_a_get_with_a_bad_query_is_answered_400_naming_the_field(server):
+    got = replies(raw(server, f"GET /v1/cluster-spec?task_id=w:0&session_id=x HTTP/1.1\r\nX-Tony-Token: {TOKEN}"
+                              f"\r\nConnection: close\r\n\r\n".encode()))
+    assert got[0][0] == 400 and json.loads(got[0][2])["field"] == "session_id"
 
 
 def test_an_http_1_0_request_gets_its_reply_and_the_connection_closes(server):

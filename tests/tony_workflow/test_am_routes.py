@@ -1,0 +1,169 @@
+"""The AM's route handlers on its declared state (:mod:`tony_workflow.am_routes`,
+:mod:`tony_workflow.am_state`): what each records, what each refuses, and that none decides. The
+state holds the embedded cluster's real cluster manager, which launches nothing here; the last
+test puts the handlers behind the AM's real server and client."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tony_workflow import protocol
+from tony_workflow.am_http import AMHttpServer
+from tony_workflow.am_routes import AMRoutes
+from tony_workflow.am_state import AMState, Task
+from tony_workflow.backends import Container
+from tony_workflow.backends.local import Inventory, LocalClusterManager
+from tony_workflow.protocol import ClusterSpecQuery, Heartbeat, Kill, Registration, Result, Started, TensorBoard
+from tony_workflow.rpc import AMClient, AMError
+from tony_workflow.spec import load_job
+from tony_workflow.status import JobState, TaskState, TaskStatus
+
+
+def make_state(tmp_path, conf: dict | None = None) -> AMState:
+    spec = load_job({"name": "routes", "command": "true", "tasks": {"chief": {"instances": 1},
+                                                                      "worker": {"instances": 2}},
+                     "conf": conf or {}})
+    cluster = LocalClusterManager("application_1_0001", tmp_path, Inventory(8192, 8, []))
+    state = AMState(spec, "application_1_0001", tmp_path, cluster)
+    for task_id in ("worker:1", "chief:0", "worker:0"):  # not in the spec's order: the spec is sorted
+        ttype, index = task_id.split(":")
+        container = Container(id=f"c-{task_id}", task_id=task_id, memory_mb=256, vcores=1)
+        status = TaskStatus(type=ttype, index=int(index), state=TaskState.LAUNCHED, container_id=container.id)
+        state.tasks[task_id] = Task(status=status, container=container, session_id=0)
+    return state
+
+
+def events(state: AMState) -> list[dict]:
+    return [json.loads(line) for line in (state.app_dir / "events.jsonl").read_text().splitlines()]
+
+
+def register(routes: AMRoutes, task_id: str, port: int, **kw):
+    return routes.register(Registration(task_id=task_id, session_id=kw.pop("session_id", 0), host="h", port=port,
+                                        container_id=kw.pop("container_id", f"c-{task_id}"), **kw))
+
+
+def test_the_last_registration_makes_the_cluster_spec_in_the_spec_order(tmp_path):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    assert routes.cluster_spec(ClusterSpecQuery("worker:0", 0, wait=0)) == (204, None)
+    assert register(routes, "worker:1", 2001, pid=11) == (200, {"ok": True})
+    assert register(routes, "worker:0", 2000) == (200, {"ok": True})
+    assert state.cluster_spec is None and not state.gang_ready.is_set()
+    assert state.tasks["worker:1"].status.state == TaskState.REGISTERED and state.tasks["worker:1"].status.pid == 11
+    assert register(routes, "chief:0", 3000) == (200, {"ok": True})
+    assert state.gang_ready.is_set()
+    code, reply = routes.cluster_spec(ClusterSpecQuery("worker:1", 0, wait=5))
+    assert code == 200 and reply == {"cluster": {"chief": ["h:3000"], "worker": ["h:2000", "h:2001"]},
+                                     "session_id": 0, "chief": ["chief", 0]}
+    [ready] = [e for e in events(state) if e["event"] == "cluster_spec_ready"]
+    assert ready["cluster"] == reply["cluster"]
+    assert state.status.state == JobState.ALLOCATING  # registering decides nothing about the job
+
+
+@pytest.mark.parametrize("change, code, says", [
+    ({"task_id": "ps:0"}, 404, "unknown task 'ps:0'"),
+    ({"session_id": 1}, 409, "stale session"),
+    ({"container_id": "c-other"}, 409, "stale container"),
+])
+def test_a_request_from_a_task_the_am_no_longer_runs_stops_its_executor(tmp_path, change, code, says):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    task_id = change.pop("task_id", "worker:0")
+    got_code, reply = register(routes, task_id, 2000, **change)
+    assert (got_code, reply["action"]) == (code, "stop") and says in reply["error"]
+    assert state.tasks["worker:0"].registered_at is None
+    if task_id == "worker:0" and "session_id" in change:
+        assert routes.heartbeat(Heartbeat("worker:0", 1))[0] == 409
+        assert routes.result(Result("worker:0", 1, exit_code=1))[0] == 409
+        assert state.tasks["worker:0"].reported is None
+
+
+def test_a_relaunched_task_must_keep_its_port(tmp_path):
+    state = make_state(tmp_path)
+    state.tasks["worker:0"].fixed_port = 2000
+    routes = AMRoutes(state)
+    code, reply = register(routes, "worker:0", 2999)
+    assert code == 409 and "must keep port 2000" in reply["error"]
+    assert register(routes, "worker:0", 2000)[0] == 200
+
+
+def test_heartbeats_record_figures_progress_and_the_store_and_decide_nothing(tmp_path):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    assert routes.heartbeat(Heartbeat("chief:0", 0, metrics={"rss_mb": 12.5},
+                                      progress={"reports": 1, "step": 5, "total": 10, "age": 0})) == (200, {"action": "continue"})
+    chief = state.tasks["chief:0"]
+    assert chief.status.metrics == {"rss_mb": 12.5} and chief.status.progress["step"] == 5
+    routes.heartbeat(Heartbeat("chief:0", 0, store={"error": "HDFS unreachable"}))
+    assert state.status.warnings == ["chief:0: HDFS unreachable"] and state.store_failure is None
+    routes.heartbeat(Heartbeat("chief:0", 0, store={"ok": True}))
+    assert state.status.warnings == []
+    assert [e["event"] for e in events(state)] == ["checkpoint_store_failed", "checkpoint_store_recovered"]
+
+
+def test_store_trouble_fails_the_job_when_the_spec_says_so(tmp_path):
+    state = make_state(tmp_path, {"tony.checkpoint.on-store-failure": "fail"})
+    AMRoutes(state).heartbeat(Heartbeat("worker:1", 0, store={"error": "quota exceeded"}))
+    assert "worker:1 quota exceeded" in (state.store_failure or "")
+    assert "tony.checkpoint.on-store-failure=fail" in (state.store_failure or "")
+
+
+def test_started_and_result_are_recorded_for_the_monitor(tmp_path):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    assert routes.started(Started("worker:0", 0, pid=42)) == (200, {"ok": True})
+    assert state.tasks["worker:0"].status.state == TaskState.RUNNING and state.tasks["worker:0"].status.pid == 42
+    assert routes.result(Result("worker:0", 0, exit_code=3, diagnostics="boom")) == (200, {"ok": True})
+    # Recorded, not applied: the task's state and the job's are the monitor's to change.
+    assert state.tasks["worker:0"].reported == (3, "boom")
+    assert state.tasks["worker:0"].status.state == TaskState.RUNNING and state.status.state == JobState.ALLOCATING
+
+
+def test_only_a_web_address_becomes_the_tensorboard_link(tmp_path):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    code, reply = routes.tensorboard(TensorBoard("javascript:alert(1)"))
+    assert code == 400 and "http(s) address" in reply["error"] and state.status.tensorboard_url is None
+    assert routes.tensorboard(TensorBoard("http://h:6006/")) == (200, {"ok": True})
+    assert state.status.tensorboard_url == "http://h:6006/"
+
+
+def test_kill_is_recorded_with_its_reason_and_cancels_a_wait(tmp_path):
+    state = make_state(tmp_path)
+    AMRoutes(state).kill(Kill())
+    assert state.kill_requested == "killed by user" and state.cancel.is_set()
+    AMRoutes(state).kill(Kill("preempted by the nightly run"))
+    assert state.kill_requested == "preempted by the nightly run"
+
+
+SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "port": 2000},
+           "cluster_spec": {"task_id": "worker:0", "session_id": 0},
+           "heartbeat": {"task_id": "worker:0", "session_id": 0}, "started": {"task_id": "worker:0", "session_id": 0},
+           "result": {"task_id": "worker:0", "session_id": 0, "exit_code": 0},
+           "tensorboard": {"url": "http://h:6006"}, "status": {}, "record": {}, "kill": {}}
+
+
+@pytest.mark.parametrize("route", protocol.ROUTES, ids=lambda r: r.name)
+def test_every_route_has_a_handler_that_answers_its_declared_request(tmp_path, route):
+    # A handler that reads a field its route does not declare fails here (the objects have no such attribute).
+    code, reply = AMRoutes(make_state(tmp_path)).handlers()[route.name](route.decode(SAMPLES[route.name]))
+    assert code in (200, 204) and json.loads(json.dumps(reply)) == reply
+
+
+def test_behind_the_real_server_a_malformed_registration_changes_nothing(tmp_path):
+    state = make_state(tmp_path)
+    server = AMHttpServer("127.0.0.1", token="t", view_token="v", handlers=AMRoutes(state).handlers(),
+                          status=state.status_dict, task_logs=state.task_logs)
+    address = server.start()
+    try:
+        am = AMClient(address, "t", timeout=5)
+        with pytest.raises(AMError) as e:
+            am._call(protocol.REGISTER, task_id="worker:0", session_id=0, host="h")  # no port
+        assert e.value.status == 400 and "field 'port' is missing" in str(e.value)
+        assert state.tasks["worker:0"].status.state == TaskState.LAUNCHED
+        assert am.register("worker:0", 0, "h", 2000, container_id="c-worker:0") == {"ok": True}
+        assert state.tasks["worker:0"].status.state == TaskState.REGISTERED
+        assert am.status()["application_id"] == "application_1_0001"
+    finally:
+        server.shutdown()

@@ -1,0 +1,189 @@
+"""What the ApplicationMaster knows about its job, declared in one place.
+
+:class:`AMState` is every field the AM's two kinds of threads share: the monitor thread
+(:class:`~tony_workflow.am.ApplicationMaster`, which alone decides) and the server threads
+(:mod:`tony_workflow.am_routes`, which only record what they are told and wake the monitor). Both
+read and change it under :attr:`AMState.lock`, and both change a task's state or the published
+status only through :meth:`AMState.set_task_state` and :meth:`AMState.publish`, so that every
+change is written to the event log and persisted the same way.
+
+The ApplicationMaster is an AMState with the mechanics around it (sessions, launching, the
+monitor); a route object is given the AMState and sees nothing else of the AM, which the type
+checker holds it to.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .am_status import StatusBoard
+from .attempts import Resume
+from .backends import ClusterManager, Container
+from .events import EventLog
+from .liveness import Liveness
+from .policy import Policy
+from .progress import TaskProgress
+from .spec import JobSpec
+from .status import JobState, JobStatus, TaskState, TaskStatus
+from .store_watch import StoreWatch
+
+__all__ = ["AMState", "Task"]
+
+_FINAL = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
+
+
+@dataclass
+class Task:
+    """The AM's record of one task in the current session."""
+
+    status: TaskStatus
+    container: Container
+    session_id: int
+    launched_at: float = field(default_factory=time.time)
+    registered_at: float | None = None
+    last_heartbeat: float | None = None
+    fixed_port: int | None = None
+    stopping: bool = False
+    #: what the executor reported at the end: (exit code, diagnostics)
+    reported: tuple[int, str] | None = None
+    #: since when the AM waits for the cluster to say how the task's container ended
+    held_since: float | None = None
+    progress: TaskProgress = field(default_factory=TaskProgress)
+
+    @property
+    def id(self) -> str:
+        return self.status.task_id
+
+    @property
+    def final(self) -> bool:
+        return self.status.state in _FINAL
+
+
+class AMState:
+    """The job's state in the AM (see the module docstring)."""
+
+    # what the job is, fixed for the AM's life
+    spec: JobSpec
+    app_id: str
+    app_dir: Path
+    cluster: ClusterManager
+    policy: Policy
+    liveness: Liveness
+    #: the task types in the spec's order (the cluster spec lists them so)
+    type_order: list[str]
+    #: TonY's chief: (type, index)
+    chief: tuple[str, int]
+    #: the monitor's longest sleep, in seconds
+    tick: float
+
+    # shared by the monitor and the server threads, under ``lock``
+    lock: threading.RLock
+    #: notified on every change a decision may follow from (the monitor waits on it)
+    cond: threading.Condition
+    events: EventLog
+    status: JobStatus
+    board: StatusBoard
+    store: StoreWatch
+    #: the current session's tasks, by task id
+    tasks: dict[str, Task]
+    session_id: int
+    #: the cluster spec, once every task of the session registered
+    cluster_spec: dict[str, list[str]] | None
+    #: set when the current session's gang has registered (a new event per session)
+    gang_ready: threading.Event
+    #: why the checkpoint store's trouble must fail the job, once it must
+    store_failure: str | None
+    #: why the job is being killed, once it is
+    kill_requested: str | None
+    #: set with ``kill_requested``: an allocation in progress stops waiting
+    cancel: threading.Event
+
+    def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
+                 resume: Resume | None = None):
+        self.spec, self.app_id, self.app_dir, self.cluster = spec, app_id, Path(app_dir), cluster
+        # The spec derives these from its flat conf on every access; the monitor and the handlers
+        # need them on every pass, so take them once.
+        self.policy = Policy.from_spec(spec)
+        self.liveness = Liveness.from_spec(spec)
+        self.type_order = list(spec.tasks)
+        self.chief = self.policy.chief
+        self.tick = self.liveness.tick
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.events = EventLog(self.app_dir / "events.jsonl")
+        resume = resume or Resume()
+        self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
+                                started_at=resume.started_at or time.time(), backend=cluster.name,
+                                retries=resume.retries, reclaims=resume.reclaims, am_attempt=resume.attempt,
+                                warnings=list(spec.warnings), diagnostics=resume.diagnostics)
+        self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
+                                 series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
+        self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
+        self.tasks = {}
+        self.session_id = 0
+        self.cluster_spec = None
+        self.gang_ready = threading.Event()
+        self.store_failure = None
+        self.kill_requested = None
+        self.cancel = threading.Event()
+
+    # ---------------------------------------------------------------- changes (lock held)
+    def publish(self, force: bool = False) -> None:
+        """Marks the status changed and wakes the monitor, which persists it outside the lock (see
+        :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
+        self.board.changed(force)
+        self.cond.notify_all()
+
+    def set_task_state(self, task: Task, state: str, **extra: Any) -> None:
+        """A task's new state, in its status and the event log. Called with the lock held."""
+        task.status.state = state
+        if task.final and task.status.metrics:
+            extra.setdefault("metrics", task.status.metrics)  # the final figures stay in the task's last event
+        self.events.emit("task_state", task=task.id, session=task.session_id, state=state, **extra)
+        self.publish()
+
+    def warnings_changed(self) -> None:
+        """The store's warnings changed: the status shows the spec's and the store's. Lock held."""
+        self.status.warnings = [*self.spec.warnings, *self.store.warnings]
+
+    def fail_for_store(self, why: str) -> None:
+        """The checkpoint store's trouble fails the job (``tony.checkpoint.on-store-failure``); the
+        monitor ends the session on its next pass. Called with the lock held."""
+        if not self.store_failure:
+            self.store_failure = why
+            self.cond.notify_all()
+
+    def request_kill(self, reason: str) -> None:
+        """Called with the lock held; the monitor ends the job on its next pass."""
+        self.kill_requested = reason
+        self.cancel.set()
+        self.events.emit("kill_requested", reason=reason)
+        self.cond.notify_all()
+
+    # ---------------------------------------------------------------- views
+    def cluster_dict(self) -> dict[str, list[str]]:
+        """The registered tasks' addresses by type, in the spec's order and by index."""
+        out: dict[str, list[str]] = {}
+        for t in sorted(self.tasks.values(), key=lambda t: (self.type_order.index(t.status.type), t.status.index)):
+            out.setdefault(t.status.type, []).append(f"{t.status.host}:{t.status.port}")
+        return out
+
+    def status_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return self.status.to_dict()
+
+    def record(self) -> dict[str, Any]:
+        """The job's record as the history will keep it, as it stands now (:mod:`tony_workflow.history`)."""
+        from .history import live_record
+
+        with self.lock:
+            status = self.status.to_dict()
+        record: dict[str, Any] = live_record(status, self.app_dir, self.spec, self.board.series_dict())
+        return record
+
+    def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
+        with self.lock:
+            return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}

@@ -98,7 +98,7 @@ class TaskExecutor:
         self.interval = max(0.05, self.spec.heartbeat_interval_ms / 1000.0)
         self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
         self._wake = threading.Event()  # set when the user process ends or a stop is asked for
-        self.mirror = None  # a storage.CheckpointMirror on the chief when checkpoints are mirrored
+        self.mirror = None  # a checkpoint_mirror.CheckpointMirror on the chief when checkpoints are mirrored
         self.store_error: str | None = None  # why the checkpoint store last failed, until it works again
         self.store_ok = False  # a sync succeeded since the last failure
         self.restored: dict | None = None  # which checkpoint this task resumed from
@@ -322,8 +322,9 @@ class TaskExecutor:
         """Restores the checkpoint directory: from the store, or from a newer complete checkpoint an
         earlier container of the chief left on this machine (``TONY_CHECKPOINT_FALLBACKS``) when the
         store is behind or cannot be read. Remembers what it resumed from, and the steps lost."""
+        from .checkpoint_mirror import CheckpointMirror
         from .checkpoints import choose, inspect, replace_with
-        from .storage import CheckpointMirror, open_storage
+        from .storage import open_storage
 
         try:
             self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)

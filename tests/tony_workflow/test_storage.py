@@ -1,6 +1,7 @@
 import os
 
-from tony_workflow.storage import CheckpointMirror, LocalStorage, upload_order
+from tony_workflow.checkpoint_mirror import CheckpointMirror, upload_order
+from tony_workflow.storage import LocalStorage
 
 
 class RecordingStorage(LocalStorage):

@@ -191,7 +191,8 @@ def test_state_files_below_the_top_count_too(tmp_path):
 
 
 def test_a_checkpoint_the_trainer_removes_when_done_stays_in_the_store(tmp_path):
-    from tony_workflow.storage import CheckpointMirror, open_storage
+    from tony_workflow.checkpoint_mirror import CheckpointMirror
+    from tony_workflow.storage import open_storage
 
     local = tmp_path / "local"
     backup = _tf_dir(local / "backup" / "chief", [12], 12)

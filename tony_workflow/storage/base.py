@@ -1,0 +1,76 @@
+"""The store interface: whole files under slash-separated keys, and what every store shares.
+
+A store never lists a file that is still being written (:func:`is_temp`: a writer's partial file,
+a checkpoint writer's temporary one), so a reader sees a file whole or not at all. Stores retry
+their own transient failures (:func:`retry`) and surface the rest as :class:`OSError`
+(``FileNotFoundError``, ``PermissionError``, :class:`~tony_workflow.errors.StoreError`).
+"""
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = ["Entry", "Storage", "is_temp", "retry"]
+
+T = TypeVar("T")
+
+# Files a checkpoint writer produces while saving; copying them would publish half a checkpoint.
+_TEMP_MARKERS = (".tmp", "_temp", ".tony-part", "~")
+
+
+def is_temp(name: str) -> bool:
+    """Whether ``name`` (a key or a file's name) is a file still being written."""
+    base = name.rsplit("/", 1)[-1]
+    return any(m in base for m in _TEMP_MARKERS) or base.startswith(".")
+
+
+_PERMANENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _transient_os_error(e: BaseException) -> bool:
+    # A missing file, a refused permission, a full disk or a read-only store stay so: no retry.
+    return (isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, PermissionError))
+            and e.errno not in _PERMANENT_ERRNOS)
+
+
+def retry(fn: Callable[[], T], attempts: int = 5, base_delay: float = 0.2,
+          retry_on: Callable[[BaseException], bool] | None = None) -> T:
+    """Runs ``fn`` up to ``attempts`` times, sleeping ``base_delay`` × 2^n between tries, and
+    raises the last error as it was. By default it retries an OSError other than a missing file,
+    a refused permission, a full disk or a read-only store (network filesystems hiccup);
+    ``retry_on`` picks the retried errors instead."""
+    import tenacity  # on the first store operation, not with every program that can open a store
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_exponential(multiplier=base_delay, min=base_delay),
+        retry=tenacity.retry_if_exception(retry_on or _transient_os_error),
+        reraise=True)
+    return retrying(fn)
+
+
+@dataclass(frozen=True)
+class Entry:
+    size: int
+    mtime: float
+
+
+class Storage:
+    """Interface of a file store. Keys are relative, slash-separated paths."""
+
+    uri: str
+
+    def list(self, prefix: str) -> dict[str, Entry]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def put(self, local: Path, key: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def get(self, key: str, local: Path) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError

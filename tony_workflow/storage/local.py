@@ -1,0 +1,62 @@
+"""A store in a local (or mounted) directory."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from .base import Entry, Storage, is_temp, retry
+
+__all__ = ["LocalStorage"]
+
+
+class LocalStorage(Storage):
+    """A directory on the local filesystem (or any mounted one)."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        self.uri = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        p = (self.root / key).resolve()
+        if self.root.resolve() not in (p, *p.parents):
+            raise ValueError(f"storage key escapes the store: {key!r}")
+        return p
+
+    def list(self, prefix: str) -> dict[str, Entry]:
+        base = self._path(prefix) if prefix else self.root
+        out: dict[str, Entry] = {}
+        if not base.is_dir():
+            return out
+        for p in base.rglob("*"):
+            if p.is_file() and not is_temp(p.name):
+                st = p.stat()
+                out[p.relative_to(base).as_posix()] = Entry(st.st_size, st.st_mtime)
+        return out
+
+    def put(self, local: Path, key: str) -> None:
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(dest.name + ".tony-part")
+
+        def copy() -> None:
+            try:
+                shutil.copyfile(local, part)
+                os.replace(part, dest)  # atomic: readers see the old file or the whole new one
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    part.unlink()  # a full disk or a refused write leaves no partial file behind
+                raise
+
+        retry(copy)
+
+    def get(self, key: str, local: Path) -> None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        retry(lambda: shutil.copyfile(self._path(key), local))
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass

@@ -87,9 +87,9 @@ class Sampler:
         self._thread.join()
 
     def _local(self) -> tuple[int, int, set[str]]:
-        from tony_workflow.backends.local import _locked_json, cluster_dir
+        from tony_workflow.backends.local_ledger import cluster_dir, locked_json
         from tony_workflow.spec.site import local_settings
-        with _locked_json(cluster_dir() / "ledger.json", {}) as ledger:
+        with locked_json(cluster_dir() / "ledger.json", {}) as ledger:
             used = sum(a["memory_mb"] for a in (ledger.get("allocations") or {}).values())
             waiting = {q["app"] for q in ledger.get("queue") or []} & self.apps
             held = set(ledger.get("allocations") or {})

@@ -126,7 +126,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from .backends.local import cluster_dir
+    from .backends.local_ledger import cluster_dir
     from .retention import clean, human_size, parse_duration
     from .spec import local_settings
 

@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return sup.run()
     finally:
         if args.backend == "local":
-            from .backends.local import forget_allocation
+            from .backends.local_ledger import forget_allocation
             forget_allocation(app_dir.name)
 
 

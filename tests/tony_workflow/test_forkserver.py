@@ -14,7 +14,8 @@ import yaml
 
 from tests.conftest import wait_for
 from tony_workflow.backends.base import Container
-from tony_workflow.backends.local import Inventory, LocalClusterManager
+from tony_workflow.backends.local import LocalClusterManager
+from tony_workflow.backends.local_ledger import Inventory
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.forkserver import ForkServer, ForkServerGone
 from tony_workflow.spec import SpecError

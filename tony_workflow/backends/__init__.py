@@ -39,7 +39,7 @@ def history_default(name: str) -> str:
     if name == "yarn":
         from ..process import user_name
         return f"hdfs:///user/{user_name()}/.tony/history"
-    from .local import tony_home
+    from .local_ledger import tony_home
     return str(tony_home() / "history")
 
 

@@ -1,25 +1,15 @@
 """The embedded local cluster: containers are process groups on this machine.
 
-There is no daemon. Cluster state lives under ``$TONY_HOME/local`` (default ``~/.tony/local``):
-``cluster.json`` (the cluster's start time and the application counter) and ``ledger.json`` (who
-holds which resources, and who waits), both changed only under an exclusive ``flock``. Every AM
-allocates its whole gang (its own container plus all tasks) in one step, and waiting AMs are
-served strictly first-come-first-served, so two jobs can never deadlock holding half of what they
-need, and a big job is not starved by a stream of small ones. Entries of dead AMs are reclaimed.
-
-How vcores are counted: memory and GPUs are never oversubscribed, but a vcore here is a share of a
-core, not a core: the capacity is ``cores × tony.local.vcore-oversubscription`` (default 4; like
-every ``tony.local.*`` setting it comes from ``$TONY_CONF_DIR/tony-site.xml``, never from a job), because
-training tasks on one machine spend much of their time waiting on each other, and an AM plus a
-3–4 task job must fit on a 2-core machine.
-
-Processes (containers, AMs) are watched and killed through :mod:`tony_workflow.process`, which the
-fork server and the executor use too.
+:class:`LocalClusterManager` is the AM's side: it takes the job's gang from the cluster's books
+(:mod:`.local_ledger`: what the machine offers, who holds what, who waits, first come first served)
+and launches, watches and kills containers as process groups, through the fork server where it
+runs (:mod:`tony_workflow.forkserver`) and :mod:`tony_workflow.process`, which the executor uses
+too. :class:`LocalBackend` is the client's side: it stages and submits a job (its supervisor runs
+the AM's attempts), finds the AM, reads a job's status and logs.
 """
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -28,39 +18,29 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-
-import psutil
 
 from .. import process
 from ..attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ..errors import UnknownApplication
 from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
-from ..spec import JobSpec, LocalCapacity, LocalSettings, local_settings
+from ..spec import JobSpec, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
 from .base import (
     AMEndpoint,
     AMIdentity,
     Backend,
-    Capacity,
     ClusterManager,
     Container,
     ContainerRequest,
     NeverFits,
-    Wait,
-    check_fits,
     gang_requests,
     label_key,
 )
+from .local_ledger import Inventory, Ledger, cluster_dir, join_queue, next_application_id
 
-__all__ = ["Inventory", "LocalBackend", "LocalClusterManager", "detect_gpus", "tony_home"]
-
-
-def tony_home() -> Path:
-    return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
+__all__ = ["LocalBackend", "LocalClusterManager"]
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -87,122 +67,8 @@ def _read_only(root: Path) -> None:
                 os.chmod(path, os.stat(path).st_mode & ~0o222)
 
 
-def cluster_dir() -> Path:
-    d = tony_home() / "local"
-    (d / "apps").mkdir(parents=True, exist_ok=True)
-    return d
-
-
-@contextlib.contextmanager
-def _locked_json(path: Path, default: dict) -> Iterator[dict]:
-    """Read-modify-write of a JSON file under an exclusive lock on ``path.lock``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            try:
-                data = json.loads(path.read_text())
-            except (FileNotFoundError, json.JSONDecodeError):
-                data = json.loads(json.dumps(default))
-            before = json.dumps(data, sort_keys=True)
-            yield data
-            if json.dumps(data, sort_keys=True) != before:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-                os.replace(tmp, path)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def next_application_id() -> str:
-    """``application_<cluster start ms>_<seq>``: YARN's shape, so YARN-id parsers work unchanged."""
-    with _locked_json(cluster_dir() / "cluster.json", {}) as c:
-        c.setdefault("cluster_timestamp", int(time.time() * 1000))
-        c["next_seq"] = c.get("next_seq", 0) + 1
-        return f"application_{c['cluster_timestamp']}_{c['next_seq']:04d}"
-
-
-def detect_gpus() -> list[int]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [int(x) for x in out.split() if x.strip().isdigit()]
-
-
-@dataclass
-class Inventory:
-    """What this machine offers to containers."""
-
-    memory_mb: int
-    vcores: int
-    gpus: list[int]
-
-    @classmethod
-    def of(cls, capacity: LocalCapacity) -> Inventory:
-        """The inventory ``capacity`` describes, asking the machine for what it leaves unset."""
-        memory_mb = capacity.memory_mb or psutil.virtual_memory().total // (1024 * 1024)
-        vcores = int((capacity.vcores or os.cpu_count() or 1) * capacity.oversubscription)
-        gpus = list(capacity.gpus) if capacity.gpus is not None else detect_gpus()
-        return cls(memory_mb, vcores, gpus)
-
-    def check_fits(self, requests: list[ContainerRequest]) -> None:
-        """Raises :class:`NeverFits` naming the key to change when the gang can never be placed.
-        One machine: its largest node and its whole are the same."""
-        offer = Capacity(self.memory_mb, self.vcores, len(self.gpus))
-        check_fits(requests, offer, offer, node="this machine", cluster="this machine", hints=_HINTS)
-
-
-# Where each amount of the embedded cluster comes from, so that an error says what to change.
-_HINTS = {"memory_mb": "tony.local.memory in $TONY_CONF_DIR/tony-site.xml",
-          "gpus": "tony.local.gpus in $TONY_CONF_DIR/tony-site.xml",
-          "vcores": "cores × tony.local.vcore-oversubscription in $TONY_CONF_DIR/tony-site.xml"}
-
 #: The local cluster's settings as the client read them at submission, beside the job's spec.
 SETTINGS_FILE = "local-cluster.json"
-
-
-def _wait_reason(requests: list[ContainerRequest], ahead: list[str], inv: Inventory, used_mem: int, used_vc: int,
-                 free_gpus: int, holders: list[str]) -> str:
-    """Why a gang waits on the embedded cluster: jobs ahead (first come, first served), or the
-    resource that the jobs holding their gangs leave short."""
-    tasks = [r for r in requests if r.task_id != "am"] or requests
-    ttype = max(tasks, key=lambda r: (r.gpus, r.memory_mb, r.vcores)).task_id.split(":")[0]
-    of_type = [r for r in tasks if r.task_id.split(":")[0] == ttype]
-    r = of_type[0]
-    shape = f"{r.memory_mb} MB, {r.vcores} vcore{'' if r.vcores == 1 else 's'}" + (f", {r.gpus} GPUs" if r.gpus else "")
-    head = f"{ttype}: 0 of {len(of_type)} containers ({shape} each); blocked by "
-    if ahead:
-        shown = ", ".join(ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
-        return head + f"{len(ahead)} job{'' if len(ahead) == 1 else 's'} ahead on the embedded cluster ({shown}), " \
-                      "served first come, first served"
-    held = f", held by {', '.join(holders[:3])}" + (f" and {len(holders) - 3} more" if len(holders) > 3 else "") \
-        if holders else ""
-    need_mem, need_vc = sum(q.memory_mb for q in requests), sum(q.vcores for q in requests)
-    need_gpu = sum(q.gpus for q in requests)
-    if need_gpu > free_gpus:
-        return head + f"GPUs: the gang needs {need_gpu} at once and {free_gpus} of {len(inv.gpus)} are free{held}"
-    if used_mem + need_mem > inv.memory_mb:
-        return head + (f"memory: the gang needs {need_mem} MB at once and {inv.memory_mb - used_mem} MB of "
-                       f"{inv.memory_mb} MB are free{held}")
-    return head + (f"vcores: the gang needs {need_vc} at once and {inv.vcores - used_vc} of {inv.vcores} are free"
-                   f"{held}")
-
-
-def _app_seq(app_id: str) -> tuple[int, int]:
-    _, ts, seq = app_id.split("_")
-    return int(ts), int(seq)
-
-
-def enqueue(ledger: dict, app_id: str, pid: int) -> None:
-    """Queues in submission order (the application sequence), whichever AM reaches the ledger first."""
-    ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "started": process.start_time(pid),
-                                           "since": time.time()})
-    ledger["queue"].sort(key=lambda q: _app_seq(q["app"]))
 
 
 class LocalClusterManager(ClusterManager):
@@ -219,7 +85,7 @@ class LocalClusterManager(ClusterManager):
         self.owner_pid = owner_pid or os.getpid()
         self.owner_started = owner_started if owner_pid else process.start_time(self.owner_pid)
         self.attempt = attempt
-        self.ledger = cluster_dir() / "ledger.json"
+        self.books = Ledger(app_id, inventory, self.owner_pid, self.owner_started)
         self._procs: dict[str, subprocess.Popen] = {}
         self._forked: dict[str, int] = {}  # container id -> pid, for containers the fork server started
         self._started_at: dict[str, float | None] = {}  # container id -> its first process's start time
@@ -249,62 +115,19 @@ class LocalClusterManager(ClusterManager):
         secret = json.loads((app_dir / "am.secret").read_text())
         return cluster, AMIdentity(app_id, secret["token"], secret["view_token"], "127.0.0.1")
 
-    def _purge(self, L: dict) -> None:
-        L.setdefault("allocations", {})
-        L.setdefault("queue", [])
-        for app, a in list(L["allocations"].items()):
-            if not process.alive(a["pid"], a.get("started")):
-                del L["allocations"][app]
-        L["queue"] = [q for q in L["queue"] if process.alive(q["pid"], q.get("started"))]
-
     def allocate(self, requests: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
+        """Waits for the gang's turn in the books (:class:`~.local_ledger.Ledger`), saying why while it waits."""
         self.inventory.check_fits(requests)
-        inv = self.inventory
         try:
-            while True:
-                with _locked_json(self.ledger, {}) as L:
-                    self._purge(L)
-                    held = L["allocations"].get(self.app_id)
-                    if held is not None:
-                        # An earlier attempt's gang, kept by the job's supervisor while it cleared
-                        # what that attempt left: this attempt takes it over as it is.
-                        L["queue"] = [q for q in L["queue"] if q["app"] != self.app_id]
-                        return self._containers(requests, list(held["gpus"]))
-                    if not any(q["app"] == self.app_id for q in L["queue"]):
-                        enqueue(L, self.app_id, self.owner_pid)
-                    used_mem = sum(a["memory_mb"] for a in L["allocations"].values())
-                    used_vc = sum(a["vcores"] for a in L["allocations"].values())
-                    used_gpu = {g for a in L["allocations"].values() for g in a["gpus"]}
-                    free_gpu = [g for g in inv.gpus if g not in used_gpu]
-                    head = L["queue"][0]["app"] == self.app_id
-                    need_gpu = sum(r.gpus for r in requests)
-                    fits = (used_mem + sum(r.memory_mb for r in requests) <= inv.memory_mb
-                            and used_vc + sum(r.vcores for r in requests) <= inv.vcores
-                            and need_gpu <= len(free_gpu))
-                    if not (head and fits):
-                        ahead = [q["app"] for q in L["queue"][:[q["app"] for q in L["queue"]].index(self.app_id)]]
-                        wait = Wait(_wait_reason(requests, ahead, inv, used_mem, used_vc, len(free_gpu),
-                                                 sorted(L["allocations"])), tuple(ahead))
-                    if head and fits:
-                        containers = self._containers(requests, free_gpu)
-                        L["allocations"][self.app_id] = {
-                            "pid": self.owner_pid, "started": self.owner_started,
-                            "since": time.time(),
-                            "memory_mb": sum(r.memory_mb for r in requests),
-                            "vcores": sum(r.vcores for r in requests),
-                            "gpus": [g for c in containers for g in c.gpu_indices],
-                        }
-                        L["queue"] = [q for q in L["queue"] if q["app"] != self.app_id]
-                        break
-                self.waiting(wait)
+            while (taken := self.books.take(requests))[0] is None:
+                self.waiting(taken[1])
                 if cancel.wait(0.25):
                     raise InterruptedError("allocation cancelled")
         except BaseException:
-            with _locked_json(self.ledger, {}) as L:
-                L["queue"] = [q for q in L.get("queue", []) if q["app"] != self.app_id]
+            self.books.leave_queue()
             raise
         self.waiting(None)
-        return containers
+        return self._containers(requests, taken[0])
 
     def _containers(self, requests: list[ContainerRequest], gpus: list[int]) -> list[Container]:
         """One container per request, handing out ``gpus`` in request order."""
@@ -433,14 +256,7 @@ class LocalClusterManager(ClusterManager):
             process.kill_tree(pid, 2.0, started=self._started_at.get(cid))
         if self._forks is not None:
             self._forks.close()
-        forget_allocation(self.app_id)
-
-
-def forget_allocation(app_id: str) -> None:
-    """Gives the application's resources back to the local cluster and takes it out of the queue."""
-    with _locked_json(cluster_dir() / "ledger.json", {}) as L:
-        L.get("allocations", {}).pop(app_id, None)
-        L["queue"] = [q for q in L.get("queue", []) if q["app"] != app_id]
+        self.books.release()
 
 
 class LocalBackend(Backend):
@@ -495,8 +311,7 @@ class LocalBackend(Backend):
         finally:
             os.close(err_fd)
         # Take the job's place in the queue now, so jobs are served in the order they were submitted.
-        with _locked_json(cluster_dir() / "ledger.json", {}) as L:
-            enqueue(L, app_id, sup.pid)
+        join_queue(app_id, sup.pid)
         return app_id
 
     def _secret(self, app_id: str) -> dict:

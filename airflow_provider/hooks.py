@@ -14,7 +14,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from tony_workflow.client import JobHandle, TonyClient
-from tony_workflow.follow import JobUpdate
+from tony_workflow.client.follow import JobUpdate
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobStatus
 

@@ -20,8 +20,8 @@ from airflow_provider.hooks import TonyHook
 from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTrackingLink
 from airflow_provider.triggers import TonyJobTrigger
 from tony_workflow.client import load_job
+from tony_workflow.client.follow import JobUpdate
 from tony_workflow.errors import ConfigError, LoginError, SpecError, SubmissionRefused, TonyError, UnknownApplication
-from tony_workflow.follow import JobUpdate
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobState, JobStatus
 

@@ -1,6 +1,6 @@
 """TonyJobTrigger: polls an application from the triggerer until it ends.
 
-A small poller: the job follower (:class:`tony_workflow.follow.Follower`) says what changed, the
+A small poller: the job follower (:class:`tony_workflow.client.follow.Follower`) says what changed, the
 hook reads the status and kills; the trigger only sleeps between reads, logs each change, and fires
 one event when the application is final.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tony_workflow.follow import Follower
+from tony_workflow.client.follow import Follower
 
 if TYPE_CHECKING:
     from airflow_provider.hooks import TonyHook

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import TextIO
 
 from tony_workflow.client import TonyClient
+from tony_workflow.client.follow import JobUpdate, diff
 from tony_workflow.errors import ConfigError, SpecError, SubmissionRefused, TonyError
-from tony_workflow.follow import JobUpdate, diff
 from tony_workflow.spec import SpecIssue
 from tony_workflow.status import JobStatus
 

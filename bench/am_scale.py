@@ -1,6 +1,6 @@
 """am_scale: 1,000 simulated executors against the real ApplicationMaster.
 
-The AM is ``tony_workflow.am.ApplicationMaster`` itself, run in a process of its own with a
+The AM is ``tony_workflow.am.master.ApplicationMaster`` itself, run in a process of its own with a
 cluster manager whose ``launch`` starts nothing: each of the N tasks it "launches" is played by a
 simulated executor in other processes. A simulated executor does what the real one does over the
 wire, with the real client (``tony_workflow.rpc.AMClient``), one session shared by two threads:
@@ -13,7 +13,7 @@ registration burst and in the steady state of N heartbeats per second.
 
 Two floors, the same clients against a null gang server (a counter and an event instead of the
 AM's logic, the same token check): once on the standard library's ``http.server``, once on the AM's
-own transport (:class:`tony_workflow.am_http.AMHttpServer`). The AM against the second is what its
+own transport (:class:`tony_workflow.am.server.AMHttpServer`). The AM against the second is what its
 logic adds; the second against the first is what its wire saves.
 
 Goal: all N hold the spec in < 2 s; the AM uses < 25 % of one core at N heartbeats per second.
@@ -49,7 +49,7 @@ def container_id(task_id: str) -> str:
 # ------------------------------------------------------------------ the AM under test
 
 def serve_am(d: Path, n: int, profile_out: Path | None) -> int:
-    from tony_workflow.am import ApplicationMaster
+    from tony_workflow.am.master import ApplicationMaster
     from tony_workflow.backends.base import ClusterManager, Container
     from tony_workflow.client import load_job
 
@@ -222,7 +222,7 @@ def serve_null_transport(d: Path, n: int) -> int:
     """The same null gang server's logic on the AM's own transport (``AMHttpServer``): what the
     AM's wire costs without the AM, so that the AM's ratio to it is what its logic adds."""
     from tony_workflow import protocol
-    from tony_workflow.am_http import AMHttpServer
+    from tony_workflow.am.server import AMHttpServer
 
     secret = json.loads((d / "secret.json").read_text())
     lock = threading.Lock()

@@ -223,7 +223,7 @@ def yarn_am_process(app_id: str) -> psutil.Process:
     directory names the application) recorded in am.json."""
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+            if "tony_workflow.am.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
                 am = psutil.Process(json.loads((Path(p.cwd()) / "am.json").read_text())["pid"])
                 if am.ppid() == p.pid:
                     return am

@@ -83,7 +83,7 @@ _LISTEN = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',int(s
            "s.listen(); time.sleep(60)")
 _HTTPD = ("import sys,http.server as h; "
           "h.ThreadingHTTPServer(('127.0.0.1',int(sys.argv[1])),h.BaseHTTPRequestHandler).serve_forever()")
-_AM_IMPORTS = "import tony_workflow.am, tony_workflow.backends.local; " + _HTTPD
+_AM_IMPORTS = "import tony_workflow.am.master, tony_workflow.backends.local; " + _HTTPD
 
 
 def until_listening(code: str) -> float:

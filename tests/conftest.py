@@ -61,7 +61,7 @@ def local_site(tmp_path, monkeypatch):
 
 def run_tony(*args: str, timeout: float = 600, env: dict | None = None, cwd: Path | None = None):
     """Runs the real ``tony`` command line in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "tony_workflow.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tony_workflow.client.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd or REPO, check=False)
 
 

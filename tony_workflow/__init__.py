@@ -3,6 +3,6 @@
 User code imports :func:`report` from here to tell its job how far training has got; the rest of
 the package is the runtime (client, ApplicationMaster, executors) and is imported by its own modules.
 """
-from .reporting import report
+from .task.reporting import report
 
 __all__ = ["report"]

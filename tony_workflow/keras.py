@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .reporting import report
+from .task.reporting import report
 
 __all__ = ["ProgressCallback"]
 

@@ -1,7 +1,7 @@
 """The AM's view of training progress: per task, and for the job.
 
 Executors forward what user code reported through :func:`tony_workflow.report` with every
-heartbeat (:mod:`tony_workflow.reporting`). A :class:`TaskProgress` keeps one task's newest report,
+heartbeat (:mod:`tony_workflow.task.reporting`). A :class:`TaskProgress` keeps one task's newest report,
 when it arrived by the AM's clock (executors send the report's age, not a time stamp, so hosts need
 not agree on the time), and enough recent points to estimate a rate. :func:`job_progress` makes the
 job's progress from the chief's (TonY's chief: ``chief``, else ``worker:0``), or from the task that

@@ -1,6 +1,6 @@
 """The ApplicationMaster's HTTP/JSON protocol, defined once for both ends.
 
-The AM's server (:mod:`tony_workflow.am_http`) dispatches on these routes and the client
+The AM's server (:mod:`tony_workflow.am.server`) dispatches on these routes and the client
 (:class:`tony_workflow.rpc.AMClient`) builds its requests from them, so a route's path, method
 or fields cannot drift apart between the two. A POST carries its fields as a JSON body, a GET as
 query parameters (which arrive as text, hence each field's type and the default the AM assumes

@@ -78,7 +78,7 @@ class TaskStatus:
     pid: int | None = None
     container_id: str | None = None
     restarts: int = 0
-    #: resources its processes use (:class:`tony_workflow.metrics.TaskSampler`): ``rss_mb``,
+    #: resources its processes use (:class:`tony_workflow.task.metrics.TaskSampler`): ``rss_mb``,
     #: ``max_rss_mb``, ``avg_rss_mb``, ``cpu_percent``, and with GPUs ``gpu_util_percent``, ``gpu_mem_mb``
     metrics: dict[str, Any] = field(default_factory=dict)
     #: what its code last reported through ``tony_workflow.report``: ``step``, ``total``,

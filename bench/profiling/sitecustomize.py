@@ -32,7 +32,7 @@ if _out:
             if "TONY_TASK_ID" in os.environ:
                 role = "executor"
             else:
-                role = "am" if "tony_workflow.am" in words else "executor" if "tony_workflow.executor" in words else "other"
+                role = "am" if "tony_workflow.am.master" in words else "executor" if "tony_workflow.task.executor" in words else "other"
             if role == "other":
                 return
             os.makedirs(_out, exist_ok=True)

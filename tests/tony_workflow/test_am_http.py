@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from tony_workflow import protocol
-from tony_workflow.am_http import AMHttpServer
+from tony_workflow.am.server import AMHttpServer
 from tony_workflow.rpc import AMClient, AMError
 
 TOKEN, VIEW = "secret-token", "view-token"

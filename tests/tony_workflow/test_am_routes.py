@@ -1,5 +1,5 @@
-"""The AM's route handlers on its declared state (:mod:`tony_workflow.am_routes`,
-:mod:`tony_workflow.am_state`): what each records, what each refuses, and that none decides. The
+"""The AM's route handlers on its declared state (:mod:`tony_workflow.am.routes`,
+:mod:`tony_workflow.am.state`): what each records, what each refuses, and that none decides. The
 state holds the embedded cluster's real cluster manager, which launches nothing here; the last
 test puts the handlers behind the AM's real server and client."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from tony_workflow import protocol
-from tony_workflow.am_http import AMHttpServer
-from tony_workflow.am_routes import AMRoutes
-from tony_workflow.am_state import AMState, Task
+from tony_workflow.am.routes import AMRoutes
+from tony_workflow.am.server import AMHttpServer
+from tony_workflow.am.state import AMState, Task
 from tony_workflow.backends import Container
 from tony_workflow.backends.local import LocalClusterManager
 from tony_workflow.backends.local_ledger import Inventory

@@ -154,7 +154,7 @@ SITE_CASES = {
 
 
 def _submit(spec: Path, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec), *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "tony_workflow.client.cli", "submit", str(spec), *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=50, preexec_fn=_capped, env=dict(os.environ),
                           check=False)
 
@@ -236,7 +236,7 @@ def test_a_venv_archive_with_an_entry_outside_is_refused_at_submit(tony_home, tm
         archive.writestr("../../../tmp/planted.sh", "echo owned\n")
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({**JOB, "python_venv": "venv.zip"}))
-    r = subprocess.run([sys.executable, "-m", "tony_workflow.cli", "submit", str(spec)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "tony_workflow.client.cli", "submit", str(spec)], cwd=REPO,
                        capture_output=True, text=True, timeout=50, env=dict(os.environ), check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "python_venv" in r.stderr and "entry '../../../tmp/planted.sh' climbs out of the archive" in r.stderr

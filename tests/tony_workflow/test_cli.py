@@ -102,7 +102,7 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
 
     from tests.conftest import REPO, wait_for
 
-    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.cli", "submit", str(write_job(tmp_path, command="sleep 60")),
+    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "submit", str(write_job(tmp_path, command="sleep 60")),
                              "--wait", "--poll-interval", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ),
                             # As from a terminal: a runner that started the suite in the background

@@ -7,8 +7,8 @@ import pytest
 from tony_workflow import errors
 from tony_workflow.backends.base import NeverFits
 from tony_workflow.backends.rm import RMError
-from tony_workflow.cli import ERROR_REPORTS, error_report, main
 from tony_workflow.client import SubmitError, TonyClient
+from tony_workflow.client.cli import ERROR_REPORTS, error_report, main
 from tony_workflow.kerberos import LoginError
 from tony_workflow.minicluster import MiniClusterError
 from tony_workflow.rpc import AMError, AMUnreachable

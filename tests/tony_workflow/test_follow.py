@@ -5,7 +5,7 @@ import pytest
 
 from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient, load_job
-from tony_workflow.follow import Follower, diff
+from tony_workflow.client.follow import Follower, diff
 from tony_workflow.status import JobStatus, TaskStatus
 
 

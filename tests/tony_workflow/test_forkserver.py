@@ -17,8 +17,8 @@ from tony_workflow.backends.base import Container
 from tony_workflow.backends.local import LocalClusterManager
 from tony_workflow.backends.local_ledger import Inventory
 from tony_workflow.client import TonyClient, load_job
-from tony_workflow.forkserver import ForkServer, ForkServerGone
 from tony_workflow.spec import SpecError
+from tony_workflow.task.forkserver import ForkServer, ForkServerGone
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def server():
 
 INLINE = """
 import json, os, signal, sys, threading
-from tony_workflow.forkserver import ForkServer
+from tony_workflow.task.forkserver import ForkServer
 fs = ForkServer(inline=True)  # this process has one thread here, as the AM has when it starts it
 d = sys.argv[1]
 [ok] = fs.spawn_all([(["sh", "-c", "echo $X; exit 4"], {"X": "inline", "PATH": os.environ["PATH"]}, d, d + "/out",

@@ -1,4 +1,4 @@
-"""The AM's account of its gang (:mod:`tony_workflow.gang`): what it shows, when it gives back,
+"""The AM's account of its gang (:mod:`tony_workflow.am.gang`): what it shows, when it gives back,
 when the job is overdue. A fake clock; no cluster."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from tony_workflow.am.gang import AllocationTimeout, GangWatch
 from tony_workflow.backends import Wait
-from tony_workflow.gang import AllocationTimeout, GangWatch
 from tony_workflow.status import JobStatus
 
 

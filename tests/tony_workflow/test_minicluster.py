@@ -525,7 +525,7 @@ def test_stop_and_status_without_a_cluster(tmp_path):
 
 
 def test_the_tony_command_loads_the_mini_cluster_only_for_tony_minicluster():
-    code = ("import sys, tony_workflow.cli as cli; cli.build_parser().parse_args(['list']); "
+    code = ("import sys, tony_workflow.client.cli as cli; cli.build_parser().parse_args(['list']); "
             "print([m for m in sys.modules if m.startswith('tony_workflow.minicluster')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "[]"

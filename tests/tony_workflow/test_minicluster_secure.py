@@ -63,7 +63,7 @@ def secure(tmp_path_factory):
 
 def _shell(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Runs ``script`` in bash, as a person would type it; ``tony`` is this checkout's command."""
-    tony = f"{shlex.quote(sys.executable)} -m tony_workflow.cli"
+    tony = f"{shlex.quote(sys.executable)} -m tony_workflow.client.cli"
     return subprocess.run(["bash", "-c", f"tony() {{ {tony} \"$@\"; }}\nset -e\n{script}"], capture_output=True,
                           text=True, timeout=300, cwd=REPO, env=env or dict(os.environ), check=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tony_workflow.policy import LOST_EXIT_CODE, Action, Failure, Policy, describe_exit, failure_message
+from tony_workflow.am.policy import LOST_EXIT_CODE, Action, Failure, Policy, describe_exit, failure_message
 from tony_workflow.spec import load_spec
 from tony_workflow.status import JobState, TaskState, TaskStatus
 
@@ -228,7 +228,7 @@ def test_without_a_chief_type_worker_0_is_the_chief():
 
 
 def test_a_later_am_attempt_ends_the_job_only_when_training_had_completed():
-    from tony_workflow.attempts import finished_verdict
+    from tony_workflow.am.attempts import finished_verdict
     from tony_workflow.spec import JobSpec
 
     spec = JobSpec(conf={"tony.worker.instances": "2", "tony.ps.instances": "1"})

@@ -17,13 +17,13 @@ import pytest
 
 from tests.conftest import run_tony, wait_for
 from tests.tony_workflow.test_runtime import events, submit
-from tony_workflow import reporting
-from tony_workflow.follow import Follower
-from tony_workflow.liveness import Liveness
-from tony_workflow.metrics import GpuSampler, TaskSampler, visible_gpus
+from tony_workflow.am.liveness import Liveness
+from tony_workflow.client.follow import Follower
 from tony_workflow.progress import TaskProgress, job_progress
-from tony_workflow.reporting import ReportInbox
 from tony_workflow.status import JobStatus, progress_text
+from tony_workflow.task import reporting
+from tony_workflow.task.metrics import GpuSampler, TaskSampler, visible_gpus
+from tony_workflow.task.reporting import ReportInbox
 
 # ----------------------------------------------------------------- report() and the executor's inbox
 

@@ -1,7 +1,7 @@
 import os
 
-from tony_workflow.checkpoint_mirror import CheckpointMirror, upload_order
 from tony_workflow.storage import LocalStorage
+from tony_workflow.task.checkpoint_mirror import CheckpointMirror, upload_order
 
 
 class RecordingStorage(LocalStorage):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tony_workflow.checkpoint_mirror import CheckpointMirror
 from tony_workflow.storage import LocalStorage, WebHDFSStorage, open_storage
+from tony_workflow.task.checkpoint_mirror import CheckpointMirror
 
 pyhdfs = pytest.importorskip("pyhdfs")
 

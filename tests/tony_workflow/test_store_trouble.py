@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import app_processes, run_tony, wait_for
-from tony_workflow.checkpoints import choose, inspect
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.events import read_events
+from tony_workflow.task.checkpoints import choose, inspect
 
 # Counts steps into TONY_CHECKPOINT_DIR; fails once, in session 0, when told to.
 TRAINER = textwrap.dedent("""
@@ -191,8 +191,8 @@ def test_state_files_below_the_top_count_too(tmp_path):
 
 
 def test_a_checkpoint_the_trainer_removes_when_done_stays_in_the_store(tmp_path):
-    from tony_workflow.checkpoint_mirror import CheckpointMirror
     from tony_workflow.storage import open_storage
+    from tony_workflow.task.checkpoint_mirror import CheckpointMirror
 
     local = tmp_path / "local"
     backup = _tf_dir(local / "backup" / "chief", [12], 12)

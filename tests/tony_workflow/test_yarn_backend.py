@@ -114,7 +114,7 @@ def am_process(app_id: str):
 
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+            if "tony_workflow.am.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
                 pid = json.loads((Path(p.cwd()) / "am.json").read_text())["pid"]
                 am = psutil.Process(pid)
                 return am if am.ppid() == p.pid else None

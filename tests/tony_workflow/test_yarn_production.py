@@ -111,7 +111,7 @@ def supervisor_of(app_id: str) -> psutil.Process | None:
     """The job's supervisor: it runs in the AM's container, whose directory names the application."""
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "tony_workflow.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
+            if "tony_workflow.am.supervisor" in " ".join(p.info["cmdline"] or []) and app_id in p.cwd():
                 return p
         except (psutil.Error, OSError):
             continue
@@ -155,8 +155,8 @@ def test_docker_settings_reach_the_environment_of_every_container(cluster, yarn_
                 return p.environ()
         return {}
 
-    am = wait_for(lambda: container_env("tony_workflow.supervisor"), timeout=60)
-    worker = wait_for(lambda: container_env("tony_workflow.executor"), timeout=60)
+    am = wait_for(lambda: container_env("tony_workflow.am.supervisor"), timeout=60)
+    worker = wait_for(lambda: container_env("tony_workflow.task.executor"), timeout=60)
     assert am["YARN_CONTAINER_RUNTIME_TYPE"] == "docker" and am["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tony/am:1"
     assert worker["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
     assert worker["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tony/tf:2.21"

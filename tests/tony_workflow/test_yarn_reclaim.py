@@ -120,9 +120,9 @@ def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relau
     lost = node_of_task(info, st, "worker:0")
     assert lost in (1, 2), st.tasks[0].log_url
     am_nodes = {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
-                for p in app_processes(h.app_id) if "tony_workflow.supervisor" in " ".join(p.cmdline())}
+                for p in app_processes(h.app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())}
     assert am_nodes == {0}, am_nodes
-    before = {p.pid for p in app_processes(h.app_id) if "tony_workflow.executor" in " ".join(p.cmdline())}
+    before = {p.pid for p in app_processes(h.app_id) if "tony_workflow.task.executor" in " ".join(p.cmdline())}
     minicluster.stop_nodemanager(info["dir"], lost)
     # The lost node's processes are gone with it, and the worker comes back on the other labelled node.
     wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=60)
@@ -139,7 +139,7 @@ def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relau
 def am_node(info: dict, app_id: str) -> set[int]:
     """The NodeManagers whose containers run the job's supervisor (its AM container)."""
     return {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
-            for p in app_processes(app_id) if "tony_workflow.supervisor" in " ".join(p.cmdline())}
+            for p in app_processes(app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())}
 
 
 def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters):

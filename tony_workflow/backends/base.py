@@ -183,7 +183,7 @@ class ClusterManager(ABC):
     name: str = "local"
 
     #: the command a container runs to start the TaskExecutor
-    executor_argv: ClassVar[list[str]] = [sys.executable, "-m", "tony_workflow.executor"]
+    executor_argv: ClassVar[list[str]] = [sys.executable, "-m", "tony_workflow.task.executor"]
     #: the job's event log, given by the AM: what the cluster did to the job's placement, for the record
     events = None
     #: given by the AM: makes it look at its containers now rather than on its next pass
@@ -302,7 +302,7 @@ class ClusterManager(ABC):
         running that this backend can still reach."""
 
     def save_attempt_state(self, state: dict, app_dir: Path) -> None:
-        """Keeps where the job stands (:func:`tony_workflow.attempts.attempt_state`), and its events
+        """Keeps where the job stands (:func:`tony_workflow.am.attempts.attempt_state`), and its events
         in ``app_dir``, where an AM attempt in another container would find them; nothing where
         every attempt runs beside the job's directory. Called as each session starts."""
 

@@ -3,7 +3,7 @@
 :class:`LocalClusterManager` is the AM's side: it takes the job's gang from the cluster's books
 (:mod:`.local_ledger`: what the machine offers, who holds what, who waits, first come first served)
 and launches, watches and kills containers as process groups, through the fork server where it
-runs (:mod:`tony_workflow.forkserver`) and :mod:`tony_workflow.process`, which the executor uses
+runs (:mod:`tony_workflow.task.forkserver`) and :mod:`tony_workflow.process`, which the executor uses
 too. :class:`LocalBackend` is the client's side: it stages and submits a job (its supervisor runs
 the AM's attempts), finds the AM, reads a job's status and logs.
 """
@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 from .. import process
-from ..attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
+from ..am.attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ..errors import UnknownApplication
-from ..forkserver import ForkServer, ForkServerGone
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id
+from ..task.forkserver import ForkServer, ForkServerGone
 from .base import (
     AMEndpoint,
     AMIdentity,
@@ -299,11 +299,11 @@ class LocalBackend(Backend):
         _write_private(d / "status.json", json.dumps(status.to_dict()))
         token, view = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
         _write_private(d / "am.secret", json.dumps({"token": token, "view_token": view}))
-        # The job's supervisor runs its AM attempts (see tony_workflow.supervisor) and writes to the
+        # The job's supervisor runs its AM attempts (see tony_workflow.am.supervisor) and writes to the
         # AM's log files as well.
         err_fd = os.open(d / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            sup = subprocess.Popen([self.python, "-m", "tony_workflow.supervisor", "--backend", "local",
+            sup = subprocess.Popen([self.python, "-m", "tony_workflow.am.supervisor", "--backend", "local",
                                     "--app-dir", str(d)],
                                    cwd=d, stdout=subprocess.DEVNULL, stderr=err_fd, stdin=subprocess.DEVNULL,
                                    start_new_session=True, close_fds=True, umask=0o077,

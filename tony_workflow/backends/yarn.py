@@ -307,7 +307,7 @@ class YarnBackend(Backend):
                 return skein.Service(
                     resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
                                               gpus=task.resources.gpus),
-                    script=f"{conf_env}exec {python} -m tony_workflow.executor",
+                    script=f"{conf_env}exec {python} -m tony_workflow.task.executor",
                     files={"spec.json": spec_file, **conf_files, **task_files},
                     env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
                          **docker_env(task.docker_image, spec.docker_mounts)},
@@ -325,8 +325,8 @@ class YarnBackend(Backend):
             am_env[SPREAD_ENV] = encode_hosts(spread)
         services[AM_SERVICE] = skein.Service(
             resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
-            # The supervisor runs the AM's attempts in this container (tony_workflow.supervisor).
-            script=f"{conf_env}exec {python} -m tony_workflow.supervisor --backend yarn --app-dir .",
+            # The supervisor runs the AM's attempts in this container (tony_workflow.am.supervisor).
+            script=f"{conf_env}exec {python} -m tony_workflow.am.supervisor --backend yarn --app-dir .",
             files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
             # A container lost whole (its node) is started again elsewhere (yarn_attempts).
             max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),

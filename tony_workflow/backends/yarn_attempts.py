@@ -1,6 +1,6 @@
 """ApplicationMaster attempts on YARN that outlive the AM's container.
 
-Within one container the supervisor (:mod:`tony_workflow.supervisor`) runs the AM's attempts and
+Within one container the supervisor (:mod:`tony_workflow.am.supervisor`) runs the AM's attempts and
 everything a later attempt needs is in the container's directory. A container can be lost whole,
 though: its node dies, or the scheduler takes it back. skein then starts the ``tony-am`` service
 again in a new container on another node (the service may be restarted; see
@@ -45,7 +45,7 @@ def am_restarts(max_attempts: int, reclaim_retries: int) -> int:
 
 
 def save_state(app, state: dict) -> None:
-    """Keeps ``state`` (:func:`tony_workflow.attempts.attempt_state`) in the key-value store of the
+    """Keeps ``state`` (:func:`tony_workflow.am.attempts.attempt_state`) in the key-value store of the
     skein application ``app``. A failure is swallowed: it costs a lost container its resume point,
     not the job."""
     with contextlib.suppress(Exception):
@@ -99,8 +99,8 @@ def carry_over(app, app_dir: Path, me: str, store=None) -> dict:
     """What a new AM container takes over: ``{"attempt": the last attempt that ran (0: none),
     "counted": attempts that count, the lost one included if it counts, "why": how the previous
     container ended, "reclaimed": whether the cluster took it back}``. Writes the job's status
-    (for :func:`tony_workflow.attempts.resume_point`) and its events into ``app_dir``."""
-    from ..attempts import status_from_state
+    (for :func:`tony_workflow.am.attempts.resume_point`) and its events into ``app_dir``."""
+    from ..am.attempts import status_from_state
     from ..status import StatusFile
 
     raw = app.kv.get(KV_STATE)

@@ -4,7 +4,7 @@ A :class:`Storage` (:mod:`.base`) stores whole files under slash-separated keys:
 directory (:class:`LocalStorage`, :mod:`.local`) or a directory in HDFS over its HTTP API
 (:class:`WebHDFSStorage`, :mod:`.webhdfs`). :func:`open_storage` picks one from a location: a path,
 ``file://``, ``hdfs://`` or ``webhdfs://``. What is kept in them and in what order (the checkpoint
-mirror) is :mod:`tony_workflow.checkpoint_mirror`'s.
+mirror) is :mod:`tony_workflow.task.checkpoint_mirror`'s.
 """
 from __future__ import annotations
 

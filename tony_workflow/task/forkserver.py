@@ -29,11 +29,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from . import process
+from .. import process
 
 __all__ = ["ForkServer", "ForkServerGone"]
 
-EXECUTOR_MODULE = "tony_workflow.executor"
+EXECUTOR_MODULE = "tony_workflow.task.executor"
 
 
 class ForkServerGone(RuntimeError):
@@ -265,7 +265,8 @@ def serve() -> None:
     # (psutil on its first metrics sample, storage when it restores checkpoints, as every task does).
     import psutil  # noqa: F401
 
-    from . import executor, storage  # noqa: F401
+    from .. import storage  # noqa: F401
+    from . import executor  # noqa: F401
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

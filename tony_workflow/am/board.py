@@ -19,8 +19,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .progress import TaskProgress, job_progress
-from .status import JobStatus, StatusFile
+from ..progress import TaskProgress, job_progress
+from ..status import JobStatus, StatusFile
 
 __all__ = ["SERIES_FILE", "Series", "StatusBoard"]
 

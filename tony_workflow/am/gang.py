@@ -21,8 +21,8 @@ import random
 import time
 from collections.abc import Callable
 
-from .backends import Wait
-from .status import JobStatus
+from ..backends import Wait
+from ..status import JobStatus
 
 __all__ = ["AllocationTimeout", "GangWatch"]
 

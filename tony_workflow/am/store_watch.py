@@ -10,7 +10,7 @@ It keeps no lock of its own: the AM calls it under its lock.
 """
 from __future__ import annotations
 
-from .events import EventLog
+from ..events import EventLog
 
 __all__ = ["ON_STORE_FAILURE", "StoreWatch"]
 

@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .status import JobState, TaskState, TaskStatus
+from ..status import JobState, TaskState, TaskStatus
 
 if TYPE_CHECKING:
-    from .spec import JobSpec
+    from ..spec import JobSpec
 
 __all__ = ["LOST_EXIT_CODE", "Action", "Decision", "Failure", "Policy", "describe_exit", "failure_message"]
 

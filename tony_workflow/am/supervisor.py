@@ -3,7 +3,7 @@
 One small process per job runs the AM as its child, as YARN's ResourceManager runs AM attempts:
 
 * **Attempts.** When the AM dies before it has written a final status, what it left running is
-  killed and another attempt starts (:mod:`tony_workflow.attempts` says where it resumes), up to
+  killed and another attempt starts (:mod:`tony_workflow.am.attempts` says where it resumes), up to
   ``tony.am.max-attempts``. Each attempt is recorded in the job's events.
 * **Liveness.** The AM must answer its status route; one that has not answered for
   ``tony.am.liveness-timeout-ms`` (stopped, deadlocked, swapped out) is killed and replaced.
@@ -29,10 +29,10 @@ import threading
 import time
 from pathlib import Path
 
-from . import process
+from .. import process
+from ..events import EventLog
+from ..status import JobState, JobStatus, StatusFile
 from .attempts import ATTEMPT_ENV, COUNTED_ENV, OWNER_ENV, mark_am_stopped
-from .events import EventLog
-from .status import JobState, JobStatus, StatusFile
 
 __all__ = ["INFO_FILE", "Supervisor", "main"]
 
@@ -88,8 +88,8 @@ class Supervisor:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)  # the AM installs its own
                 os.environ.update(env)
-                from . import am
-                code = am.main(["--backend", self.backend, "--app-dir", str(self.app_dir)])
+                from . import master
+                code = master.main(["--backend", self.backend, "--app-dir", str(self.app_dir)])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
             except BaseException:  # noqa: BLE001 - printed to the AM's stderr; the child must reach os._exit
@@ -106,7 +106,7 @@ class Supervisor:
 
     def _answers(self, am: _Child, timeout: float) -> bool:
         """Whether this attempt's AM answers its status route within ``timeout`` seconds."""
-        from .rpc import AMClient, AMError, AMUnreachable
+        from ..rpc import AMClient, AMError, AMUnreachable
 
         try:
             info = json.loads((self.app_dir / "am.json").read_text())
@@ -264,12 +264,12 @@ class Supervisor:
                     t.state = "KILLED"
         self._update_status(change)
         self.events.emit("application_finished", state=state, diagnostics=diagnostics)
-        from .history import record_history
+        from ..history import record_history
 
         record_history(self.app_dir, self.backend)  # no attempt lived to write it
         if self.backend == "yarn":  # the ResourceManager and the status in HDFS must hear it too
             with contextlib.suppress(Exception):
-                from .backends.yarn_am import YarnClusterManager
+                from ..backends.yarn_am import YarnClusterManager
 
                 status = json.loads((self.app_dir / "status.json").read_text())
                 YarnClusterManager().finish(state, diagnostics, status)
@@ -339,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--app-dir", required=True, type=Path)
     args = ap.parse_args(argv)
     app_dir: Path = args.app_dir.resolve()
-    from . import am  # noqa: F401  (imported once here, so that each attempt is a fork, not a start)
-    from .spec import JobSpec
+    from ..spec import JobSpec
+    from . import master  # noqa: F401  (imported once here, so that each attempt is a fork, not a start)
 
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
     become_subreaper()
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return sup.run()
     finally:
         if args.backend == "local":
-            from .backends.local_ledger import forget_allocation
+            from ..backends.local_ledger import forget_allocation
             forget_allocation(app_dir.name)
 
 

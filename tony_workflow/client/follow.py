@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .status import JobStatus
+from ..status import JobStatus
 
 __all__ = ["Follower", "JobUpdate", "TaskChange", "diff"]
 

@@ -5,14 +5,14 @@ addresses, hands out the cluster spec, watches heartbeats and exits, and relaunc
 single tasks, per ``tony.<type>.restart-policy``) after failures.
 
 It is the mechanics around three parts that each live in a module of their own, so that each can
-be read and tested alone: what a failure means and how the job ends (:mod:`tony_workflow.policy`,
-pure: TonY's rules, with no process or clock), the wire (:mod:`tony_workflow.am_http`, serving the
+be read and tested alone: what a failure means and how the job ends (:mod:`tony_workflow.am.policy`,
+pure: TonY's rules, with no process or clock), the wire (:mod:`tony_workflow.am.server`, serving the
 routes of :mod:`tony_workflow.protocol` with this class's route handlers), and the cluster
 (a :class:`~tony_workflow.backends.base.ClusterManager`, chosen by
 :func:`~tony_workflow.backends.get_cluster_manager`). None of them imports this module.
 
-Its state is declared in :class:`~tony_workflow.am_state.AMState`, which this class extends, and is
-changed under one lock. The HTTP handlers (:mod:`tony_workflow.am_routes`) are given that state only:
+Its state is declared in :class:`~tony_workflow.am.state.AMState`, which this class extends, and is
+changed under one lock. The HTTP handlers (:mod:`tony_workflow.am.routes`) are given that state only:
 they record what executors report and wake the monitor thread
 (:meth:`ApplicationMaster._run_session`), which alone decides, so decisions are taken in one place
 and in order.
@@ -29,17 +29,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .am_http import AMHttpServer, calm_collector
-from .am_routes import AMRoutes
-from .am_state import AMState, Task
-from .am_status import SERIES_FILE
+from ..backends import ClusterManager, Container, NeverFits, Wait, gang_requests, get_cluster_manager
+from ..events import log_tail
+from ..spec import JobSpec
+from ..status import JobState, TaskState, TaskStatus
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
-from .backends import ClusterManager, Container, NeverFits, Wait, gang_requests, get_cluster_manager
-from .events import log_tail
+from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
 from .policy import LOST_EXIT_CODE, Action, Failure
-from .spec import JobSpec
-from .status import JobState, TaskState, TaskStatus
+from .routes import AMRoutes
+from .server import AMHttpServer, calm_collector
+from .state import AMState, Task
 
 __all__ = ["ApplicationMaster", "main"]
 
@@ -58,7 +58,7 @@ class SessionEnd(Exception):
 
 
 class ApplicationMaster(AMState):
-    """An AM's state (:class:`~tony_workflow.am_state.AMState`) and the mechanics that change it:
+    """An AM's state (:class:`~tony_workflow.am.state.AMState`) and the mechanics that change it:
     sessions, launching, the monitor."""
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager, *,
@@ -85,7 +85,7 @@ class ApplicationMaster(AMState):
 
     # ---------------------------------------------------------------- status
     def _on_wait(self, wait: Wait | None) -> None:
-        """The cluster's word on the gang while it allocates (see :class:`~tony_workflow.gang.GangWatch`)."""
+        """The cluster's word on the gang while it allocates (see :class:`~tony_workflow.am.gang.GangWatch`)."""
         with self.lock:
             self.gang.overdue()  # raises through the cluster's allocate(): the job fails
             if self.gang.waiting(wait):
@@ -492,7 +492,7 @@ class ApplicationMaster(AMState):
             self.status.finished_at = time.time()
             self.publish(force=True)
         self.events.emit("application_finished", state=end.state, diagnostics=end.diagnostics)
-        from .history import record_history  # the store's client: imported only as the job ends
+        from ..history import record_history  # the store's client: imported only as the job ends
 
         # The record first: once the cluster hears the end (YARN), the AM's container may be stopped.
         self.board.save_series(self.app_dir / SERIES_FILE)

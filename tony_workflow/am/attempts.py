@@ -1,7 +1,7 @@
 """ApplicationMaster attempts: what a later attempt takes over from the ones before it.
 
 A job's AM may die (killed, out of memory, its machine lost) or hang. The supervisor
-(:mod:`tony_workflow.supervisor`) then starts another attempt, up to ``tony.am.max-attempts``. The
+(:mod:`tony_workflow.am.supervisor`) then starts another attempt, up to ``tony.am.max-attempts``. The
 new attempt knows nothing but what the job persisted: its status (which session ran, how many
 session relaunches were spent, when the job started), its events, and its checkpoint store. It
 starts the next session, whose tasks restore the newest checkpoint, keeps the job's start time (so
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .status import JobState, JobStatus, TaskState, TaskStatus
+from ..status import JobState, JobStatus, TaskState, TaskStatus
 
 __all__ = [
     "ATTEMPT_ENV",
@@ -47,7 +47,7 @@ OWNER_ENV = "TONY_AM_OWNER"
 def write_am_info(app_dir: Path, address: str, tracking_url: str | None) -> None:
     """``am.json``: where the running attempt listens (a later one takes the same port), and its
     pid with its start time (once the process is gone, the pid may name another one)."""
-    from .process import start_time
+    from ..process import start_time
 
     (Path(app_dir) / "am.json").write_text(json.dumps({"address": address, "pid": os.getpid(),
                                                        "started": start_time(os.getpid()),

@@ -1,4 +1,8 @@
-"""The client: validate a spec, submit it to a backend, and follow the application.
+"""The client's program: validate a spec, submit it to a backend, and follow the application.
+
+The command line (``cli``) and the workflow front ends (``airflow_provider``, ``azkaban_jobtype``)
+go through this package; ``follow`` says what changed between two statuses, which every front end
+formats in its own way.
 
 ``TonyClient.submit(spec)`` returns a :class:`JobHandle`; ``TonyClient.attach(app_id)`` returns one
 for an application submitted earlier (by this process or any other). Every front end (CLI, Airflow,
@@ -10,13 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .archive import unsafe_entry
-from .backends import Backend, get_backend
-from .errors import SubmissionRefused, UnknownApplication
+from ..archive import unsafe_entry
+from ..backends import Backend, get_backend
+from ..errors import SubmissionRefused, UnknownApplication
+from ..rpc import AMClient, AMError, AMUnreachable
+from ..spec import JobSpec, SpecError, SpecIssue, load_job
+from ..status import JobStatus, check_application_id
 from .follow import Follower, JobUpdate
-from .rpc import AMClient, AMError, AMUnreachable
-from .spec import JobSpec, SpecError, SpecIssue, load_job
-from .status import JobStatus, check_application_id
 
 __all__ = ["JobHandle", "SubmissionRefused", "SubmitError", "TonyClient", "UnknownApplication", "load_job"]
 
@@ -105,7 +109,7 @@ class JobHandle:
                 return am.record()
             except (AMUnreachable, AMError):
                 pass
-        from .history import build_record, site_history
+        from ..history import build_record, site_history
 
         record = site_history(self.backend.name, **self.backend.store_options()).get(self.app_id)
         if record is None:
@@ -120,7 +124,7 @@ class JobHandle:
 
     def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
                stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
-        """Yields a :class:`~tony_workflow.follow.JobUpdate` for the first status and for every
+        """Yields a :class:`~tony_workflow.client.follow.JobUpdate` for the first status and for every
         change after it, reading the status every ``poll_interval`` seconds. Ends after the update
         with the final status (once the AM has released its containers and unregistered: see
         :meth:`wait`), when ``timeout`` seconds have passed, or when ``stop()`` returns true (it is
@@ -229,7 +233,7 @@ class TonyClient:
     def history(self):
         """The job history (:class:`~tony_workflow.history.JobHistory`) this client's backend
         reads, as its login where the cluster is secure."""
-        from .history import site_history
+        from ..history import site_history
 
         return site_history(self.backend.name, **self.backend.store_options())
 

@@ -1,11 +1,11 @@
 """What executors and clients tell the ApplicationMaster: its route handlers.
 
-:class:`AMRoutes` is given the AM's state (:class:`~tony_workflow.am_state.AMState`) and nothing else
+:class:`AMRoutes` is given the AM's state (:class:`~tony_workflow.am.state.AMState`) and nothing else
 of the AM. Each handler runs on a server thread and receives its route's request already checked
 against the protocol's declaration (:mod:`tony_workflow.protocol`: a malformed one never gets here,
 the server answers it 400). It takes the state's lock, checks that the request comes from the
 task's current session and container, records what it was told, and wakes the monitor thread. No
-handler decides anything: the monitor (:class:`~tony_workflow.am.ApplicationMaster`) does, on its
+handler decides anything: the monitor (:class:`~tony_workflow.am.master.ApplicationMaster`) does, on its
 next pass, so decisions are taken in one place and in order.
 
 Registration, top-down: an executor that reserved its port posts :class:`~.protocol.Registration`
@@ -19,9 +19,8 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from . import protocol
-from .am_state import AMState, Task
-from .protocol import (
+from .. import protocol
+from ..protocol import (
     Ack,
     ClusterSpecQuery,
     ClusterSpecReply,
@@ -36,7 +35,8 @@ from .protocol import (
     Stop,
     TensorBoard,
 )
-from .status import TaskState
+from ..status import TaskState
+from .state import AMState, Task
 
 __all__ = ["AMRoutes"]
 

@@ -2,8 +2,8 @@
 
 It reserves the task's port, registers with the AM, waits for the cluster spec, restores the
 checkpoint directory, sets the task's environment, runs the user's command (and, on the chief,
-TensorBoard), heartbeats with the task's resource figures (:mod:`tony_workflow.metrics`) and the
-progress its code reports (:mod:`tony_workflow.reporting`), mirrors the chief's checkpoints, and
+TensorBoard), heartbeats with the task's resource figures (:mod:`tony_workflow.task.metrics`) and the
+progress its code reports (:mod:`tony_workflow.task.reporting`), mirrors the chief's checkpoints, and
 reports the exit code. When told to stop it kills the whole process tree it started.
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ import time
 import zipfile
 from pathlib import Path
 
-from .archive import unsafe_entry
-from .events import log_tail
-from .frameworks import TaskContext, build_env, launch_command
+from ..archive import unsafe_entry
+from ..events import log_tail
+from ..frameworks import TaskContext, build_env, launch_command
+from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
+from ..rpc import AMClient, AMError, AMUnreachable
+from ..spec import JobSpec
 from .metrics import GpuSampler, TaskSampler, visible_gpus
-from .process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from .reporting import ReportInbox
-from .rpc import AMClient, AMError, AMUnreachable
-from .spec import JobSpec
 
 __all__ = ["PortReservation", "TaskExecutor", "main"]
 
@@ -322,9 +322,9 @@ class TaskExecutor:
         """Restores the checkpoint directory: from the store, or from a newer complete checkpoint an
         earlier container of the chief left on this machine (``TONY_CHECKPOINT_FALLBACKS``) when the
         store is behind or cannot be read. Remembers what it resumed from, and the steps lost."""
+        from ..storage import open_storage
         from .checkpoint_mirror import CheckpointMirror
         from .checkpoints import choose, inspect, replace_with
-        from .storage import open_storage
 
         try:
             self.mirror = CheckpointMirror(open_storage(location), "", self.checkpoint_dir)

@@ -7,8 +7,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .client import JobHandle, TonyClient, load_job
-from .errors import (
+from ..errors import (
     AMUnreachable,
     ConfigError,
     LoginError,
@@ -18,8 +17,9 @@ from .errors import (
     UnknownApplication,
     UsageError,
 )
-from .spec import SpecError, parse_pairs
-from .status import JobStatus
+from ..spec import SpecError, parse_pairs
+from ..status import JobStatus
+from . import JobHandle, TonyClient, load_job
 
 __all__ = ["main"]
 
@@ -126,9 +126,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from .backends.local_ledger import cluster_dir
-    from .retention import clean, human_size, parse_duration
-    from .spec import local_settings
+    from ..backends.local_ledger import cluster_dir
+    from ..retention import clean, human_size, parse_duration
+    from ..spec import local_settings
 
     if args.backend != "local":
         raise UsageError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
@@ -157,7 +157,7 @@ def _since(text: str) -> float:
     ``2026-11-20T10:00``, taken as UTC without a zone)."""
     import datetime as dt
 
-    from .retention import parse_duration
+    from ..retention import parse_duration
 
     try:
         return time.time() - parse_duration(text)
@@ -182,7 +182,7 @@ def _history_line(r: dict) -> str:
 
 
 def _show_record(r: dict) -> None:
-    from .status import progress_text
+    from ..status import progress_text
 
     print(f"{r['application_id']} {r['state']}  {r.get('name') or ''}  user={r.get('user')}  backend={r.get('backend')}")
     print(f"  started {_when(r.get('started_at'))}, finished {_when(r.get('finished_at'))}, "
@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("minicluster_argv", nargs=argparse.REMAINDER)
 
     def run_minicluster(args: argparse.Namespace) -> int:
-        from .minicluster.cli import main as minicluster_main
+        from ..minicluster.cli import main as minicluster_main
         return minicluster_main(args.minicluster_argv, parent=ap)
     mc.set_defaults(fn=run_minicluster)
     return ap

@@ -1,6 +1,6 @@
 """The ApplicationMaster's HTTP transport: routing, authentication and the tracking pages.
 
-The AM (:mod:`tony_workflow.am`) holds the job's state and applies its rules; this module holds the
+The AM (:mod:`tony_workflow.am.master`) holds the job's state and applies its rules; this module holds the
 wire. It serves the routes of :mod:`tony_workflow.protocol` by name, with handlers the AM hands
 over, and never imports the AM: the dependency runs one way, and the server can be started on any
 set of handlers (a test's, a benchmark's).
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from . import protocol
-from .protocol import TOKEN_HEADER, BadRequest, Handler
+from .. import protocol
+from ..protocol import TOKEN_HEADER, BadRequest, Handler
 
 __all__ = ["AMHttpServer", "Handler", "calm_collector", "render_log_index", "render_status_page"]
 
@@ -60,7 +60,7 @@ def _templates():
     # Imported on the first page view, not with the AM: executors are what the AM serves first.
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.PackageLoader("tony_workflow", "templates"), autoescape=True,
+    return jinja2.Environment(loader=jinja2.PackageLoader("tony_workflow.am", "templates"), autoescape=True,
                               trim_blocks=True, lstrip_blocks=True)
 
 

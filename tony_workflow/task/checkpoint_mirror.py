@@ -3,7 +3,7 @@
 It copies in an order that keeps the stored copy loadable at every moment (data files, then index
 files, then the ``checkpoint`` state file: :func:`upload_order`), and restores the stored copy into
 a fresh local directory before a session starts. Which checkpoint a session resumes from, when
-several are at hand, is :mod:`tony_workflow.checkpoints`'.
+several are at hand, is :mod:`tony_workflow.task.checkpoints`'.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .storage import Storage, is_temp
+from ..storage import Storage, is_temp
 
 __all__ = ["CheckpointMirror", "upload_order"]
 

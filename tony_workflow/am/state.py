@@ -1,8 +1,8 @@
 """What the ApplicationMaster knows about its job, declared in one place.
 
 :class:`AMState` is every field the AM's two kinds of threads share: the monitor thread
-(:class:`~tony_workflow.am.ApplicationMaster`, which alone decides) and the server threads
-(:mod:`tony_workflow.am_routes`, which only record what they are told and wake the monitor). Both
+(:class:`~tony_workflow.am.master.ApplicationMaster`, which alone decides) and the server threads
+(:mod:`tony_workflow.am.routes`, which only record what they are told and wake the monitor). Both
 read and change it under :attr:`AMState.lock`, and both change a task's state or the published
 status only through :meth:`AMState.set_task_state` and :meth:`AMState.publish`, so that every
 change is written to the event log and persisted the same way.
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .am_status import StatusBoard
+from ..backends import ClusterManager, Container
+from ..events import EventLog
+from ..progress import TaskProgress
+from ..spec import JobSpec
+from ..status import JobState, JobStatus, TaskState, TaskStatus
 from .attempts import Resume
-from .backends import ClusterManager, Container
-from .events import EventLog
+from .board import StatusBoard
 from .liveness import Liveness
 from .policy import Policy
-from .progress import TaskProgress
-from .spec import JobSpec
-from .status import JobState, JobStatus, TaskState, TaskStatus
 from .store_watch import StoreWatch
 
 __all__ = ["AMState", "Task"]
@@ -133,7 +133,7 @@ class AMState:
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:
         """Marks the status changed and wakes the monitor, which persists it outside the lock (see
-        :class:`~tony_workflow.am_status.StatusBoard`). Called with the lock held."""
+        :class:`~tony_workflow.am.board.StatusBoard`). Called with the lock held."""
         self.board.changed(force)
         self.cond.notify_all()
 
@@ -177,7 +177,7 @@ class AMState:
 
     def record(self) -> dict[str, Any]:
         """The job's record as the history will keep it, as it stands now (:mod:`tony_workflow.history`)."""
-        from .history import live_record
+        from ..history import live_record
 
         with self.lock:
             status = self.status.to_dict()

@@ -13,7 +13,7 @@ FRAMEWORKS := $(VENV)/.installed-frameworks
 MXNET_VENV := .venv-mxnet
 PYTEST_ARGS ?=
 
-.PHONY: run test setup frameworks mxnet browser kerberos clean
+.PHONY: run test test-fast setup frameworks mxnet browser kerberos clean
 
 setup: $(STAMP)
 frameworks: $(FRAMEWORKS)
@@ -69,6 +69,13 @@ test: $(STAMP) $(FRAMEWORKS) $(MXNET_VENV)/.installed browser kerberos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast tier: lint, types and every test that starts no process of its own (under a minute).
+FAST = not job and not tf and not frameworks and not yarn and not azkaban
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -m "$(FAST)"
 
 clean:
 	rm -rf $(VENV) $(MXNET_VENV) *.egg-info .pytest_cache

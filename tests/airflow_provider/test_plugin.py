@@ -18,6 +18,8 @@ import requests
 
 from tests.airflow_provider.conftest import REPO, ApiServer, _free_port, load_dag, write_dag, xcoms
 
+pytestmark = pytest.mark.job
+
 ARTIFACTS = Path(os.environ.get("TONY_TEST_ARTIFACTS", REPO / "test-artifacts"))
 PASSWORD = "tony-plugin-test"
 TRAIN = ("python -c \"from tony_workflow import report; import time\n"

@@ -30,6 +30,7 @@ def test_serialize_round_trip():
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
 
 
+@pytest.mark.job
 def test_run_fires_one_event_when_the_job_ends(airflow_db, tony_home, monkeypatch, capfd):
     monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)
     handle = TonyClient("local").submit(load_job(job("sleep 1")))
@@ -56,6 +57,7 @@ def test_an_unknown_application_fires_an_error_event(airflow_db, tony_home, monk
         "UnknownApplication: unknown application application_1_9999" in fired[0].payload["message"])
 
 
+@pytest.mark.job
 @pytest.mark.timeout(300)
 def test_on_kill_kills_the_running_job(airflow_db, tony_home, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)

@@ -22,6 +22,8 @@ from tests.conftest import run_tony
 
 from .conftest import EXAMPLE, partition_command_line
 
+pytestmark = pytest.mark.job
+
 APP_ID = re.compile(r"^(application_\d+_\d+)")
 # Small enough for any machine the tests run on; no TensorBoard for the scripts that are not TensorFlow.
 QUICK = {"tony.am.memory": "256m", "tony.worker.memory": "256m", "tony.task.tensorboard.enabled": "false"}

@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.job
+
 KEYS = {"metric", "value", "floor", "ratio", "goal", "goal_met"}
 
 

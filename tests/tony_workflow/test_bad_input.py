@@ -20,6 +20,8 @@ import yaml
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.job
+
 MEMORY_CAP = 2 * 1024 ** 3
 JOB = {"name": "bad", "command": "true", "tasks": {"worker": {"instances": 1}}}
 

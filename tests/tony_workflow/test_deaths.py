@@ -17,6 +17,8 @@ import yaml
 from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient, load_job
 
+pytestmark = pytest.mark.job
+
 # A user process that stands for a TensorFlow server: it listens on its task's port (with
 # SO_REUSEPORT, as gRPC does), records its pid, and waits. A relaunched one first checks that the
 # process it replaces is gone: an orphan would still hold the port and serve the old session.

@@ -102,6 +102,7 @@ def test_record_names_round_trip_and_secrets_stay_out_of_the_kept_configuration(
                       "tony.worker.instances": "2"}
 
 
+@pytest.mark.job
 def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     cmd = ("python -c \"from tony_workflow import report; import time\n"
            "for s in range(1, 6): report(step=s, total=5, loss=1.0/s); time.sleep(0.2)\"")
@@ -141,6 +142,7 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     (["application_1_x"], "not an application id"),
     (["application_1763900000000_0404"], "no history of application_1763900000000_0404"),
 ])
+@pytest.mark.job
 def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message):
     out = run_tony("history", *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -261,6 +261,7 @@ TRAINER = textwrap.dedent('''
     ''')
 
 
+@pytest.mark.job
 def test_metrics_and_progress_are_visible_while_a_job_runs_and_kept_at_its_end(tony_home, tmp_path):
     (tmp_path / "trainer.py").write_text(TRAINER)
     h = submit(tmp_path, f"python {tmp_path}/trainer.py 80", {"worker": {"instances": 2, "memory": "512m"}},
@@ -291,6 +292,7 @@ def test_metrics_and_progress_are_visible_while_a_job_runs_and_kept_at_its_end(t
     assert len(done) == 2 and all(e["metrics"]["max_rss_mb"] >= 60 for e in done), done
 
 
+@pytest.mark.job
 def test_a_user_process_frozen_after_reporting_is_lost_and_the_job_recovers(tony_home, tmp_path):
     (tmp_path / "trainer.py").write_text(TRAINER)
     h = submit(tmp_path, f"python {tmp_path}/trainer.py 30 10", {"worker": {"instances": 2}},
@@ -308,6 +310,7 @@ def test_a_user_process_frozen_after_reporting_is_lost_and_the_job_recovers(tony
         assert not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.job
 def test_a_gpu_task_reports_its_own_gpus_figures(tony_home, tmp_path, local_site, fake_nvml):
     # Fake NVML (no GPU here): the real executor, allocation and CUDA_VISIBLE_DEVICES pinning, with
     # a stand-in for the NVIDIA library on the executor's path.

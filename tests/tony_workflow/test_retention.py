@@ -6,10 +6,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import run_tony, wait_for
 from tony_workflow.client import TonyClient, load_job
+
+pytestmark = pytest.mark.job
 
 JOB = {"name": "disk", "am": {"memory": "128m"}, "tasks": {"worker": {"instances": 2, "memory": "128m"}},
        "conf": {"tony.task.tensorboard.enabled": "false"}}

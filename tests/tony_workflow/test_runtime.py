@@ -23,6 +23,8 @@ from tony_workflow.events import read_events
 from tony_workflow.rpc import TOKEN_HEADER
 from tony_workflow.spec import SpecError
 
+pytestmark = pytest.mark.job
+
 SMALL = {"memory": "128m", "vcores": 1}
 
 

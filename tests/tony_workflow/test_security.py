@@ -14,6 +14,8 @@ import pytest
 
 from tony_workflow.client import TonyClient, load_job
 
+pytestmark = pytest.mark.job
+
 JOB = {"name": "private", "am": {"memory": "128m"}, "command": "echo done > out.txt",
        "tasks": {"worker": {"instances": 1, "memory": "256m"}},
        "env": {"API_KEY": "not-for-other-users"}, "conf": {"tony.task.tensorboard.enabled": "false"}}

@@ -12,12 +12,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import app_processes, run_tony, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.events import read_events
 from tony_workflow.task.checkpoints import choose, inspect
+
+pytestmark = pytest.mark.job
 
 # Counts steps into TONY_CHECKPOINT_DIR; fails once, in session 0, when told to.
 TRAINER = textwrap.dedent("""

@@ -127,7 +127,7 @@ def wait_reason(requests: list[ContainerRequest], ahead: list[str], inv: Invento
     ttype = max(tasks, key=lambda r: (r.gpus, r.memory_mb, r.vcores)).task_id.split(":")[0]
     of_type = [r for r in tasks if r.task_id.split(":")[0] == ttype]
     r = of_type[0]
-    shape = f"{r.memory_mb} MB, {r.vcores} vcore{'' if r.vcores == 1 else 's'}" + (f", {r.gpus} GPUs" if r.gpus else "")
+    shape = f"{r.memory_mb} MB, {r.vcores} vcore{'' if r.vcores == 1 else 's'}" + (f", {r.gpus} GPU{'' if r.gpus == 1 else 's'}" if r.gpus else "")
     head = f"{ttype}: 0 of {len(of_type)} containers ({shape} each); blocked by "
     if ahead:
         shown = ", ".join(ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")

@@ -122,6 +122,7 @@ def test_the_cluster_manager_falls_back_to_plain_processes_without_the_server(to
     cm.release()
 
 
+@pytest.mark.job
 def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home, tmp_path, local_site):
     def run(fork: str):
         local_site({"tony.local.fork-server": fork})
@@ -149,6 +150,7 @@ def test_job_containers_are_forked_by_the_server_and_can_be_turned_off(tony_home
     assert all(pid == am_pid for pid, _ in parents), (am_pid, parents)
 
 
+@pytest.mark.job
 def test_a_bad_fork_server_value_is_refused(tony_home, tmp_path, local_site):
     # In the site configuration, where it belongs: named with the file, and nothing submitted.
     conf_dir = local_site({"tony.local.fork-server": "sometimes"})

@@ -72,6 +72,7 @@ SMALL = {"name": "follow", "am": {"memory": "128m"}, "tasks": {"worker": {"insta
          "conf": {"tony.task.tensorboard.enabled": "false"}}
 
 
+@pytest.mark.job
 @pytest.mark.timeout(180)
 def test_follow_a_real_job_to_its_end(tony_home):
     handle = TonyClient("local").submit(load_job({**SMALL, "command": "sleep 1"}))
@@ -85,6 +86,7 @@ def test_follow_a_real_job_to_its_end(tony_home):
     assert {("worker:0", "SUCCEEDED"), ("worker:1", "SUCCEEDED")} <= seen
 
 
+@pytest.mark.job
 @pytest.mark.timeout(180)
 def test_follow_stops_when_asked_and_the_job_goes_on(tony_home):
     handle = TonyClient("local").submit(load_job({**SMALL, "command": "sleep 30"}))

@@ -4,11 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import app_processes, run_tony
 
-BAD_SPECS = Path(__file__).parent / "bad_specs"
+pytestmark = pytest.mark.job
+
+BAD_SPECS = Path(__file__).parents[1] / "bad_specs"
 
 
 def write_job(tmp_path, **overrides):

@@ -1,0 +1,94 @@
+"""The local store and the one retry every store uses (:mod:`tony_workflow.storage.base`,
+:mod:`tony_workflow.storage.local`): whole files only, keys that stay inside the store, and which
+errors are tried again."""
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from tony_workflow.storage import LocalStorage, open_storage
+from tony_workflow.storage.base import is_temp, retry
+
+
+def test_a_put_file_is_listed_got_and_deleted(tmp_path):
+    src = tmp_path / "model.index"
+    src.write_text("weights")
+    store = LocalStorage(tmp_path / "store")
+    store.put(src, "job/chief/model.index")
+    [(key, entry)] = store.list("job").items()
+    assert key == "chief/model.index" and entry.size == len("weights")
+    store.get("job/chief/model.index", tmp_path / "back" / "model.index")
+    assert (tmp_path / "back" / "model.index").read_text() == "weights"
+    store.delete("job/chief/model.index")
+    store.delete("job/chief/model.index")  # already gone: not an error
+    assert store.list("job") == {}
+
+
+def test_files_being_written_are_never_listed(tmp_path):
+    store = LocalStorage(tmp_path)
+    for name in ("ckpt-1.index", "ckpt-1.index.tony-part", "ckpt-2.data.tmp", ".hidden", "state~", "a_temp/x"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert set(store.list("")) == {"ckpt-1.index", "a_temp/x"}
+    assert is_temp("dir/ckpt.tony-part") and not is_temp("dir/ckpt-1.index")
+
+
+def test_a_key_that_escapes_the_store_is_refused(tmp_path):
+    store = LocalStorage(tmp_path / "store")
+    with pytest.raises(ValueError, match="escapes the store"):
+        store.put(tmp_path / "x", "../outside")
+
+
+def test_a_failed_put_leaves_no_partial_file(tmp_path):
+    store = LocalStorage(tmp_path / "store")
+    with pytest.raises(FileNotFoundError):
+        store.put(tmp_path / "missing", "job/file")
+    assert not list((tmp_path / "store").rglob("*.tony-part"))
+
+
+def test_transient_errors_are_tried_again_and_lasting_ones_are_not():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError(errno.EIO, "input/output error")
+        return "done"
+
+    assert retry(flaky, attempts=5, base_delay=0.001) == "done" and len(calls) == 3
+    for lasting in (FileNotFoundError(errno.ENOENT, "gone"), PermissionError(errno.EACCES, "no"),
+                    OSError(errno.ENOSPC, "full"), ValueError("a bug")):
+        calls.clear()
+
+        def fails(e=lasting):
+            calls.append(1)
+            raise e
+
+        with pytest.raises(type(lasting)):
+            retry(fails, attempts=5, base_delay=0.001)
+        assert len(calls) == 1, lasting
+
+
+def test_the_last_error_is_raised_as_it_was_after_the_attempts():
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise ConnectionError(f"try {len(calls)}")
+
+    with pytest.raises(ConnectionError, match="try 4"):
+        retry(down, attempts=4, base_delay=0.001, retry_on=lambda e: isinstance(e, ConnectionError))
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("location", ["/tmp/x", "file:///tmp/x"])
+def test_a_path_or_file_uri_opens_a_local_store(location):
+    assert isinstance(open_storage(location), LocalStorage)
+
+
+def test_an_unknown_scheme_is_refused_naming_what_is_allowed():
+    from tony_workflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="use a local path, file://, hdfs:// or webhdfs://"):
+        open_storage("s3://bucket/x")

@@ -58,12 +58,13 @@ from __future__ import annotations
 
 from .document import spec_from_mapping
 from .errors import SpecError, SpecIssue
-from .keys import FRAMEWORKS, LOCAL_CLUSTER_DEFAULTS, MULTI_VALUE_KEYS, PROJECT_DEFAULTS, TONY_DEFAULTS
+from .keys import FRAMEWORKS, LOCAL_CLUSTER_DEFAULTS, MULTI_VALUE_KEYS
 from .loading import load_job, load_spec, load_tony_xml, site_conf
 from .model import JobSpec, Resources, TaskSpec
 from .overrides import apply_overrides, parse_pairs
 from .render import render_template
 from .site import LocalCapacity, LocalSettings, local_settings
+from .table import PROJECT_DEFAULTS, TONY_DEFAULTS
 from .values import parse_memory
 
 __all__ = [

@@ -15,8 +15,8 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import SpecError, SpecIssue, error, unknown_message
-from .keys import TONY_DEFAULTS
 from .model import JobSpec
+from .table import TONY_DEFAULTS
 from .values import conf_value, parse_env
 
 if TYPE_CHECKING:

@@ -16,9 +16,10 @@ from typing import Any
 
 from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
 from .errors import error
-from .keys import LOCAL_CLUSTER_DEFAULTS, TONY_DEFAULTS
+from .keys import LOCAL_CLUSTER_DEFAULTS
 from .model import JobSpec
 from .render import render_template
+from .table import TONY_DEFAULTS
 
 __all__ = ["is_text", "load_job", "load_spec", "load_tony_xml", "read_text", "site_conf", "site_path"]
 

@@ -14,22 +14,20 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from . import validation
+from . import table, validation
 from .errors import SpecError, SpecIssue, error, unknown_message
-from .keys import INSTANCES_KEY, TASK_DEFAULTS, TONY_DEFAULTS, task_key
+from .keys import INSTANCES_KEY, TASK_DEFAULTS, task_key
 from .overrides import apply_pairs, parse_overrides
+from .table import TONY_DEFAULTS
 from .values import (
     conf_value,
     parse_bool,
-    parse_env,
     parse_int,
-    parse_list,
     parse_memory,
     parse_processes,
     parse_restart_policy,
-    parse_store_failure,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +36,33 @@ if TYPE_CHECKING:
 __all__ = ["JobSpec", "Resources", "TaskSpec"]
 
 _T = TypeVar("_T")
+
+
+class field_of(Generic[_T]):
+    """A JobSpec field read from one key of the table (:mod:`.table`), parsed on first use and kept.
+    An invalid value raises :class:`SpecError` naming the key as the user wrote it."""
+
+    def __init__(self, key: table.Key[_T]):
+        self.key = key
+        self.attr = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = name
+
+    @overload
+    def __get__(self, spec: None, owner: type) -> field_of[_T]: ...
+
+    @overload
+    def __get__(self, spec: JobSpec, owner: type) -> _T: ...
+
+    def __get__(self, spec: JobSpec | None, owner: type) -> field_of[_T] | _T:
+        if spec is None:
+            return self
+        cache = spec.__dict__
+        if self.attr not in cache:
+            cache[self.attr] = spec._typed(self.key.name, self.key.parse)
+        value: _T = cache[self.attr]
+        return value
 
 
 @dataclass
@@ -236,133 +261,41 @@ class JobSpec:
         """tony.yarn.queue."""
         return self.get("tony.yarn.queue") or ""
 
-    @cached_property
-    def node_label(self) -> str | None:
-        """tony.application.node-label, None when empty."""
-        return self._text("tony.application.node-label")
+    # Fields read from one key of the table (.table: its default, parser, bound and meaning).
+    node_label = field_of(table.NODE_LABEL)
+    am_node_label = field_of(table.AM_NODE_LABEL)
+    tags = field_of(table.TAGS)
+    untracked_types = field_of(table.UNTRACKED_TYPES)
+    sidecar_types = field_of(table.SIDECAR_TYPES)
+    stop_on_failure_types = field_of(table.STOP_ON_FAILURE_TYPES)
+    fail_on_worker_failure = field_of(table.FAIL_ON_WORKER_FAILURE)
+    retry_count = field_of(table.RETRY_COUNT)
+    heartbeat_interval_ms = field_of(table.HEARTBEAT_INTERVAL_MS)
+    max_missed_heartbeats = field_of(table.MAX_MISSED_HEARTBEATS)
+    tensorboard_enabled = field_of(table.TENSORBOARD_ENABLED)
+    execution_timeout_ms = field_of(table.EXECUTION_TIMEOUT_MS)
+    checkpoint_location = field_of(table.CHECKPOINT_LOCATION)
+    reclaim_retry_count = field_of(table.RECLAIM_RETRY_COUNT)
+    priority = field_of(table.PRIORITY)
+    docker_mounts = field_of(table.DOCKER_MOUNTS)
 
-    @cached_property
-    def am_node_label(self) -> str | None:
-        """tony.am.node-label: where the ApplicationMaster's container goes, None when empty (the
-        application's label, if any)."""
-        return self._text("tony.am.node-label")
-
-    @cached_property
-    def tags(self) -> list[str]:
-        """tony.application.tags, comma-separated."""
-        return parse_list(self.get("tony.application.tags") or "")
-
-    @cached_property
-    def untracked_types(self) -> list[str]:
-        """tony.application.untracked.jobtypes: types that do not decide when the job ends."""
-        return parse_list(self.get("tony.application.untracked.jobtypes") or "")
-
-    @cached_property
-    def sidecar_types(self) -> list[str]:
-        """tony.application.sidecar.jobtypes: types whose status is ignored altogether."""
-        return parse_list(self.get("tony.application.sidecar.jobtypes") or "")
-
-    @cached_property
-    def stop_on_failure_types(self) -> list[str]:
-        """tony.application.stop-on-failure-jobtypes: types whose failure ends the session at once."""
-        return parse_list(self.get("tony.application.stop-on-failure-jobtypes") or "")
-
-    @cached_property
-    def fail_on_worker_failure(self) -> bool:
-        """tony.application.fail-on-worker-failure-enabled."""
-        return self._typed("tony.application.fail-on-worker-failure-enabled", parse_bool)
-
-    @cached_property
-    def retry_count(self) -> int:
-        """tony.am.retry-count: how many times a failed session is retried."""
-        return self._typed("tony.am.retry-count", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def heartbeat_interval_ms(self) -> int:
-        """tony.task.heartbeat-interval-ms."""
-        return self._typed("tony.task.heartbeat-interval-ms", lambda v: parse_int(v, 1))
-
-    @cached_property
-    def max_missed_heartbeats(self) -> int:
-        """tony.task.max-missed-heartbeats: missed heartbeats before a task counts as dead."""
-        return self._typed("tony.task.max-missed-heartbeats", lambda v: parse_int(v, 1))
-
-    @cached_property
-    def tensorboard_enabled(self) -> bool:
-        """tony.task.tensorboard.enabled: whether the chief (or the tensorboard sidecar) serves TensorBoard."""
-        return self._typed("tony.task.tensorboard.enabled", parse_bool)
-
-    @cached_property
-    def execution_timeout_ms(self) -> int:
-        """tony.task.executor.execution-timeout-ms: a task's time limit; 0 means none."""
-        return self._typed("tony.task.executor.execution-timeout-ms", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def checkpoint_location(self) -> str | None:
-        """tony.checkpoint.location, None when empty (the backend's default place)."""
-        return self._text("tony.checkpoint.location")
-
-    @cached_property
-    def reclaim_retry_count(self) -> int:
-        """tony.am.reclaim-retry-count: relaunches after the cluster took a container back."""
-        return self._typed("tony.am.reclaim-retry-count", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def priority(self) -> int:
-        """tony.application.priority: the YARN priority asked for; 0 leaves the queue's default."""
-        return self._typed("tony.application.priority", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def docker_mounts(self) -> list[str]:
-        """tony.docker.mounts: ``src:dst:mode`` entries every container of a docker job mounts."""
-        return parse_list(self.get("tony.docker.mounts") or "")
+    docker_enabled = field_of(table.DOCKER_ENABLED)
 
     def docker_image(self, task_type: str) -> str | None:
         """The image of ``task_type``'s containers (``am`` for the ApplicationMaster's) when
         tony.docker.enabled: tony.docker.<type>.image, else tony.docker.containers.image."""
-        if not self._typed("tony.docker.enabled", parse_bool):
+        if not self.docker_enabled:
             return None
         return self._text(f"tony.docker.{task_type}.image") or self._text("tony.docker.containers.image")
 
-    @cached_property
-    def yarn_python(self) -> str | None:
-        """tony.yarn.python, None when empty."""
-        return self._text("tony.yarn.python")
-
-    @cached_property
-    def checkpoint_on_store_failure(self) -> str:
-        """tony.checkpoint.on-store-failure: ``warn`` or ``fail``."""
-        return self._typed("tony.checkpoint.on-store-failure", parse_store_failure)
-
-    @cached_property
-    def am_max_attempts(self) -> int:
-        """tony.am.max-attempts: how many times the ApplicationMaster is started."""
-        return self._typed("tony.am.max-attempts", lambda v: parse_int(v, 1))
-
-    @cached_property
-    def am_liveness_timeout_ms(self) -> int:
-        """tony.am.liveness-timeout-ms: how long an ApplicationMaster may go without answering."""
-        return self._typed("tony.am.liveness-timeout-ms", lambda v: parse_int(v, 1000))
-
-    @cached_property
-    def heartbeat_timeout_ms(self) -> int:
-        """tony.task.heartbeat-timeout-ms: the AM's limit on silence from a task; 0: none."""
-        return self._typed("tony.task.heartbeat-timeout-ms", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def progress_timeout_ms(self) -> int:
-        """tony.task.progress-timeout-ms: how long a task that reported progress may report none; 0: no limit."""
-        return self._typed("tony.task.progress-timeout-ms", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def metrics_interval_ms(self) -> int:
-        """tony.task.metrics-interval-ms: how often executors sample their task's resources."""
-        return self._typed("tony.task.metrics-interval-ms", lambda v: parse_int(v, 100))
-
-    @cached_property
-    def gpu_metrics_enabled(self) -> bool:
-        """tony.task.gpu-metrics.enabled: whether executors sample their GPUs through NVML."""
-        return self._typed("tony.task.gpu-metrics.enabled", parse_bool)
+    yarn_python = field_of(table.YARN_PYTHON)
+    checkpoint_on_store_failure = field_of(table.CHECKPOINT_ON_STORE_FAILURE)
+    am_max_attempts = field_of(table.AM_MAX_ATTEMPTS)
+    am_liveness_timeout_ms = field_of(table.AM_LIVENESS_TIMEOUT_MS)
+    heartbeat_timeout_ms = field_of(table.HEARTBEAT_TIMEOUT_MS)
+    progress_timeout_ms = field_of(table.PROGRESS_TIMEOUT_MS)
+    metrics_interval_ms = field_of(table.METRICS_INTERVAL_MS)
+    gpu_metrics_enabled = field_of(table.GPU_METRICS_ENABLED)
 
     @cached_property
     def history_location(self) -> str | None:
@@ -370,61 +303,22 @@ class JobSpec:
         value = self._text("tony.history.location")
         return None if value in (None, "/path/to/tony-history") else value
 
-    @cached_property
-    def history_retention_s(self) -> int:
-        """tony.history.retention-sec: how long history records are kept; 0: forever."""
-        return self._typed("tony.history.retention-sec", lambda v: parse_int(v, 0))
+    history_retention_s = field_of(table.HISTORY_RETENTION_S)
 
     @cached_property
     def history_timezone(self) -> str:
         """tony.history.finished-dir-timezone: the zone of the history's day directories."""
         return self._text("tony.history.finished-dir-timezone") or "UTC"
 
-    @cached_property
-    def application_timeout_ms(self) -> int:
-        """tony.application.timeout: the job's time limit; 0 means none."""
-        return self._typed("tony.application.timeout", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def allocation_timeout_ms(self) -> int:
-        """tony.container.allocation.timeout: how long a session's gang may take to be granted
-        whole, from when the job first asks for it; <= 0 means no limit."""
-        return self._typed("tony.container.allocation.timeout", parse_int)
-
-    @cached_property
-    def gang_hold_timeout_ms(self) -> int:
-        """tony.gang.hold-timeout-ms: how long part of a gang is held before it is given back; 0: on."""
-        return self._typed("tony.gang.hold-timeout-ms", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def gang_backoff_ms(self) -> int:
-        """tony.gang.backoff-ms: the wait before asking again for a gang given back."""
-        return self._typed("tony.gang.backoff-ms", lambda v: parse_int(v, 0))
-
-    @cached_property
-    def registration_timeout_ms(self) -> int:
-        """tony.container.registration.timeout: how long tasks may take to register; <= 0 means no limit."""
-        return self._typed("tony.container.registration.timeout", parse_int)
-
-    @cached_property
-    def container_command(self) -> str | None:
-        """tony.containers.command: the command of every task type without its own."""
-        return self._text("tony.containers.command")
-
-    @cached_property
-    def container_env(self) -> dict[str, str]:
-        """tony.containers.envs: environment of every container."""
-        return self._typed("tony.containers.envs", parse_env, "")
-
-    @cached_property
-    def execution_env(self) -> dict[str, str]:
-        """tony.execution.envs: environment of the user process."""
-        return self._typed("tony.execution.envs", parse_env, "")
-
-    @cached_property
-    def container_resources(self) -> list[str]:
-        """tony.containers.resources: files localised into every container."""
-        return parse_list(self.get("tony.containers.resources") or "")
+    application_timeout_ms = field_of(table.APPLICATION_TIMEOUT_MS)
+    allocation_timeout_ms = field_of(table.ALLOCATION_TIMEOUT_MS)
+    gang_hold_timeout_ms = field_of(table.GANG_HOLD_TIMEOUT_MS)
+    gang_backoff_ms = field_of(table.GANG_BACKOFF_MS)
+    registration_timeout_ms = field_of(table.REGISTRATION_TIMEOUT_MS)
+    container_command = field_of(table.CONTAINER_COMMAND)
+    container_env = field_of(table.CONTAINER_ENV)
+    execution_env = field_of(table.EXECUTION_ENV)
+    container_resources = field_of(table.CONTAINER_RESOURCES)
 
     @cached_property
     def am(self) -> Resources:

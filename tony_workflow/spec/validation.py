@@ -8,35 +8,28 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
 from .keys import (
-    BOOL_KEYS,
     ENV_NAME,
-    INT_KEYS,
-    INT_MINIMUMS,
     LOCAL_KEY_REASON,
     RESERVED_TYPES,
     TASK_DEFAULTS,
     TYPE_NAME,
-    known_keys,
     task_key,
-    unknown_key,
 )
+from .table import KEYS, UNTYPED_BOOLEANS, UNTYPED_INTEGERS, known_keys, unknown_key
 from .values import (
     optional,
     parse_bool,
-    parse_env,
     parse_framework,
     parse_int,
     parse_int_or_none,
     parse_memory,
     parse_processes,
     parse_restart_policy,
-    parse_store_failure,
 )
 
 if TYPE_CHECKING:
@@ -74,17 +67,15 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
 
     issues.extend(_unknown_keys(spec))
     framework = check("tony.application.framework", parse_framework)
-    for key in BOOL_KEYS:
-        check(key, parse_bool)
-    for key in INT_KEYS:
-        minimum = INT_MINIMUMS.get(key)
-        check(key, partial(parse_int, minimum=minimum))
-    check("tony.checkpoint.on-store-failure", parse_store_failure)
+    for k in KEYS:  # every key of the table, with its own parser and bound
+        check(k.name, k.parse)
+    for name in UNTYPED_BOOLEANS:
+        check(name, parse_bool)
+    for name in UNTYPED_INTEGERS:
+        check(name, parse_int)
     check("tony.am.memory", parse_memory)
     check("tony.am.vcores", lambda v: parse_int(v, 1))
     check("tony.am.gpus", lambda v: parse_int(v, 0))
-    for key in ("tony.containers.envs", "tony.execution.envs"):
-        check(key, parse_env, "")
     for name in spec.shell_env:
         if not ENV_NAME.match(name):
             issues.append(SpecIssue("shell_env", name, "names must be valid environment variable names "

@@ -1,0 +1,274 @@
+"""The one table of the job-wide keys a job may set: each key's default, parser, lower bound and
+meaning, written once.
+
+:class:`~.model.JobSpec`'s typed fields are made from it (``retry_count = field_of(RETRY_COUNT)``),
+:mod:`.validation` checks every key of it, the effective defaults (:data:`TONY_DEFAULTS`) and the
+'did you mean' list (:func:`known_keys`) come from it, and so does the README's key reference
+(:func:`reference_markdown`, written by ``python -m tony_workflow.spec --readme README.md``, which a
+test holds the README to). A key's default is TonY's own
+(``tony-default.xml``, :data:`~.keys.TONY_XML_DEFAULTS`) unless the table gives one: TonY's keys
+keep TonY's defaults, this project's keys carry theirs here.
+
+Per-type keys (``tony.<type>.<field>``) are :data:`~.keys.TASK_FIELDS`; the local cluster's own
+settings, which no job may set, :data:`~.keys.LOCAL_CLUSTER_DEFAULTS`.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+from .keys import (
+    LOCAL_CLUSTER_DEFAULTS,
+    LOCAL_KEY_REASON,
+    OTHER_TONY_KEYS,
+    RESERVED_TYPES,
+    TASK_DEFAULTS,
+    TASK_FIELDS,
+    TONY_XML_DEFAULTS,
+)
+from .values import parse_bool, parse_env, parse_int, parse_list, parse_store_failure
+
+__all__ = [
+    "KEYS",
+    "PROJECT_DEFAULTS",
+    "TONY_DEFAULTS",
+    "Key",
+    "known_keys",
+    "reference_markdown",
+    "unknown_key",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Key(Generic[T]):
+    """One job-wide key: ``parse`` turns its text into the field's value (raising ValueError saying
+    what is allowed), ``minimum`` is the lower bound ``parse`` applies to an integer (shown in the
+    reference), ``default`` is this project's (None: TonY's own), ``doc`` its meaning."""
+
+    name: str
+    parse: Callable[[str], T]
+    doc: str
+    default: str | None = None
+    minimum: int | None = None
+    kind: str = "text"
+
+    @property
+    def effective_default(self) -> str:
+        return self.default if self.default is not None else TONY_XML_DEFAULTS.get(self.name, "")
+
+    @property
+    def project(self) -> bool:
+        """A key of this project's, not TonY's."""
+        return self.name not in TONY_XML_DEFAULTS and self.name not in OTHER_TONY_KEYS
+
+
+def integer(name: str, minimum: int | None, doc: str, default: str | None = None) -> Key[int]:
+    return Key(name, partial(parse_int, minimum=minimum), doc, default, minimum, "integer")
+
+
+def boolean(name: str, doc: str, default: str | None = None) -> Key[bool]:
+    return Key(name, parse_bool, doc, default, kind="boolean")
+
+
+def _optional_text(value: str) -> str | None:
+    return (value or "").strip() or None
+
+
+def text(name: str, doc: str, default: str | None = None) -> Key[str | None]:
+    """A text key; its field is None when the value is empty."""
+    return Key(name, _optional_text, doc, default, kind="text")
+
+
+def listing(name: str, doc: str, default: str | None = None) -> Key[list[str]]:
+    return Key(name, lambda v: parse_list(v or ""), doc, default, kind="comma-separated list")
+
+
+def environment(name: str, doc: str) -> Key[dict[str, str]]:
+    return Key(name, lambda v: parse_env(v or ""), doc, kind="NAME=value list")
+
+
+# -- the table ----------------------------------------------------------------------------------
+# TonY's keys (default from tony-default.xml)
+RETRY_COUNT = integer("tony.am.retry-count", 0, "session relaunches after the job's own failures")
+HEARTBEAT_INTERVAL_MS = integer("tony.task.heartbeat-interval-ms", 1, "how often executors beat")
+MAX_MISSED_HEARTBEATS = integer("tony.task.max-missed-heartbeats", 1,
+                                "beats a task may miss before the AM declares it lost")
+EXECUTION_TIMEOUT_MS = integer("tony.task.executor.execution-timeout-ms", 0,
+                               "a task's time limit (its type's own tony.<type>.timeout wins); 0: none")
+METRICS_INTERVAL_MS = integer("tony.task.metrics-interval-ms", 100, "how often executors sample their task's resources")
+GPU_METRICS_ENABLED = boolean("tony.task.gpu-metrics.enabled", "whether executors sample their GPUs through NVML")
+APPLICATION_TIMEOUT_MS = integer("tony.application.timeout", 0, "the job's time limit in ms; 0: none")
+ALLOCATION_TIMEOUT_MS = integer("tony.container.allocation.timeout", None,
+                                "how long a session's gang may take to be granted whole, from when the job "
+                                "first asks; <= 0: no limit")
+REGISTRATION_TIMEOUT_MS = integer("tony.container.registration.timeout", None,
+                                  "how long tasks may take to register; <= 0: no limit")
+FAIL_ON_WORKER_FAILURE = boolean("tony.application.fail-on-worker-failure-enabled",
+                                 "a failed worker fails the job at once (else it is tolerated)")
+MAX_TOTAL_INSTANCES = integer("tony.task.max-total-instances", -1, "the most tasks a job may ask for; -1: no limit")
+MAX_TOTAL_GPUS = integer("tony.task.max-total-gpus", -1, "the most GPUs a job may ask for; -1: no limit")
+UNTRACKED_TYPES = listing("tony.application.untracked.jobtypes", "task types whose end the job does not wait for")
+SIDECAR_TYPES = listing("tony.application.sidecar.jobtypes", "task types that serve the others and whose "
+                        "failure is ignored")
+STOP_ON_FAILURE_TYPES = listing("tony.application.stop-on-failure-jobtypes",
+                                "task types whose failure stops the job")
+TAGS = listing("tony.application.tags", "the application's tags on YARN")
+NODE_LABEL = text("tony.application.node-label", "on YARN, the node label expression of every container")
+CONTAINER_COMMAND = text("tony.containers.command", "the command of every task type without its own")
+CONTAINER_ENV = environment("tony.containers.envs", "the environment of every container")
+EXECUTION_ENV = environment("tony.execution.envs", "the environment of every user process")
+CONTAINER_RESOURCES = listing("tony.containers.resources", "files every container is given")
+HISTORY_RETENTION_S = integer("tony.history.retention-sec", 0, "how long history records are kept; 0: forever")
+DOCKER_ENABLED = boolean("tony.docker.enabled", "containers run in docker images (tony.docker.<type>.image)")
+
+# This project's keys
+TENSORBOARD_ENABLED = boolean("tony.task.tensorboard.enabled", "run TensorBoard on the chief", "true")
+CHECKPOINT_LOCATION = text("tony.checkpoint.location", "where TONY_CHECKPOINT_DIR is mirrored to and restored "
+                           "from; empty: the job's directory", "")
+HEARTBEAT_TIMEOUT_MS = integer("tony.task.heartbeat-timeout-ms", 0,
+                               "the AM declares a silent task lost after this, or after interval × "
+                               "max-missed-heartbeats if that comes first; 0: only the latter (TonY's rule)", "8000")
+YARN_PYTHON = text("tony.yarn.python", "the interpreter YARN containers start the AM and executors with; empty: "
+                   "the client's own", "")
+CHECKPOINT_ON_STORE_FAILURE = Key("tony.checkpoint.on-store-failure", parse_store_failure,
+                                  "what a failing checkpoint store does to the job: warn (training goes on, the "
+                                  "failure is shown) or fail", "warn", kind="warn or fail")
+AM_MAX_ATTEMPTS = integer("tony.am.max-attempts", 1, "how many times the ApplicationMaster is started when it "
+                          "dies or hangs; a later attempt starts a new session from the last checkpoint", "2")
+AM_LIVENESS_TIMEOUT_MS = integer("tony.am.liveness-timeout-ms", 1000,
+                                 "an AM silent this long is replaced; tasks that cannot reach it this long stop",
+                                 "30000")
+RECLAIM_RETRY_COUNT = integer("tony.am.reclaim-retry-count", 0,
+                              "relaunches of tasks whose containers the cluster took back (preempted, lost with "
+                              "their node); they do not spend tony.am.retry-count", "10")
+PRIORITY = integer("tony.application.priority", 0, "the YARN priority asked for (higher runs first in a queue, "
+                   "capped by the cluster); 0: the queue's default", "0")
+DOCKER_MOUNTS = listing("tony.docker.mounts", "with tony.docker.enabled, what every container mounts: "
+                        "host path:container path:ro|rw entries", "")
+AM_NODE_LABEL = text("tony.am.node-label", "on YARN, the node label expression of the AM's container; empty: "
+                     "the application's", "")
+PROGRESS_TIMEOUT_MS = integer("tony.task.progress-timeout-ms", 0,
+                              "a task that reported progress and then reports none this long is lost; 0: never",
+                              "0")
+GANG_HOLD_TIMEOUT_MS = integer("tony.gang.hold-timeout-ms", 0,
+                               "how long part of a gang may be held before it is given back and asked for again, "
+                               "keeping the job's place; 0: held on", "60000")
+GANG_BACKOFF_MS = integer("tony.gang.backoff-ms", 0,
+                          "after a give-back, the wait before asking again: random between half and one and a "
+                          "half times this, doubling up to eight times", "5000")
+
+KEYS: tuple[Key[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Key))
+_BY_NAME = {k.name: k for k in KEYS}
+assert len(_BY_NAME) == len(KEYS), "a key is in the table twice"
+
+#: This project's keys, with their defaults.
+PROJECT_DEFAULTS: dict[str, str] = {k.name: k.effective_default for k in KEYS if k.project}
+
+#: The effective configuration before any file: TonY's defaults, then this project's.
+TONY_DEFAULTS: dict[str, str] = {**TONY_XML_DEFAULTS, **PROJECT_DEFAULTS}
+
+#: TonY's keys outside the table whose default is an integer or a boolean: their values must stay one.
+#: (Container sizes are checked per type, where their bounds are known.)
+UNTYPED_INTEGERS = tuple(k for k, v in TONY_XML_DEFAULTS.items() if k not in _BY_NAME
+                         and re.fullmatch(r"-?\d+", v) and k.rsplit(".", 1)[1] not in ("memory", "vcores", "gpus"))
+UNTYPED_BOOLEANS = tuple(k for k, v in TONY_XML_DEFAULTS.items() if k not in _BY_NAME and v in ("true", "false"))
+
+_TASK_KEY = re.compile(r"^tony\.([a-z][a-z0-9_-]*)\.([a-z][a-z0-9_.-]*)$")
+_DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")
+_KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.compile(r"^tony\.version-info\.[^.]+$"))
+
+
+def unknown_key(key: str, declared_types: set[str]) -> str | None:
+    """Why ``key`` is not a key of TonY or of this project (None when it is one). ``declared_types``
+    are the task types the configuration declares (a ``tony.<type>.instances`` key)."""
+    if key in TONY_DEFAULTS or key in OTHER_TONY_KEYS or any(f.match(key) for f in _KEY_FAMILIES):
+        return None
+    if key.startswith("tony.local."):
+        return LOCAL_KEY_REASON
+    if not key.startswith("tony."):
+        return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
+    docker = _DOCKER_IMAGE_KEY.match(key)
+    if docker and (docker.group(1) in declared_types or docker.group(1) == "am"):
+        return None
+    match = _TASK_KEY.match(key)
+    if match and match.group(1) not in RESERVED_TYPES:
+        task_type, field = match.groups()
+        if field not in TASK_FIELDS:
+            return f"is not a setting of a task type; a type's settings are {', '.join(TASK_FIELDS)}"
+        if task_type not in declared_types:
+            return (f"sets task type '{task_type}', which no tony.{task_type}.instances declares; "
+                    "declare it, or fix the type's name")
+        return None
+    return "is not a key of TonY or of tony-workflow"
+
+
+def known_keys(declared_types: set[str]) -> list[str]:
+    """Every key a configuration with these task types may set, for 'did you mean'."""
+    keys = set(TONY_DEFAULTS) | OTHER_TONY_KEYS
+    for task_type in declared_types:
+        keys.update(f"tony.{task_type}.{field}" for field in TASK_FIELDS)
+        keys.add(f"tony.docker.{task_type}.image")
+    keys.add("tony.docker.am.image")
+    return sorted(keys)
+
+
+#: What each per-type setting (``tony.<type>.<field>``) means; their defaults are TASK_DEFAULTS.
+TASK_FIELD_DOCS = {
+    "instances": "how many tasks of the type (declares the type)",
+    "max-instances": "TonY's upper bound on instances",
+    "memory": "each container's memory (`2g`, `512m`, or MB)",
+    "vcores": "each container's vcores",
+    "gpus": "each container's GPUs",
+    "command": "the type's command (else tony.containers.command, else the job's)",
+    "node-label": "on YARN, the node label expression of the type's containers",
+    "restart-policy": "`session` (a failure relaunches the session) or `task` (only that task, at its address)",
+    "timeout": "a task's time limit in ms; 0: none",
+    "resources": "files the type's containers are given",
+    "spread": "on YARN, the type's tasks go to distinct nodes where the cluster allows",
+    "processes": "PyTorch: processes of the command per container, under torch's elastic agent; `gpus`: one per GPU",
+}
+
+#: The README's generated section lies between these lines.
+README_BEGIN = "<!-- keys: written by `python -m tony_workflow.spec --readme README.md` from spec/table.py; edit the table -->"
+README_END = "<!-- /keys -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _shown(value: str) -> str:
+    return f"`{value}`" if value != "" else "empty"
+
+
+def reference_markdown() -> str:
+    """The README's key reference: every key of the table, this project's first."""
+    lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for k in sorted(KEYS, key=lambda k: (not k.project, k.name)):
+        allowed = k.kind + (f" ≥ {k.minimum}" if k.minimum is not None else "")
+        lines.append(f"| `{k.name}` | {_shown(k.effective_default)} | {allowed} | "
+                     f"{_cell(k.doc)}{'' if k.project else ' (TonY)'} |")
+    lines += ["", "Every task type has these settings, `tony.<type>.<field>`:", "",
+              "| field | default | meaning |", "|---|---|---|"]
+    for name in TASK_FIELDS:
+        lines.append(f"| `{name}` | {_shown(TASK_DEFAULTS.get(name, ''))} | {_cell(TASK_FIELD_DOCS[name])} |")
+    local = ", ".join(f"`{name}`" for name in LOCAL_CLUSTER_DEFAULTS)
+    lines.append("")
+    lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "
+                 "only; a job that sets one is refused.")
+    return "\n".join(lines)
+
+
+def write_readme(path: str) -> None:
+    """Rewrites the key reference between :data:`README_BEGIN` and :data:`README_END` in ``path``."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    head, _, rest = text.partition(README_BEGIN + "\n")
+    _, _, tail = rest.partition(README_END)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(f"{head}{README_BEGIN}\n{reference_markdown()}\n{README_END}{tail}")

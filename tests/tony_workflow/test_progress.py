@@ -1,88 +1,23 @@
-"""Seeing a job run: task metrics, progress reported by user code, and hang detection.
-
-The end-to-end tests run real executors and user processes on the embedded cluster. The only fake
-is NVML in the GPU test (this machine has no GPU); it says so where it is used.
-"""
+"""Progress (:mod:`tony_workflow.progress`): a task's and the job's, with rate and ETA, as the status
+line shows them; and seeing a job run end to end: metrics and progress while it runs and kept at
+its end, a frozen user process found out. The end-to-end tests run real executors and user
+processes on the embedded cluster; the only fake is NVML in the GPU test (this machine has no
+GPU), which says so where it is used."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
-import time
 
 import psutil
 import pytest
 
 from tests.conftest import run_tony, wait_for
 from tests.tony_workflow.test_runtime import events, submit
-from tony_workflow.am.liveness import Liveness
 from tony_workflow.client.follow import Follower
 from tony_workflow.progress import TaskProgress, job_progress
 from tony_workflow.status import JobStatus, progress_text
-from tony_workflow.task import reporting
-from tony_workflow.task.metrics import GpuSampler, TaskSampler, visible_gpus
-from tony_workflow.task.reporting import ReportInbox
 
-# ----------------------------------------------------------------- report() and the executor's inbox
-
-@pytest.fixture
-def inbox(monkeypatch):
-    box = ReportInbox("secret-key")
-    monkeypatch.setattr(reporting, "_sender", reporting._Sender())  # a fresh channel per test
-    for name, value in box.environment().items():
-        monkeypatch.setenv(name, value)
-    yield box
-    box.close()
-
-
-def test_report_is_a_no_op_outside_a_job(monkeypatch):
-    monkeypatch.delenv(reporting.ADDRESS_ENV, raising=False)
-    monkeypatch.setattr(reporting, "_sender", reporting._Sender())
-    reporting.report(step=1, total=10, loss=0.5)  # nothing to send to, nothing raised
-    assert reporting._sender._target is None
-
-
-def test_reports_reach_the_inbox_merged_and_the_newest_step_always_arrives(inbox):
-    reporting.report(step=1, total=100, loss=2.0)
-    reporting.report(step=2, accuracy=0.1)   # within the interval: merged, sent when it is over
-    reporting.report(step=3)
-    snap = wait_for(lambda: (s := inbox.snapshot()) and s["step"] == 3 and s, timeout=5, interval=0.05)
-    assert snap["total"] == 100 and snap["metrics"] == {"loss": 2.0, "accuracy": 0.1}
-    assert snap["reports"] == 2, "three calls within one interval make two datagrams"
-    assert 0 <= snap["age"] < 5
-
-
-def test_a_datagram_without_the_tasks_key_is_ignored(inbox):
-    assert not inbox.accept(json.dumps({"key": "wrong", "step": 99}).encode())
-    assert not inbox.accept(b"not json")
-    assert inbox.snapshot() is None
-    assert inbox.accept(json.dumps({"key": "secret-key", "step": 5, "metrics": {"x": "text", "y": 1}}).encode())
-    assert inbox.snapshot()["metrics"] == {"y": 1.0}, "only numbers are kept"
-
-
-@pytest.mark.parametrize("kwargs, error", [
-    ({"step": "ten"}, "step must be a number, got str"),
-    ({"step": -1}, "step must be >= 0"),
-    ({"loss": [1.0]}, "loss must be a number, got list"),
-    ({"done": True}, "done must be a number, got bool"),
-    ({f"m{i}": i for i in range(33)}, "at most 32 metrics"),
-    ({"x" * 65: 1.0}, "longer than 64 characters"),
-])
-def test_report_refuses_what_is_not_a_number_and_names_it(inbox, kwargs, error):
-    with pytest.raises((TypeError, ValueError), match=error):
-        reporting.report(**kwargs)
-
-
-def test_numpy_scalars_and_nan_are_handled(inbox):
-    np = pytest.importorskip("numpy")
-    reporting.report(step=np.int64(7), total=np.int32(10), loss=np.float32(0.25), bad=float("nan"))
-    snap = wait_for(lambda: inbox.snapshot(), timeout=5, interval=0.05)
-    assert (snap["step"], snap["total"], snap["metrics"]) == (7, 10, {"loss": 0.25})
-
-
-# ----------------------------------------------------------------- the AM's view
 
 def test_task_progress_gives_a_fraction_a_rate_and_an_eta():
     p = TaskProgress()
@@ -105,15 +40,6 @@ def test_job_progress_is_the_chiefs_or_else_the_latest_reporters():
     got = job_progress([("chief:0", chief), ("worker:0", worker)], "chief:0", 50.0)
     assert got["task"] == "chief:0" and got["step"] == 2 and got["fraction"] == 0.25
     assert job_progress([("chief:0", TaskProgress())], "chief:0", 1.0) is None
-
-
-def test_liveness_judges_stalls_only_after_a_first_report():
-    rules = Liveness(1000, 25, 0, progress_timeout_ms=5000)
-    assert rules.stalled("worker:0", None, 1e9) is None, "a task that never reported is never stalled"
-    assert rules.stalled("worker:0", 100.0, 104.0) is None
-    why = rules.stalled("worker:0", 100.0, 106.0)
-    assert "worker:0" in why and "tony.task.progress-timeout-ms=5000" in why
-    assert Liveness(1000, 25).stalled("worker:0", 100.0, 1e9) is None, "0 turns the rule off"
 
 
 def test_progress_shows_in_the_status_line_and_the_follower_paces_it():
@@ -142,109 +68,6 @@ def test_progress_shows_in_the_status_line_and_the_follower_paces_it():
     # A finished run has nothing left to wait for.
     assert progress_text({"step": 200, "total": 200, "fraction": 1.0, "eta_seconds": 0}) == "step=200/200 (100.0%)"
 
-
-# ----------------------------------------------------------------- the sampler
-
-def test_the_sampler_measures_a_real_process_tree():
-    script = ("import subprocess, sys, time\n"
-              "block = bytearray(80 * 1024 * 1024)\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: pass'])\n"
-              "time.sleep(30)\n")
-    proc = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        wait_for(lambda: psutil.Process(proc.pid).children(), timeout=10)
-        sampler = TaskSampler()
-        sampler.sample(proc.pid)
-        time.sleep(0.5)
-        figures = sampler.sample(proc.pid)
-        assert figures["rss_mb"] >= 80 and figures["processes"] == 2
-        assert figures["max_rss_mb"] >= figures["avg_rss_mb"] > 0
-        assert figures["cpu_percent"] > 30, "the child spins a core"
-        assert "gpu_util_percent" not in figures
-    finally:
-        for p in psutil.Process(proc.pid).children():
-            p.kill()
-        proc.kill()
-        proc.wait()
-
-
-def test_visible_gpus_follow_cuda_rules():
-    assert visible_gpus(None) is None
-    assert visible_gpus("") == [] and visible_gpus("-1") == []
-    assert visible_gpus("1,3") == ["1", "3"] and visible_gpus("0,-1,2") == ["0"]
-    assert visible_gpus("GPU-0f3a") == ["GPU-0f3a"]
-
-
-FAKE_NVML = textwrap.dedent('''
-    """A stand-in for nvidia-ml-py's pynvml on a machine without a GPU: every device reports
-    a utilisation of 10 x (index + 1) % and 1000 x (index + 1) MiB used of 16 GiB."""
-    import os
-
-    class NVMLError(Exception):
-        pass
-
-    class _Handle:
-        def __init__(self, index):
-            self.index = index
-
-    class _Util:
-        def __init__(self, gpu):
-            self.gpu, self.memory = gpu, 0
-
-    class _Mem:
-        def __init__(self, used):
-            self.used, self.total, self.free = used, 16 << 30, (16 << 30) - used
-
-    def nvmlInit():
-        with open(os.environ.get("FAKE_NVML_LOG", os.devnull), "a") as log:
-            log.write("init\\n")
-
-    def nvmlDeviceGetCount():
-        return 4
-
-    def nvmlDeviceGetHandleByIndex(index):
-        if index >= 4:
-            raise NVMLError("Invalid Argument")
-        return _Handle(index)
-
-    def nvmlDeviceGetHandleByUUID(uuid):
-        raise NVMLError("Not Found")
-
-    def nvmlDeviceGetUtilizationRates(handle):
-        return _Util(10 * (handle.index + 1))
-
-    def nvmlDeviceGetMemoryInfo(handle):
-        return _Mem(1000 * (handle.index + 1) << 20)
-''')
-
-
-@pytest.fixture
-def fake_nvml(tmp_path, monkeypatch):
-    """A fake pynvml first on the path: this machine has no GPU and no NVML library."""
-    d = tmp_path / "fake-nvml"
-    d.mkdir()
-    (d / "pynvml.py").write_text(FAKE_NVML)
-    monkeypatch.syspath_prepend(str(d))
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
-    return d
-
-
-def test_gpu_figures_come_from_nvml_for_the_tasks_own_gpus(fake_nvml):
-    # Fake NVML (no GPU here): what is tested is which devices are asked and how figures add up.
-    figures = TaskSampler(GpuSampler(["1", "3"])).sample(os.getpid())
-    assert figures["gpu_util_percent"] == 30.0 and figures["gpu_mem_mb"] == 6000.0
-    assert [g["index"] for g in figures["gpus"]] == ["1", "3"]
-    missing = GpuSampler(["GPU-unknown"])
-    assert missing.sample() == [] and missing.disabled, "an unknown GPU turns GPU figures off, not the task"
-
-
-def test_without_nvml_there_are_simply_no_gpu_figures(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as on a machine without the package
-    sampler = GpuSampler(["0"])
-    assert sampler.sample() == [] and sampler.disabled
-
-
-# ----------------------------------------------------------------- end to end
 
 TRAINER = textwrap.dedent('''
     import os, signal, sys, time

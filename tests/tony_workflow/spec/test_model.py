@@ -1,0 +1,76 @@
+"""The job model (:mod:`tony_workflow.spec.model`): commands, task order, the chief, typed fields, round trips."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.tony_workflow.spec.common import GOOD_SPECS
+from tony_workflow.spec import (
+    JobSpec,
+    Resources,
+    SpecError,
+    TaskSpec,
+    load_spec,
+)
+
+
+def test_command_precedence():
+    spec = JobSpec(conf={"tony.worker.instances": "2", "tony.ps.instances": "1"},
+                   executes="train.py", task_params="--epochs 3")
+    assert spec.command_for("worker") == "python train.py --epochs 3"
+    assert spec.with_overrides({"tony.containers.command": "run.sh"}).command_for("worker") == "run.sh"
+    both = spec.with_overrides({"tony.containers.command": "run.sh", "tony.ps.command": "serve.sh"})
+    assert (both.command_for("ps"), both.command_for("worker")) == ("serve.sh", "run.sh")
+    assert JobSpec(executes="t.py", python_binary_path="/opt/py/bin/python3").command_for("worker") \
+        == "/opt/py/bin/python3 t.py"
+    assert JobSpec().command_for("worker") is None
+
+
+def test_task_order_chief_and_tracking():
+    spec = JobSpec(conf={"tony.ps.instances": "1", "tony.evaluator.instances": "0", "tony.chief.instances": "1",
+                         "tony.worker.instances": "2", "tony.tensorboard.instances": "1",
+                         "tony.containers.command": "run"})
+    assert list(spec.tasks) == ["ps", "chief", "worker", "tensorboard"]
+    assert spec.chief == ("chief", 0)
+    assert spec.tracked_types == ["chief", "worker"]
+    assert spec.sidecar_types == ["tensorboard"] and spec.stop_on_failure_types == ["ps"]
+    assert spec.tasks["worker"] == TaskSpec("worker", 2, Resources(), command="run")
+    spec.validate()
+
+
+def test_typed_properties_name_a_bad_value():
+    spec = JobSpec(conf={"tony.am.retry-count": "x"}, key_origin={"tony.am.retry-count": "retries"})
+    with pytest.raises(SpecError, match=r"retries \(tony.am.retry-count\): must be an integer >= 0"):
+        _ = spec.retry_count
+
+
+def test_round_trip():
+    spec = load_spec(GOOD_SPECS / "mwms.yaml.j2", variables={"workers": 2}, overrides=["tony.am.memory=1g"])
+    data = json.loads(json.dumps(spec.to_dict()))
+    assert JobSpec.from_dict(data) == spec
+    assert data["key_origin"]["tony.am.memory"] == "--conf tony.am.memory"
+    task = spec.tasks["worker"]
+    assert TaskSpec.from_dict(json.loads(json.dumps(task.to_dict()))) == task
+    with pytest.raises(SpecError, match="unknown job spec field"):
+        JobSpec.from_dict({**data, "extra": 1})
+
+
+def test_spec_objects_check_their_fields():
+    with pytest.raises(SpecError, match="memory_mb"):
+        Resources(memory_mb=0)
+    with pytest.raises(SpecError, match="restart_policy"):
+        TaskSpec("worker", 1, restart_policy="always")
+    with pytest.raises(SpecError, match="conf"):
+        JobSpec(conf=["not", "a", "mapping"])
+
+
+def test_a_spec_is_immutable_and_reads_each_field_once():
+    import dataclasses
+
+    spec = JobSpec(conf={"tony.worker.instances": "2"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.executes = "x.py"
+    assert spec.tasks is spec.tasks  # parsed once, then kept
+    changed = dataclasses.replace(spec, conf={**spec.conf, "tony.worker.instances": "3"})
+    assert changed.tasks["worker"].instances == 3 and spec.tasks["worker"].instances == 2

@@ -1,0 +1,72 @@
+"""The one status type (:mod:`tony_workflow.status`): its round trip, its line, application ids."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tony_workflow.errors import NotAnApplicationId
+from tony_workflow.status import (
+    JobState,
+    JobStatus,
+    StatusFile,
+    TaskState,
+    TaskStatus,
+    check_application_id,
+    progress_text,
+)
+
+
+def status(**kw) -> JobStatus:
+    tasks = [TaskStatus(type="worker", index=i, state=TaskState.RUNNING) for i in range(2)]
+    return JobStatus(application_id="application_1763700000000_0001", state=JobState.RUNNING, name="j",
+                     tasks=tasks, **kw)
+
+
+def test_a_status_survives_its_round_trip_through_json_text():
+    st = status(retries=1, warnings=["w"], progress={"step": 5}, tracking_url="http://am/ui/v")
+    again = JobStatus.from_dict(st.to_dict())
+    assert again == st and again.task("worker:1").state == TaskState.RUNNING and again.task("ps:0") is None
+
+
+def test_the_status_line_names_tasks_the_wait_progress_and_links():
+    st = status(tracking_url="http://rm/proxy/x", am_attempt=2, containers_held=1, containers_wanted=4,
+                waiting_reason="worker: 0 of 3 containers; blocked by 1 job", waiting_since=time.time() - 65)
+    line = st.summary()
+    assert line.startswith("application_1763700000000_0001 RUNNING session=0 am_attempt=2 "
+                           "worker:0=RUNNING worker:1=RUNNING")
+    assert "waiting 1/4 containers for 1m05s: worker: 0 of 3 containers; blocked by 1 job" in line
+    assert line.endswith("tracking=http://rm/proxy/x")
+
+
+def test_progress_reads_as_steps_a_fraction_an_eta_and_the_first_metrics():
+    text = progress_text({"step": 120, "total": 1000, "fraction": 0.12, "eta_seconds": 185,
+                          "metrics": {"loss": 0.31214, "acc": 0.9, "lr": 0.001, "extra": 1}})
+    assert text == "step=120/1000 (12.0%) eta=3m05s loss=0.3121 acc=0.9 lr=0.001"
+    assert progress_text({"step": 10, "total": 10, "fraction": 1.0, "eta_seconds": 0}) == "step=10/10 (100.0%)"
+    assert progress_text({}) == "step=?"
+
+
+@pytest.mark.parametrize("given", ["application_1_0001", "application_1763700000000_0042"])
+def test_an_application_id_of_yarns_shape_passes(given):
+    assert check_application_id(given) == given
+
+
+@pytest.mark.parametrize("given", ["../etc/passwd", "application_1", "job_1_1", "", None, 42,
+                                   "application_1_0001/../../x"])
+def test_anything_else_is_refused_saying_what_an_id_looks_like(given):
+    with pytest.raises(NotAnApplicationId) as e:
+        check_application_id(given)
+    assert "expected application_<cluster timestamp>_<sequence>" in str(e.value)
+
+
+def test_the_status_file_is_replaced_whole_and_only_when_it_changed(tmp_path):
+    f = StatusFile(tmp_path / "status.json")
+    f.write('{"state": "RUNNING"}')
+    before = (tmp_path / "status.json").stat().st_mtime_ns
+    time.sleep(0.01)
+    f.write('{"state": "RUNNING"}')
+    assert (tmp_path / "status.json").stat().st_mtime_ns == before
+    f.write('{"state": "SUCCEEDED"}')
+    assert (tmp_path / "status.json").read_text() == '{"state": "SUCCEEDED"}'
+    assert not list(tmp_path.glob("*.tmp")) and f.age() < 5

@@ -28,7 +28,7 @@ def test_a_resume_that_lost_steps_is_a_warning(tmp_path):
     watch = StoreWatch(EventLog(tmp_path / "e.jsonl"))
     assert not watch.restored("chief:0", 1, {"source": "store", "step": 20, "lost_steps": 0})
     assert watch.restored("chief:0", 2, {"source": "/tmp/c/checkpoint", "step": 20, "lost_steps": 5})
-    assert watch.warnings == ["session 2 resumed from step 20 of /tmp/c/checkpoint; the newest checkpoint seen "
-                              "was 5 step(s) newer but incomplete: 5 step(s) lost"]
+    assert watch.warnings == [("session 2 resumed from step 20 of /tmp/c/checkpoint; the newest checkpoint seen "
+                               "was 5 step(s) newer but incomplete: 5 step(s) lost")]
     assert watch.restored("chief:0", 3, {"lost_steps": 40})
     assert "found no complete checkpoint and started over" in watch.warnings[-1]

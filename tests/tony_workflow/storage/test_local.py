@@ -1,14 +1,11 @@
-"""The local store and the one retry every store uses (:mod:`tony_workflow.storage.base`,
-:mod:`tony_workflow.storage.local`): whole files only, keys that stay inside the store, and which
-errors are tried again."""
+"""The local store (:mod:`tony_workflow.storage.local`) and picking a store for a location
+(:mod:`tony_workflow.storage`): whole files only, keys that stay inside the store."""
 from __future__ import annotations
-
-import errno
 
 import pytest
 
 from tony_workflow.storage import LocalStorage, open_storage
-from tony_workflow.storage.base import is_temp, retry
+from tony_workflow.storage.base import is_temp
 
 
 def test_a_put_file_is_listed_got_and_deleted(tmp_path):
@@ -45,41 +42,6 @@ def test_a_failed_put_leaves_no_partial_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         store.put(tmp_path / "missing", "job/file")
     assert not list((tmp_path / "store").rglob("*.tony-part"))
-
-
-def test_transient_errors_are_tried_again_and_lasting_ones_are_not():
-    calls = []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) < 3:
-            raise OSError(errno.EIO, "input/output error")
-        return "done"
-
-    assert retry(flaky, attempts=5, base_delay=0.001) == "done" and len(calls) == 3
-    for lasting in (FileNotFoundError(errno.ENOENT, "gone"), PermissionError(errno.EACCES, "no"),
-                    OSError(errno.ENOSPC, "full"), ValueError("a bug")):
-        calls.clear()
-
-        def fails(e=lasting):
-            calls.append(1)
-            raise e
-
-        with pytest.raises(type(lasting)):
-            retry(fails, attempts=5, base_delay=0.001)
-        assert len(calls) == 1, lasting
-
-
-def test_the_last_error_is_raised_as_it_was_after_the_attempts():
-    calls = []
-
-    def down():
-        calls.append(1)
-        raise ConnectionError(f"try {len(calls)}")
-
-    with pytest.raises(ConnectionError, match="try 4"):
-        retry(down, attempts=4, base_delay=0.001, retry_on=lambda e: isinstance(e, ConnectionError))
-    assert len(calls) == 4
 
 
 @pytest.mark.parametrize("location", ["/tmp/x", "file:///tmp/x"])

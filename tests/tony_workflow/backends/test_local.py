@@ -29,13 +29,12 @@ def cluster(tony_home, tmp_path):
 
 
 def test_a_container_runs_in_its_own_directory_with_its_gpus_and_the_staged_source(cluster):
-    [am, worker] = cluster.allocate([ContainerRequest("am", 256, 1, 0), ContainerRequest("worker:0", 256, 1, 2)],
+    [_, worker] = cluster.allocate([ContainerRequest("am", 256, 1, 0), ContainerRequest("worker:0", 256, 1, 2)],
                                     cancel=threading.Event())
     assert worker.id.startswith("container_1_0001_01_") and worker.gpu_indices == [0, 1]
-    cluster.launch(worker, [sys.executable, "-c",
-                            "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CONTAINER_ID'],"
-                            " open('train.py').read())"], {"TONY_TASK_ID": "worker:0"})
-    assert wait_for(lambda: cluster.poll(worker) is not None, timeout=20) is not False
+    show = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CONTAINER_ID'], open('train.py').read())"
+    cluster.launch(worker, [sys.executable, "-c", show], {"TONY_TASK_ID": "worker:0"})
+    wait_for(lambda: cluster.poll(worker) is not None, timeout=20)
     assert cluster.poll(worker) == 0
     assert worker.stdout.read_text().split() == ["0,1", worker.id, "print('hi')"]
     assert (worker.workdir / "task_id").read_text() == "worker:0" and int((worker.workdir / "pid").read_text())

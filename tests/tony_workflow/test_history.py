@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.conftest import run_tony
-from tests.tony_workflow.test_runtime import submit
+from tests.tony_workflow.jobs.test_runtime import submit
 from tony_workflow.history import JobHistory, build_record, parse_record_name, record_name, sizing_hints
 from tony_workflow.spec.errors import HIDDEN, mask_secrets
 from tony_workflow.storage import LocalStorage

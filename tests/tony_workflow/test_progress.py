@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import run_tony, wait_for
-from tests.tony_workflow.test_runtime import events, submit
+from tests.tony_workflow.jobs.test_runtime import events, submit
 from tony_workflow.client.follow import Follower
 from tony_workflow.progress import TaskProgress, job_progress
 from tony_workflow.status import JobStatus, progress_text

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 __all__ = ["unsafe_entry"]
 
 
-def unsafe_entry(path: str | os.PathLike) -> str | None:
+def unsafe_entry(path: str | os.PathLike[str]) -> str | None:
     """Why the zip at ``path`` must not be unpacked (naming its first unsafe entry), or None when every
     entry stays inside the directory it is unpacked into. Raises ValueError when ``path`` is not a zip."""
     if not zipfile.is_zipfile(path):

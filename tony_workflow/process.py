@@ -14,6 +14,10 @@ import contextlib
 import getpass
 import os
 import signal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 __all__ = ["alive", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
 
@@ -35,7 +39,7 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def _process(pid: int, started: float | None):
+def _process(pid: int, started: float | None) -> psutil.Process | None:
     """The psutil.Process for ``pid`` if it runs (not a zombie) and, when ``started`` is given, is
     the process that started then; else None."""
     import psutil
@@ -69,7 +73,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def group_members(pgid: int) -> list:
+def group_members(pgid: int) -> list[psutil.Process]:
     """Every live process of process group ``pgid`` (psutil.Process objects), its leader included
     if it still runs. A group outlives its leader: a container whose first process died keeps the
     processes that one started, and only their group still names them."""

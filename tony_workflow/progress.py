@@ -33,7 +33,7 @@ class TaskProgress:
     reports: int = 0
     #: when the newest report was made, by the AM's clock; None before the first
     updated_at: float | None = None
-    _points: deque = field(default_factory=lambda: deque(maxlen=_MAX_POINTS))
+    _points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=_MAX_POINTS))
 
     def update(self, snapshot: dict[str, Any] | None, now: float) -> bool:
         """Takes the progress a heartbeat carried; True when it holds a report not seen before."""
@@ -76,7 +76,8 @@ class TaskProgress:
         t0, s0 = older[0]
         if t1 - t0 < 1.0 or s1 <= s0:
             return None
-        return (s1 - s0) / (t1 - t0)
+        rate: float = (s1 - s0) / (t1 - t0)
+        return rate
 
     def eta(self, now: float) -> float | None:
         """Seconds until ``total``, at the recent rate, counted from ``now``."""

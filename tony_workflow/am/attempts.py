@@ -14,8 +14,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..status import JobState, JobStatus, TaskState, TaskStatus
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
+    from .policy import Policy
 
 __all__ = [
     "ATTEMPT_ENV",
@@ -104,7 +109,7 @@ def resume_point(app_dir: Path, attempt: int | None = None) -> Resume:
                   started_at=st.started_at, port=port, diagnostics=st.diagnostics)
 
 
-def attempt_state(status: JobStatus, resume: Resume) -> dict:
+def attempt_state(status: JobStatus, resume: Resume) -> dict[str, Any]:
     """What a later attempt in another container needs of this one (the job's status file stays
     behind with the container): kept by the cluster (:meth:`ClusterManager.save_attempt_state`)."""
     started = bool(status.attempts)  # this attempt has started a session (else: where it will)
@@ -116,7 +121,7 @@ def attempt_state(status: JobStatus, resume: Resume) -> dict:
             "backend": status.backend, "tracking_url": status.tracking_url}
 
 
-def status_from_state(app_id: str, state: dict) -> JobStatus:
+def status_from_state(app_id: str, state: dict[str, Any]) -> JobStatus:
     """The status an :func:`attempt_state` stands for, as :func:`resume_point` reads it."""
     return JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=state.get("name"),
                      session_id=int(state.get("session_id", 0)), attempts=int(state.get("attempts", 0)),
@@ -126,7 +131,7 @@ def status_from_state(app_id: str, state: dict) -> JobStatus:
                      am_attempt=int(state.get("attempt", 1)))
 
 
-def finished_verdict(policy, spec, results: dict[str, int]) -> tuple[str, str] | None:
+def finished_verdict(policy: Policy, spec: JobSpec, results: dict[str, int]) -> tuple[str, str] | None:
     """The job's end when the last session's training had completed, as ``results`` (task id ->
     exit code, from the executors' result files) says, and the failure rules call that a success;
     else None (a new session runs). Completed means: every tracked task finished, or the chief

@@ -121,7 +121,8 @@ class GangWatch:
         half times tony.gang.backoff-ms, doubled with each give-back up to eight times."""
         self.releases += 1
         base = self.backoff_s * min(8, 2 ** (self.releases - 1))
-        return base * self.rng.uniform(0.5, 1.5)
+        wait: float = base * self.rng.uniform(0.5, 1.5)
+        return wait
 
     # ------------------------------------------------------------------ showing it
     def show(self, status: JobStatus) -> None:

@@ -123,7 +123,7 @@ class Policy:
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> Policy:
-        return cls(chief=tuple(spec.chief), tracked=frozenset(spec.tracked_types),
+        return cls(chief=spec.chief, tracked=frozenset(spec.tracked_types),
                    sidecars=frozenset(spec.sidecar_types), stop_on_failure=frozenset(spec.stop_on_failure_types),
                    task_restart_types=frozenset(t for t, ts in spec.tasks.items() if ts.restart_policy == "task"),
                    retry_count=spec.retry_count, fail_on_worker_failure=spec.fail_on_worker_failure,

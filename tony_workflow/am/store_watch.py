@@ -10,6 +10,8 @@ It keeps no lock of its own: the AM calls it under its lock.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..events import EventLog
 
 __all__ = ["ON_STORE_FAILURE", "StoreWatch"]
@@ -51,7 +53,7 @@ class StoreWatch:
                           f"checkpoints (tony.checkpoint.on-store-failure=fail)")
         return True, None
 
-    def restored(self, task_id: str, session: int, info: dict) -> bool:
+    def restored(self, task_id: str, session: int, info: dict[str, Any]) -> bool:
         """A task's report of what it resumed from; returns whether the warnings changed."""
         self.events.emit("checkpoint_restored", task=task_id, session=session, **info)
         lost = int(info.get("lost_steps") or 0)

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import SubmissionRefused
 
@@ -197,7 +197,7 @@ class ClusterManager(ABC):
         if self.on_wait is not None:
             self.on_wait(wait)
 
-    def note(self, event: str, **fields) -> None:
+    def note(self, event: str, **fields: Any) -> None:
         """Records ``event`` in the job's events (nothing before the AM gave its log)."""
         if self.events is not None:
             self.events.emit(event, **fields)
@@ -232,7 +232,7 @@ class ClusterManager(ABC):
         """Tells the cluster how far training has got (0..1), for its own UI; at most every few
         seconds. Failures are the backend's to swallow: progress must never stop a job."""
 
-    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
+    def finish(self, state: str, diagnostics: str, status: dict[str, Any] | None = None) -> None:
         """Records the final state (and the whole final JobStatus) with the cluster; called once,
         after release()."""
 
@@ -301,7 +301,7 @@ class ClusterManager(ABC):
         """Called by a later AM attempt before anything else: stops what an earlier attempt left
         running that this backend can still reach."""
 
-    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+    def save_attempt_state(self, state: dict[str, Any], app_dir: Path) -> None:
         """Keeps where the job stands (:func:`tony_workflow.am.attempts.attempt_state`), and its events
         in ``app_dir``, where an AM attempt in another container would find them; nothing where
         every attempt runs beside the job's directory. Called as each session starts."""
@@ -357,7 +357,7 @@ class Backend(ABC):
     def list_applications(self) -> list[str]:
         """Known application ids, newest last."""
 
-    def store_options(self) -> dict:
+    def store_options(self) -> dict[str, Any]:
         """How this backend's client reaches the cluster's files (the job history, a job's final
         status): :func:`~tony_workflow.storage.open_storage`'s keyword arguments."""
         return {}

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -50,7 +51,7 @@ def cluster_dir() -> Path:
 
 
 @contextlib.contextmanager
-def locked_json(path: Path, default: dict) -> Iterator[dict]:
+def locked_json(path: Path, default: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Read-modify-write of a JSON file under an exclusive lock on ``path.lock``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a+") as lock:
@@ -151,14 +152,14 @@ def app_seq(app_id: str) -> tuple[int, int]:
     return int(ts), int(seq)
 
 
-def enqueue(ledger: dict, app_id: str, pid: int) -> None:
+def enqueue(ledger: dict[str, Any], app_id: str, pid: int) -> None:
     """Queues in submission order (the application sequence), whichever AM reaches the ledger first."""
     ledger.setdefault("queue", []).append({"app": app_id, "pid": pid, "started": process.start_time(pid),
                                            "since": time.time()})
     ledger["queue"].sort(key=lambda q: app_seq(q["app"]))
 
 
-def _purge(ledger: dict) -> None:
+def _purge(ledger: dict[str, Any]) -> None:
     """Drops the entries of holders and waiters that are gone."""
     ledger.setdefault("allocations", {})
     ledger.setdefault("queue", [])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from .yarn_containers import service_name
 
@@ -60,12 +61,12 @@ def decode_hosts(text: str) -> dict[str, list[str]]:
     return out
 
 
-def _partition(node: dict) -> str:
+def _partition(node: dict[str, Any]) -> str:
     labels = node.get("nodeLabels") or []
     return labels[0] if isinstance(labels, list) and labels else ""
 
 
-def spread_hosts(nodes: list[dict], label: str, memory_mb: int, vcores: int, gpus: int, instances: int) -> list[str]:
+def spread_hosts(nodes: list[dict[str, Any]], label: str, memory_mb: int, vcores: int, gpus: int, instances: int) -> list[str]:
     """The hosts a spread type's tasks may go to: RUNNING NodeManagers of the partition ``label``
     ("" is the default one) that can hold one of its containers, those with the most free memory
     first, one per host, at most twice the type's instances (spares for relaunches) and
@@ -109,10 +110,10 @@ class Placement:
     def choose(self, cid: str, task_type: str, env: dict[str, str], now: float) -> tuple[str, str | None]:
         """The service to ask for container ``cid`` of ``task_type``, and the host it names (None:
         anywhere, for a type that is not spread or has no node left to try)."""
-        hosts = self.hosts.get(task_type)
+        hosts = self.hosts.get(task_type) or []
         with self._lock:
             self._placed.pop(cid, None)
-            usable = [h for h in hosts or () if (task_type, h) not in self._avoid]
+            usable = [h for h in hosts if (task_type, h) not in self._avoid]
             if not usable:
                 return service_name(task_type), None
             load = {h: 0 for h in usable}

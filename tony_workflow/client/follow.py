@@ -72,12 +72,12 @@ class JobUpdate:
         return tuple(t for t in self.tasks if t.relaunched)
 
 
-def _wait_key(status: JobStatus) -> tuple:
+def _wait_key(status: JobStatus) -> tuple[object, ...]:
     # What a user sees of a wait: its reason and how much of the gang is granted, not its duration.
     return (status.waiting_reason, status.containers_held, status.containers_wanted)
 
 
-def _task_key(status: JobStatus) -> tuple:
+def _task_key(status: JobStatus) -> tuple[object, ...]:
     return tuple((t.task_id, t.state, t.restarts) for t in status.tasks)
 
 

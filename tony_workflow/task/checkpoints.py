@@ -82,7 +82,7 @@ def inspect(path: str | os.PathLike[str]) -> Found | None:
     return Found(root, best[0], best[1], newest)
 
 
-def _key(found: Found) -> tuple:
+def _key(found: Found) -> tuple[int, float]:
     # By step where both have one; a directory with a step outranks one without at equal time.
     return (found.step if found.step is not None else -1, found.newest)
 

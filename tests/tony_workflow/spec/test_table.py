@@ -55,3 +55,17 @@ def test_the_defaults_and_the_did_you_mean_list_come_from_the_table():
     assert {k.name for k in table.KEYS} <= set(table.known_keys(set()))
     assert table.unknown_key("tony.gang.hold-timeout-ms", set()) is None
     assert "not a key of TonY or of tony-workflow" in table.unknown_key("tony.gang.hold-timeout", set())
+
+
+def test_the_command_rewrites_only_the_readmes_generated_section(tmp_path):
+    import subprocess
+    import sys
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{table.README_BEGIN}\nstale\n{table.README_END}\n\nafter\n")
+    subprocess.run([sys.executable, "-m", "tony_workflow.spec", "--readme", str(readme)], check=True)
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{table.README_END}\n\nafter\n")
+    assert "stale" not in text and table.reference_markdown() in text
+    printed = subprocess.run([sys.executable, "-m", "tony_workflow.spec"], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == table.reference_markdown().strip()

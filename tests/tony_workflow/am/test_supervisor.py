@@ -1,0 +1,40 @@
+"""The supervisor's pieces that need no ApplicationMaster (:mod:`tony_workflow.am.supervisor`): it
+adopts orphans, watches a child as Popen would, and leaves the first AM container alone. Attempts
+replaced after a death or a hang are tests/tony_workflow/jobs/test_deaths.py."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from tony_workflow.am.supervisor import _Child, carried_over
+
+
+def test_a_child_is_watched_as_popen_would_and_its_signal_is_its_exit_code():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = _Child(proc.pid)
+    assert child.poll() is None and child.wait(0.1) is None
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(10) == -signal.SIGTERM
+    child.send_signal(signal.SIGKILL)  # already ended: nothing is sent
+    done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert _Child(done.pid).wait(10) == 3
+
+
+def test_a_child_reaped_elsewhere_ends_as_killed():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped here, so the supervisor's waitpid finds nothing
+    assert _Child(proc.pid).poll() == -signal.SIGKILL
+
+
+def test_a_process_can_adopt_its_orphans():
+    # In a process of its own: a test runner that adopted orphans would keep them as zombies.
+    code = "from tony_workflow.am.supervisor import become_subreaper; print(become_subreaper())"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+
+
+def test_the_first_am_container_has_nothing_carried_over(tmp_path, monkeypatch):
+    monkeypatch.delenv("SKEIN_CONTAINER_ID", raising=False)
+    assert carried_over(tmp_path) is None
+    monkeypatch.setenv("SKEIN_CONTAINER_ID", "tony-am_0")
+    assert carried_over(tmp_path) is None

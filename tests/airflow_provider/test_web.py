@@ -1,0 +1,30 @@
+"""The TonY pages' charts (:mod:`airflow_provider.web`): a job's figures over time drawn as SVG
+geometry, with gaps where a figure is missing. The pages themselves, served by Airflow's real
+api-server, are test_plugin.py's and test_ui.py's."""
+from __future__ import annotations
+
+from airflow_provider.web import _charts, chart
+
+
+def test_a_chart_scales_its_lines_into_the_box_and_breaks_them_at_gaps():
+    c = chart("Memory", [0.0, 10.0, 20.0, 30.0], {"worker:0": [100.0, None, 50.0, 100.0]}, "MiB",
+              width=100, height=80)
+    assert c["top"] == 110.0 and c["seconds"] == 30 and c["unit"] == "MiB"
+    [series] = c["series"]
+    first, second = series["segments"]
+    assert first == f"36.0,{80 - 20 - 100 / 110 * 50:.1f}"  # one point, then the gap
+    xs = [float(p.split(",")[0]) for p in second.split()]
+    assert xs == sorted(xs) and xs[-1] == 92.0  # the last time at the right edge
+
+
+def test_nothing_to_draw_is_no_chart():
+    assert chart("Step", [0.0], {"step": [1.0]}, "step") is None
+    assert chart("GPU", [0.0, 1.0], {"worker:0": [None, None]}, "%") is None
+    assert _charts(None) == [] and _charts({"t": [1.0]}) == []
+
+
+def test_a_jobs_series_gives_one_chart_per_figure_it_has():
+    series = {"t": [0.0, 5.0], "step": [0, 50],
+              "tasks": {"worker:0": {"rss_mb": [10.0, 20.0], "cpu_percent": [50.0, 80.0],
+                                     "gpu_util_percent": [None, None], "gpu_mem_mb": [None, None]}}}
+    assert [c["title"] for c in _charts(series)] == ["Training step", "Memory (RSS)", "CPU"]

@@ -24,12 +24,15 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .events import read_events
 from .spec.errors import mask_secrets
 from .status import check_application_id
 from .storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 __all__ = ["JobHistory", "build_record", "live_record", "parse_record_name", "record_history", "record_job", "record_name", "site_history", "sizing_hints"]
 
@@ -173,7 +176,7 @@ class JobHistory:
         try:
             from zoneinfo import ZoneInfo
 
-            zone = ZoneInfo(self.timezone)
+            zone: _dt.tzinfo = ZoneInfo(self.timezone)
         except Exception:  # noqa: BLE001 - an unknown zone name: TonY falls back to UTC as well
             zone = _dt.UTC
         return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
@@ -257,7 +260,8 @@ class JobHistory:
             return local.read_text()
 
     def _read(self, key: str) -> dict[str, Any]:
-        return json.loads(self._text(key))
+        record: dict[str, Any] = json.loads(self._text(key))
+        return record
 
 
 def site_history(backend: str, **store_options: Any) -> JobHistory:
@@ -290,7 +294,7 @@ def record_history(app_dir: Path, backend: str) -> str | None:
         return None
 
 
-def live_record(status: dict[str, Any], app_dir: Path, spec, series: dict | None = None,
+def live_record(status: dict[str, Any], app_dir: Path, spec: JobSpec, series: dict[str, Any] | None = None,
                 user: str | None = None) -> dict[str, Any]:
     """The record of a job from ``status`` and the events and figures in ``app_dir`` (``series``
     when given): what the history keeps once it ends, and what a job page shows while it runs."""
@@ -308,7 +312,7 @@ def live_record(status: dict[str, Any], app_dir: Path, spec, series: dict | None
     return record
 
 
-def record_job(app_dir: Path, spec, default_location: str, user: str) -> str:
+def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str) -> str:
     """Writes the history record of the job whose files are in ``app_dir`` (its final
     ``status.json``, ``events.jsonl`` and ``series.json``) where ``tony.history.location`` says,
     else at ``default_location``; returns the record's key."""

@@ -16,6 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import process
 from .status import JobStatus, check_application_id
@@ -36,9 +37,10 @@ class Removal:
     finished_at: float | None
 
 
-def _json(path: Path) -> dict | None:
+def _json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
     except (OSError, ValueError):
         return None
 

@@ -18,6 +18,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from ..progress import TaskProgress, job_progress
 from ..status import JobStatus, StatusFile
@@ -65,7 +66,7 @@ class Series:
                     figures[k] = figures[k][::2]
             self.every *= 2
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"t": list(self.t), "step": list(self.step),
                 "tasks": {task: {k: list(v) for k, v in figures.items()} for task, figures in self.tasks.items()}}
 
@@ -88,7 +89,7 @@ class StatusBoard:
         if force:
             self.persist(self.snapshot())
 
-    def series_dict(self) -> dict:
+    def series_dict(self) -> dict[str, Any]:
         return self.series.to_dict()
 
     def save_series(self, path: Path) -> None:
@@ -101,7 +102,7 @@ class StatusBoard:
         self._stale = True
         self._progressed = self._progressed or progressed
 
-    def snapshot(self, figures: bool = True) -> dict | None:
+    def snapshot(self, figures: bool = True) -> dict[str, Any] | None:
         """A copy of the status if it changed since the last snapshot (with ``figures``, also if
         only metrics or progress did), else None. Only the copy is made here, under the AM's lock:
         turning a thousand tasks into JSON takes milliseconds that heartbeats should not wait for
@@ -111,12 +112,12 @@ class StatusBoard:
         self._dirty = self._stale = False
         return self.status.to_dict()
 
-    def persist(self, snapshot: dict | None) -> None:
+    def persist(self, snapshot: dict[str, Any] | None) -> None:
         """Writes a :meth:`snapshot` to the status file (nothing for None)."""
         if snapshot is not None:
             self.file.write(json.dumps(snapshot))
 
-    def due(self, progress: Iterable[tuple[str, TaskProgress]], chief: str, now: float) -> str | None:
+    def due(self, progress: Iterable[tuple[str, TaskProgress]], chief: str, now: float) -> dict[str, Any] | None:
         """The monitor's pass: works out the job's progress if a task reported some, tells the
         cluster now and then, and returns the snapshot due to be persisted (None if none is), for
         :meth:`persist` after the lock is released."""

@@ -14,7 +14,11 @@ Either way the task is LOST and the restart rules apply. Pure: the caller passes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
 
 __all__ = ["Liveness"]
 
@@ -25,21 +29,24 @@ class Liveness:
     max_missed_heartbeats: int
     heartbeat_timeout_ms: int = 0
     progress_timeout_ms: int = 0
+    # Worked out once in __post_init__: the monitor asks for every task on every pass.
+    #: seconds of silence after which a task is lost
+    heartbeat_expiry: float = field(init=False)
+    _by_count: float = field(init=False, repr=False)
+    _progress_s: float = field(init=False, repr=False)
 
     @classmethod
-    def from_spec(cls, spec) -> Liveness:
+    def from_spec(cls, spec: JobSpec) -> Liveness:
         return cls(spec.heartbeat_interval_ms, spec.max_missed_heartbeats, spec.heartbeat_timeout_ms,
                    spec.progress_timeout_ms)
 
     def __post_init__(self) -> None:
-        # Worked out once: the monitor asks for every task on every pass.
         by_count = max(1, self.heartbeat_interval_ms) * max(3, self.max_missed_heartbeats) / 1000.0
         expiry = by_count
         if self.heartbeat_timeout_ms > 0:
             floor = 3 * max(1, self.heartbeat_interval_ms) / 1000.0
             expiry = min(by_count, max(self.heartbeat_timeout_ms / 1000.0, floor))
         object.__setattr__(self, "_by_count", by_count)
-        #: seconds of silence after which a task is lost
         object.__setattr__(self, "heartbeat_expiry", expiry)
         object.__setattr__(self, "_progress_s", self.progress_timeout_ms / 1000.0)
 

@@ -36,7 +36,7 @@ __all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm",
 _TIMEOUT = 30
 
 
-def amounts(resource: dict | None) -> tuple[int, int, int]:
+def amounts(resource: dict[str, Any] | None) -> tuple[int, int, int]:
     """(memory MB, vcores, GPUs) of one of the ResourceManager's resource objects (``{"memory",
     "vCores", "resourceInformations"}``)."""
     resource = resource or {}
@@ -45,7 +45,7 @@ def amounts(resource: dict | None) -> tuple[int, int, int]:
     return int(resource.get("memory", 0)), int(resource.get("vCores", 0)), gpus
 
 
-def node_totals(node: dict) -> tuple[int, int, int]:
+def node_totals(node: dict[str, Any]) -> tuple[int, int, int]:
     """(memory MB, vcores, GPUs) a NodeManager offers in all, from its entry in the
     ResourceManager's node list (``/ws/v1/cluster/nodes``)."""
     gpus = amounts(node.get("totalResource"))[2]
@@ -135,7 +135,7 @@ class ResourceManager:
                           "hadoop.security.authentication=kerberos: point HADOOP_CONF_DIR at the cluster's own "
                           "configuration")
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> dict:
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         r = self._call(method, path, **kwargs)
         if r.status_code >= 400:
             raise RMError(f"the ResourceManager at {self.url} refused {method} {path}: HTTP {r.status_code} "
@@ -163,11 +163,11 @@ class ResourceManager:
         apps = (self._json("GET", "/apps", params=params).get("apps") or {}).get("app") or []
         return sorted((AppReport.from_json(a) for a in apps), key=lambda a: a.id)
 
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
         """The NodeManagers as the ResourceManager lists them (``/ws/v1/cluster/nodes``)."""
         return (self._json("GET", "/nodes").get("nodes") or {}).get("node") or []
 
-    def queue(self, name: str) -> dict | None:
+    def queue(self, name: str) -> dict[str, Any] | None:
         """The scheduler's entry for the leaf queue ``name`` (``root.default`` or ``default``), from
         ``/ws/v1/cluster/scheduler``; None when the scheduler has no such queue or does not list
         queues (the FIFO scheduler)."""
@@ -182,7 +182,7 @@ class ResourceManager:
         return None
 
     # ------------------------------------------------------------------ changing
-    def _put(self, app_id: str, what: str, body: dict) -> dict:
+    def _put(self, app_id: str, what: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._json("PUT", f"/apps/{app_id}/{what}", json=body, params={"user.name": user_name()})
 
     def set_lifetime(self, app_id: str, seconds: float) -> str:
@@ -190,7 +190,7 @@ class ResourceManager:
         at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
         expiry = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}+0000"
         reply = self._put(app_id, "timeout", {"timeout": {"type": "LIFETIME", "expiryTime": expiry}})
-        return (reply.get("timeout") or {}).get("expiryTime", expiry)
+        return str((reply.get("timeout") or {}).get("expiryTime", expiry))
 
     def set_priority(self, app_id: str, priority: int) -> int:
         """Asks for ``priority``; returns what the ResourceManager granted (the cluster caps it at

@@ -24,8 +24,9 @@ This module is pure: the snapshot comes from the ResourceManager (:mod:`.rm`, re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .base import Capacity, ContainerRequest, NeverFits, check_fits
 from .rm import AppReport, amounts
@@ -91,7 +92,7 @@ def shape_of(memory_mb: int, vcores: int, gpus: int, label: str | None, minimum:
     return Shape(-(-memory_mb // mem_step) * mem_step, -(-vcores // vc_step) * vc_step, gpus, (label or "").lower())
 
 
-def minimum_allocation(queue: dict | None) -> tuple[int, int]:
+def minimum_allocation(queue: dict[str, Any] | None) -> tuple[int, int]:
     """The scheduler's minimum allocation (memory MB, vcores), which it rounds every request up to,
     as the scheduler's entry for a queue shows it; (1, 1) when it does not."""
     partitions = ((queue or {}).get("capacities") or {}).get("queueCapacitiesByPartition") or []
@@ -348,7 +349,7 @@ def _blocker(mine: Sequence[tuple[str, Shape]], nodes: Sequence[Node], headroom:
 
 
 # ---------------------------------------------------------------------- from the REST API's answers
-def nodes_from(listed: Iterable[dict]) -> list[Node]:
+def nodes_from(listed: Iterable[dict[str, Any]]) -> list[Node]:
     """The RUNNING NodeManagers of ``/ws/v1/cluster/nodes``, each in its partition (its first
     label; YARN gives a node one), labels lowercased as application tags are."""
     out = []
@@ -364,7 +365,7 @@ def nodes_from(listed: Iterable[dict]) -> list[Node]:
     return out
 
 
-def maximum_from(queue: dict | None) -> dict[str, Capacity] | None:
+def maximum_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
     """The queue's maximum capacity in each partition (``effectiveMaxResource``); None when the
     scheduler does not say. A maximum that names no GPUs does not limit them."""
     if not queue:
@@ -377,7 +378,7 @@ def maximum_from(queue: dict | None) -> dict[str, Capacity] | None:
     return out or None
 
 
-def headroom_from(queue: dict | None) -> dict[str, Capacity] | None:
+def headroom_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
     """What the queue may still take in each partition: its maximum (``effectiveMaxResource``)
     less what it uses; None when the scheduler does not say (no such queue, another scheduler)."""
     if not queue:
@@ -417,7 +418,7 @@ def _label(request: ContainerRequest) -> str:
 
 
 def refuse_never_fits(requests: Sequence[ContainerRequest], master: ContainerRequest, nodes: Sequence[Node],
-                      queue: dict | None, queue_name: str, label_key) -> None:
+                      queue: dict[str, Any] | None, queue_name: str, label_key: Callable[[str], str]) -> None:
     """Raises :class:`NeverFits` for a gang no amount of waiting can place: a node label no running
     node carries, a container larger than every node of its partition, a gang larger than its
     partition, or (skein's master container included) larger than the queue's maximum capacity.

@@ -36,11 +36,12 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     conf = read_conf(hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR"), ("core-site.xml", "hdfs-site.xml"))
-    secure = {"kerberos": is_secure(conf), "login": login}
+    kerberos = is_secure(conf)
     if scheme in ("webhdfs", "swebhdfs"):
         if not parts.netloc:
             raise ConfigError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
-        return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location, **secure)
+        return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location,
+                              kerberos=kerberos, login=login)
     if scheme == "hdfs":
         authority = parts.netloc
         if not authority:
@@ -51,6 +52,6 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
             authority = default.netloc
         https = conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
         return WebHDFSStorage(namenode_web_addresses(authority, conf, https), parts.path or "/", https=https,
-                              uri=location, namenode=authority, **secure)
+                              uri=location, namenode=authority, kerberos=kerberos, login=login)
     raise ConfigError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
                      "webhdfs:// URI")

@@ -17,7 +17,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..errors import ConfigError, StoreError
@@ -79,7 +79,7 @@ class WebHDFSStorage(Storage):
         where = f"WebHDFS at {hosts if isinstance(hosts, str) else ','.join(hosts)}"
 
         class _Session(requests.Session):
-            def request(self, method, url, *args, **kwargs):  # type: ignore[override]
+            def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
                 # pyhdfs passes no timeout when it follows the NameNode's redirect to a DataNode; a
                 # stalled DataNode must not hang the mirror forever.
                 kwargs.setdefault("timeout", timeout)

@@ -139,6 +139,45 @@ def test_no_import_cycle():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+# The programs from the bottom up: a module imports its own layer's modules and those below it,
+# never one above. What every program shares (the spec, the status, the errors, the wire, the
+# stores) is the base; the task side is below the backends, which start tasks (the embedded
+# cluster forks executors); the ApplicationMaster drives a backend's cluster manager; the client
+# submits through a backend; the workflow front ends sit on top of the client.
+LAYERS = (
+    ("the base", ()),
+    ("the task side", ("tony_workflow.task", "tony_workflow.keras")),
+    ("the backends", ("tony_workflow.backends",)),
+    ("the ApplicationMaster", ("tony_workflow.am",)),
+    ("the client", ("tony_workflow.client",)),
+    ("the front ends", ("airflow_provider", "azkaban_jobtype")),
+)
+
+
+def layer_of(module: str) -> int:
+    for i, (_, prefixes) in reversed(list(enumerate(LAYERS))):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return i
+    # The package's own __init__ is its public face (tony_workflow.report): it sits with the task side.
+    return 1 if module == "tony_workflow" else 0
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+                  for m, targets in graph.items() for t in targets if layer_of(t) > layer_of(m))
+
+
+def test_no_arrow_runs_back_up_the_layers():
+    back = arrows_back_up(import_graph())
+    assert not back, "imports that run back up:\n" + "\n".join(back)
+
+
+def test_a_planted_arrow_back_up_is_found():
+    graph = {"tony_workflow.status": {"tony_workflow.am.master"}, "tony_workflow.am.master": {"tony_workflow.status"},
+             "tony_workflow.backends.local": {"tony_workflow.task.forkserver"}}
+    assert arrows_back_up(graph) == ["tony_workflow.status (the base) -> tony_workflow.am.master (the ApplicationMaster)"]
+
+
 @pytest.mark.parametrize("name", sorted(_modules()))
 def test_module_size(name):
     lines = _modules()[name].read_text().count("\n")

@@ -27,14 +27,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .events import read_events
+from .process import user_name
 from .spec.errors import mask_secrets
+from .spec.site import tony_home
 from .status import check_application_id
 from .storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from .spec import JobSpec
 
-__all__ = ["JobHistory", "build_record", "live_record", "parse_record_name", "record_history", "record_job", "record_name", "site_history", "sizing_hints"]
+__all__ = ["JobHistory", "build_record", "history_default", "live_record", "parse_record_name", "record_history", "record_job", "record_name", "site_history", "sizing_hints"]
 
 FINISHED = "finished"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
@@ -264,12 +266,19 @@ class JobHistory:
         return record
 
 
+def history_default(name: str) -> str:
+    """Where backend ``name`` keeps the job history when tony.history.location does not say:
+    ``$TONY_HOME/history`` locally, ``/user/<user>/.tony/history`` in HDFS on YARN."""
+    if name == "yarn":
+        return f"hdfs:///user/{user_name()}/.tony/history"
+    return str(tony_home() / "history")
+
+
 def site_history(backend: str, **store_options: Any) -> JobHistory:
     """The history readers on this machine see: ``tony.history.location`` of
     ``$TONY_CONF_DIR/tony-site.xml``, else backend ``backend``'s default place. ``store_options``
     go to :func:`~tony_workflow.storage.open_storage` (a backend's Hadoop configuration and
     Kerberos login: :meth:`~tony_workflow.backends.base.Backend.store_options`)."""
-    from .backends import history_default
     from .spec.loading import site_conf
 
     configured = (site_conf().get("tony.history.location") or "").strip()
@@ -282,8 +291,6 @@ def record_history(app_dir: Path, backend: str) -> str | None:
     """:func:`record_job` for the ApplicationMaster and its supervisor as a job ends: the
     backend's default place, the user the job ran as; a failure is said on stderr, never raised
     (the job's outcome does not depend on its record)."""
-    from .backends import history_default
-    from .process import user_name
     from .spec import JobSpec
 
     try:
@@ -298,7 +305,6 @@ def live_record(status: dict[str, Any], app_dir: Path, spec: JobSpec, series: di
                 user: str | None = None) -> dict[str, Any]:
     """The record of a job from ``status`` and the events and figures in ``app_dir`` (``series``
     when given): what the history keeps once it ends, and what a job page shows while it runs."""
-    from .process import user_name
 
     requested = {t: task.resources.to_dict() for t, task in spec.tasks.items()}
     record = build_record(status, read_events(Path(app_dir) / "events.jsonl"), user=user or user_name(),

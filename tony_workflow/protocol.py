@@ -29,12 +29,16 @@ from typing import Any, Literal, TypedDict
 from urllib.parse import parse_qs
 
 __all__ = [
+    "ATTEMPT_ENV",
     "CLUSTER_SPEC",
+    "COUNTED_ENV",
     "HEARTBEAT",
     "KILL",
+    "OWNER_ENV",
     "RECORD",
     "REGISTER",
     "RESULT",
+    "RESULT_FILE",
     "ROUTES",
     "STARTED",
     "STATUS",
@@ -60,6 +64,18 @@ __all__ = [
 ]
 
 TOKEN_HEADER = "X-Tony-Token"
+
+# ---------------------------------------------------------------- beside the wire
+#: What an executor writes in its container when its user process ended by itself, before it tells
+#: the AM: an attempt that dies before hearing it finds the outcome there.
+RESULT_FILE = "result.json"
+#: The attempt number the supervisor gives each AM it starts (1 first).
+ATTEMPT_ENV = "TONY_AM_ATTEMPT"
+#: How many earlier attempts count against tony.am.max-attempts (one whose container the cluster
+#: took back does not).
+COUNTED_ENV = "TONY_AM_COUNTED"
+#: ``pid:start time`` of the process that holds the job's resources across attempts.
+OWNER_ENV = "TONY_AM_OWNER"
 
 
 # ---------------------------------------------------------------- requests

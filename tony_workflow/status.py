@@ -21,6 +21,7 @@ __all__ = [
     "TaskStatus",
     "check_application_id",
     "progress_text",
+    "status_from_state",
     "waiting_text",
 ]
 
@@ -197,6 +198,17 @@ class JobStatus:
         if self.started_at is None:
             return None
         return (self.finished_at or time.time()) - self.started_at
+
+
+def status_from_state(app_id: str, state: dict[str, Any]) -> JobStatus:
+    """The status an attempt's saved state stands for (:func:`tony_workflow.am.attempts.attempt_state`),
+    as a later attempt resumes from it."""
+    return JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=state.get("name"),
+                     session_id=int(state.get("session_id", 0)), attempts=int(state.get("attempts", 0)),
+                     retries=int(state.get("retries", 0)), reclaims=int(state.get("reclaims", 0)),
+                     started_at=state.get("started_at"), diagnostics=state.get("diagnostics") or "",
+                     backend=state.get("backend") or "yarn", tracking_url=state.get("tracking_url"),
+                     am_attempt=int(state.get("attempt", 1)))
 
 
 def waiting_text(status: JobStatus) -> str:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..status import JobState, JobStatus, TaskState, TaskStatus
+from ..protocol import ATTEMPT_ENV, COUNTED_ENV, OWNER_ENV, RESULT_FILE
+from ..status import JobState, JobStatus, TaskState, TaskStatus, status_from_state
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -36,17 +37,6 @@ __all__ = [
     "write_am_info",
 ]
 
-#: What an executor writes in its container when its user process ended by itself, before it tells
-#: the AM: an attempt that dies before hearing it finds the outcome there.
-RESULT_FILE = "result.json"
-
-#: The attempt number the supervisor gives each AM it starts (1 first).
-ATTEMPT_ENV = "TONY_AM_ATTEMPT"
-#: How many earlier attempts count against tony.am.max-attempts (one whose container the cluster
-#: took back does not).
-COUNTED_ENV = "TONY_AM_COUNTED"
-#: ``pid:start time`` of the process that holds the job's resources across attempts.
-OWNER_ENV = "TONY_AM_OWNER"
 
 
 def write_am_info(app_dir: Path, address: str, tracking_url: str | None) -> None:
@@ -119,16 +109,6 @@ def attempt_state(status: JobStatus, resume: Resume) -> dict[str, Any]:
             "retries": status.retries, "reclaims": status.reclaims,
             "started_at": status.started_at, "diagnostics": status.diagnostics, "name": status.name,
             "backend": status.backend, "tracking_url": status.tracking_url}
-
-
-def status_from_state(app_id: str, state: dict[str, Any]) -> JobStatus:
-    """The status an :func:`attempt_state` stands for, as :func:`resume_point` reads it."""
-    return JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=state.get("name"),
-                     session_id=int(state.get("session_id", 0)), attempts=int(state.get("attempts", 0)),
-                     retries=int(state.get("retries", 0)), reclaims=int(state.get("reclaims", 0)),
-                     started_at=state.get("started_at"), diagnostics=state.get("diagnostics") or "",
-                     backend=state.get("backend") or "yarn", tracking_url=state.get("tracking_url"),
-                     am_attempt=int(state.get("attempt", 1)))
 
 
 def finished_verdict(policy: Policy, spec: JobSpec, results: dict[str, int]) -> tuple[str, str] | None:

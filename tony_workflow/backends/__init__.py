@@ -30,17 +30,7 @@ if TYPE_CHECKING:
     from ..spec import JobSpec
 
 __all__ = ["AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest", "NeverFits",
-           "Wait", "check_fits", "gang_requests", "get_backend", "get_cluster_manager", "history_default"]
-
-
-def history_default(name: str) -> str:
-    """Where backend ``name`` keeps the job history when tony.history.location does not say:
-    ``$TONY_HOME/history`` locally, ``/user/<user>/.tony/history`` in HDFS on YARN."""
-    if name == "yarn":
-        from ..process import user_name
-        return f"hdfs:///user/{user_name()}/.tony/history"
-    from .local_ledger import tony_home
-    return str(tony_home() / "history")
+           "Wait", "check_fits", "gang_requests", "get_backend", "get_cluster_manager"]
 
 
 def get_backend(name: str = "local", **kwargs) -> Backend:

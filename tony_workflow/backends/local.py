@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from .. import process
-from ..am.attempts import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ..errors import UnknownApplication
+from ..protocol import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ..retention import clean_now_and_then
 from ..spec import JobSpec, LocalSettings, local_settings
 from ..status import JobState, JobStatus, check_application_id

@@ -34,14 +34,11 @@ import psutil
 
 from .. import process
 from ..spec import LocalCapacity
+from ..spec.site import tony_home
 from .base import Capacity, ContainerRequest, Wait, check_fits
 
 __all__ = ["Inventory", "Ledger", "cluster_dir", "detect_gpus", "forget_allocation", "join_queue", "locked_json",
            "next_application_id", "tony_home"]
-
-
-def tony_home() -> Path:
-    return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
 
 
 def cluster_dir() -> Path:

@@ -99,9 +99,8 @@ def carry_over(app, app_dir: Path, me: str, store=None) -> dict:
     """What a new AM container takes over: ``{"attempt": the last attempt that ran (0: none),
     "counted": attempts that count, the lost one included if it counts, "why": how the previous
     container ended, "reclaimed": whether the cluster took it back}``. Writes the job's status
-    (for :func:`tony_workflow.am.attempts.resume_point`) and its events into ``app_dir``."""
-    from ..am.attempts import status_from_state
-    from ..status import StatusFile
+    (which :func:`tony_workflow.am.attempts.resume_point` reads) and its events into ``app_dir``."""
+    from ..status import StatusFile, status_from_state
 
     raw = app.kv.get(KV_STATE)
     if raw is None:

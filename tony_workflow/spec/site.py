@@ -12,6 +12,7 @@ import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import SpecError, SpecIssue
@@ -116,6 +117,12 @@ def _gpu_indices(text: str) -> tuple[int, ...] | None:
 def _whitelist_entry_ok(entry: str) -> bool:
     name = entry.removesuffix("*")
     return bool(name) and all(c.isalnum() or c == "_" for c in name)
+
+
+def tony_home() -> Path:
+    """Where this machine's tony-workflow state lives (``$TONY_HOME``, default ``~/.tony``): the
+    embedded cluster's books and jobs, the local job history."""
+    return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
 
 
 def local_settings(conf_dir: str | os.PathLike[str] | None = None) -> LocalSettings:

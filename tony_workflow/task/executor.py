@@ -27,6 +27,7 @@ from ..archive import unsafe_entry
 from ..events import log_tail
 from ..frameworks import TaskContext, build_env, launch_command
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
+from ..protocol import RESULT_FILE
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .metrics import GpuSampler, TaskSampler, visible_gpus
@@ -406,7 +407,7 @@ class TaskExecutor:
         if not self.stop_event.is_set():
             # On disk first: an AM attempt that dies before hearing it still finds the outcome.
             with contextlib.suppress(OSError):
-                (self.workdir / "result.json").write_text(json.dumps(
+                (self.workdir / RESULT_FILE).write_text(json.dumps(
                     {"task_id": self.task_id, "session_id": self.session_id, "exit_code": code}))
             if self.inbox:
                 self.inbox.drain()  # the last reports, sent as the process exited

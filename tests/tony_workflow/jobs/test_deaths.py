@@ -178,8 +178,7 @@ def test_without_attempts_left_a_dead_am_fails_the_job_and_leaves_nothing(tony_h
     assert app_processes(handle.app_id) == []
     assert handle.backend.am_gone(handle.app_id)
     # No attempt lived to write the job's history: its supervisor did.
-    from tony_workflow.backends import history_default
-    from tony_workflow.history import JobHistory
+    from tony_workflow.history import JobHistory, history_default
     record = JobHistory.at(history_default("local")).get(handle.app_id)
     assert record is not None and record["state"] == "FAILED" and "tony.am.max-attempts=1" in record["diagnostics"]
 

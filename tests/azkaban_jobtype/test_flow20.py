@@ -5,42 +5,7 @@ from __future__ import annotations
 import shutil
 
 from azkaban_jobtype.flow import load_project
-from azkaban_jobtype.props import resolve
-from tests.azkaban_jobtype.test_flow import issues_of, write
-
-from .conftest import FIXTURES
-
-# What Azkaban refuses these fixture projects for on upload (they are generator output, not all of
-# them complete projects); every other fixture project loads without a problem.
-EXPECTED_ISSUES = {
-    "hadoop-dsl-tensorflowjob": [("jobs1_job24.job:3: dependencies: no job of that name in the project "
-                                  "(got 'jobs1_job23')")],
-    "hadoop-dsl-expected/jobs1": ["jobs1_job2.job: type: is required",
-                                  ("jobs1_job2.job:2: dependencies: no job of that name in the project "
-                                   "(got 'jobs1_job1')")],
-    "hadoop-dsl-expected/namespacedFlows": ["namespace1/basicFlow.flow: flow name: is used twice",
-                                            "namespace2/basicFlow.flow: flow name: is used twice"],
-    "hadoop-dsl-expected/readWriteRace2": [f"readWriteRace2_job{i}.job: type: is required" for i in range(1, 6)],
-    "hadoop-dsl-expected/triangleDependencies": [f"triangleDependencies_job{i}.job: type: is required"
-                                                 for i in range(1, 4)],
-}
-
-
-def fixture_projects() -> list[str]:
-    if not FIXTURES.is_dir():
-        return []
-    names = ["azkaban-execpropstest", "azkaban-flow20", "azkaban-examples", "hadoop-dsl-tensorflowjob"]
-    names += [f"hadoop-dsl-expected/{p.name}" for p in sorted((FIXTURES / "hadoop-dsl-expected").iterdir())]
-    return names
-
-
-def props_of(project, job_id: str) -> dict[str, str]:
-    [instance] = [i for i in project.instances() if i.id == job_id]
-    return resolve(instance.props)
-
-
-# --------------------------------------------------------------------------------------------------
-# The shared fixtures
+from tests.azkaban_jobtype.test_flow import issues_of, props_of, write
 
 
 def test_flow20_props_layer_job_over_embedded_flow_over_flow(fixtures_dir):

@@ -377,9 +377,13 @@ def test_a_service_asking_for_the_gpu_label_runs_on_the_labelled_nodemanager(sch
     assert minicluster.nodemanager_of(info, plain.yarn_node_http_address) == 0
     attempt = rm_get(info, f"apps/{app_id}/appattempts")["appAttempts"]["appAttempt"][0]
     assert minicluster.nodemanager_of(info, attempt["nodeId"]) == 0  # an AM asks for no label
-    # Each NodeManager lists what it holds.
-    held = {n["index"]: n["containers"] for n in minicluster.nodemanagers(info)}
-    assert gpu.yarn_container_id in held[1] and plain.yarn_container_id in held[0]
+    # Each NodeManager lists what it holds, once it has taken the start request (skein calls a
+    # container RUNNING when the AM has asked for it to start; the NodeManager may not list it yet).
+    def listed():
+        held = {n["index"]: n["containers"] for n in minicluster.nodemanagers(info)}
+        return held if gpu.yarn_container_id in held[1] and plain.yarn_container_id in held[0] else None
+    held = wait_for(listed, timeout=60, interval=0.5)
+    assert gpu.yarn_container_id not in held[0] and plain.yarn_container_id not in held[1]
 
 
 @pytest.mark.yarn

@@ -11,6 +11,7 @@ import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypedDict
 
 __all__ = [
@@ -36,7 +37,10 @@ class TaskContext:
     ``monitored`` counts the tasks that decide completion (TonY's ``TASK_NUM``). ``processes``
     maps a type to how many processes of its command each container runs (absent: 1), and
     ``agent`` says whether the ranked tasks run under the framework's launcher (PyTorch: when any
-    type runs more than one).
+    type runs more than one, or the job is elastic). An elastic job's ``elastic`` is set: its
+    ranked containers (nodes) as (fewest, most), and ``rendezvous`` the AM's address, ``run_id``
+    the session's rendezvous, ``max_restarts`` how often an agent may restart its workers,
+    ``join_timeout_s`` how long it waits for a round, ``host`` this container's address.
     """
 
     framework: str
@@ -48,6 +52,12 @@ class TaskContext:
     monitored: int = 0
     processes: dict[str, int] = field(default_factory=dict)
     agent: bool = False
+    elastic: tuple[int, int] | None = None
+    rendezvous: str = ""
+    run_id: str = ""
+    max_restarts: int = 0
+    join_timeout_s: int = 600
+    host: str = ""
 
 
 class _TFTask(TypedDict):
@@ -150,6 +160,8 @@ def _torchrun(ctx: TaskContext, command: str, python: str) -> str:
     master = _first(ctx, *order)
     if ctx.task_type not in order or master is None:
         return command
+    if ctx.elastic:
+        return _elastic_torchrun(ctx, command, python)
     nodes = sum(len(ctx.cluster[t]) for t in order)
     argv = [python, "-m", "torch.distributed.run", "--nnodes", str(nodes),
             "--node-rank", str(len(_containers_before(ctx, order))),
@@ -157,6 +169,32 @@ def _torchrun(ctx: TaskContext, command: str, python: str) -> str:
             "--master-addr", master[0], "--master-port", master[1],
             "--max-restarts", "0", "--monitor-interval", "0.5", "--no-python", "bash", "-c", command]
     return shlex.join(argv)
+
+
+#: The directory tony_workflow is imported from: the elastic agent imports it with the job's
+#: interpreter, which need not have it installed.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+#: How the agents of an elastic job rendezvous: a node's keep-alive every second, missed three
+#: times before it is dropped from the round; a round closes one second after it has enough nodes.
+ELASTIC_RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,close_timeout=10"
+
+
+def _elastic_torchrun(ctx: TaskContext, command: str, python: str) -> str:
+    """An elastic job's command: torch's agent (:mod:`tony_workflow.task.elastic`) in a dynamic
+    rendezvous kept by the AM, between ``elastic`` nodes; its workers' ranks and world change with
+    the group, and it restarts them (the group re-forms) up to ``max_restarts`` times."""
+    assert ctx.elastic is not None
+    lo, hi = ctx.elastic
+    boot = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "from tony_workflow.task.elastic import main; main()")
+    argv = [python, "-c", boot, _PACKAGE_ROOT, "--nnodes", f"{lo}:{hi}",
+            "--nproc-per-node", str(ctx.processes.get(ctx.task_type, 1)),
+            "--rdzv-backend", "tony", "--rdzv-endpoint", ctx.rendezvous, "--rdzv-id", ctx.run_id,
+            "--rdzv-conf", f"join_timeout={ctx.join_timeout_s},{ELASTIC_RDZV_CONF}",
+            "--max-restarts", str(ctx.max_restarts), "--monitor-interval", "0.5"]
+    if ctx.host:
+        argv += ["--local-addr", ctx.host]
+    return shlex.join([*argv, "--no-python", "bash", "-c", command])
 
 
 def _horovod(ctx: TaskContext) -> dict[str, str]:

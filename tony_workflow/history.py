@@ -113,6 +113,17 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
             timeline.append({"ts": ts, "what": f"task {e.get('task')} placed anywhere: node {e.get('host')} gave no "
                              f"container in {float(e.get('waited_s') or 0):g} s", "detail": "tony.<type>.spread: spread where "
                              "the cluster allows"})
+        elif kind == "elastic_member_lost":
+            timeline.append({"ts": ts, "what": f"task {e.get('task')} left the elastic group; a replacement is asked for",
+                             "detail": f"{e.get('cause')}; membership change {e.get('changes')} of "
+                                       f"tony.elastic.max-membership-changes={e.get('max_changes')}"
+                                       + (" (taken back by the cluster: not counted)" if e.get("reclaimed") else "")})
+        elif kind == "elastic_group":
+            detail = "; ".join(f"{k}: {', '.join(e[k])}" for k in ("left", "joined", "replaced") if e.get(k))
+            causes = e.get("causes") or {}
+            detail += "".join(f"; {t}: {why}" for t, why in causes.items())
+            timeline.append({"ts": ts, "what": f"{e.get('what')}: {e.get('size')} of {e.get('target')} nodes train "
+                             f"(round {e.get('round')})", "detail": detail.strip("; ")[:500]})
         elif kind == "task_restarted":
             timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
         elif kind == "gang_formed" and e.get("waited_s"):

@@ -35,6 +35,10 @@ __all__ = [
     "HEARTBEAT",
     "KILL",
     "OWNER_ENV",
+    "RDZV_ROUND",
+    "RDZV_SET_STATE",
+    "RDZV_STATE",
+    "RDZV_STORE",
     "RECORD",
     "REGISTER",
     "RESULT",
@@ -55,10 +59,16 @@ __all__ = [
     "NoFields",
     "Problem",
     "Registration",
+    "RendezvousRound",
+    "RendezvousState",
     "Result",
     "Route",
+    "SetState",
     "Started",
+    "StateQuery",
     "Stop",
+    "StoreOp",
+    "StoreReply",
     "TensorBoard",
     "route_for",
 ]
@@ -142,6 +152,50 @@ class Kill:
     reason: str | None = None
 
 
+# The rendezvous of an elastic job's agents (torch's dynamic rendezvous, whose state the AM keeps):
+# ``run_id`` names the session's rendezvous, and the AM answers only its current session's. Bytes
+# travel as base64 text.
+@dataclass(frozen=True)
+class StateQuery:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class SetState:
+    """Compare-and-set of the rendezvous state: written only if ``token`` is the current one (None:
+    only if there is no state yet)."""
+
+    run_id: str
+    state: str
+    token: int | None = None
+
+
+@dataclass(frozen=True)
+class StoreOp:
+    """One operation on the rendezvous's key-value store (torch's ``Store``): ``op`` is set, get,
+    add, compare_set, check, delete or count; ``get`` and ``check`` wait up to ``wait`` seconds for
+    every key (30 at most)."""
+
+    run_id: str
+    op: str
+    keys: list[str] = dataclasses.field(default_factory=list)
+    values: list[str] = dataclasses.field(default_factory=list)
+    amount: int = 0
+    wait: float = 0.0
+
+
+@dataclass(frozen=True)
+class RendezvousRound:
+    """An agent joined round ``round`` of the rendezvous as node ``rank`` of ``world_size``."""
+
+    task_id: str
+    session_id: int
+    run_id: str
+    round: int
+    rank: int
+    world_size: int
+
+
 @dataclass(frozen=True)
 class NoFields:
     """A route that takes nothing."""
@@ -172,6 +226,23 @@ class Problem(TypedDict):
     error: str
 
 
+class RendezvousState(TypedDict):
+    """The rendezvous state and its token (state None: none yet); after a set, whether it was written."""
+
+    state: str | None
+    token: int
+    written: bool
+
+
+class StoreReply(TypedDict):
+    """A store operation's answer: the values asked for (None for a key absent after the wait), or
+    the counter's new value, or the number of keys; ``ok``: every key was there."""
+
+    values: list[str | None]
+    count: int
+    ok: bool
+
+
 class ClusterSpecReply(TypedDict):
     cluster: dict[str, list[str]]
     session_id: int
@@ -188,7 +259,8 @@ class BadRequest(ValueError):
         self.field = field
 
 
-_KINDS = {str: "text", int: "an integer", float: "a number", bool: "true or false", dict: "a JSON object"}
+_KINDS = {str: "text", int: "an integer", float: "a number", bool: "true or false", dict: "a JSON object",
+          list: "a JSON list"}
 
 
 @dataclass(frozen=True)
@@ -311,8 +383,14 @@ TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", TensorBoard, Ack |
 STATUS = Route("status", "GET", "/v1/status", view=True)
 RECORD = Route("record", "GET", "/v1/record", view=True)
 KILL = Route("kill", "POST", "/v1/kill", Kill, Ack)
+# An elastic job's rendezvous (the executors' token only).
+RDZV_STATE = Route("rdzv_state", "GET", "/v1/rendezvous/state", StateQuery, RendezvousState | Stop)
+RDZV_SET_STATE = Route("rdzv_set_state", "POST", "/v1/rendezvous/state", SetState, RendezvousState | Stop)
+RDZV_STORE = Route("rdzv_store", "POST", "/v1/rendezvous/store", StoreOp, StoreReply | Problem | Stop)
+RDZV_ROUND = Route("rdzv_round", "POST", "/v1/rendezvous/round", RendezvousRound, Ack | Stop)
 
-ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL)
+ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL,
+                             RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND)
 _BY_REQUEST = {(r.method, r.path): r for r in ROUTES}
 
 #: A route's handler: its request object in, (HTTP status, reply or None) out.

@@ -20,6 +20,7 @@ __all__ = [
     "TaskState",
     "TaskStatus",
     "check_application_id",
+    "group_text",
     "progress_text",
     "status_from_state",
     "waiting_text",
@@ -147,6 +148,11 @@ class JobStatus:
     waiting_reason: str | None = None
     waiting_since: float | None = None
     jobs_ahead: list[str] = field(default_factory=list)
+    #: an elastic job's group (tony.<type>.min-instances): ``size`` (nodes in the last formed round),
+    #: ``target`` and ``min`` (nodes), ``round``, ``changes`` counted against ``max_changes``,
+    #: ``waiting`` (tasks alive that have not joined yet), ``below_min_since``, and ``history``: each
+    #: change of the group's size, with who left, who joined and why; None for a fixed job
+    elastic: dict[str, Any] | None = None
 
     @property
     def is_final(self) -> bool:
@@ -186,6 +192,8 @@ class JobStatus:
             parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
         if self.waiting_reason and not self.is_final:
             parts.append(waiting_text(self))
+        if self.elastic and not self.is_final:
+            parts.append(group_text(self.elastic))
         if self.progress and not self.is_final:
             parts.append(progress_text(self.progress))
         if self.tensorboard_url:
@@ -244,6 +252,13 @@ def progress_text(progress: dict[str, Any], metrics: int = 3) -> str:
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskStatus))
+def group_text(elastic: dict[str, Any]) -> str:
+    """An elastic group in a few words: ``group=2/3 (1 joining)``."""
+    text = f"group={elastic.get('size', 0)}/{elastic.get('target', 0)}"
+    waiting = elastic.get("waiting") or []
+    return text + (f" ({len(waiting)} joining: {','.join(waiting)})" if waiting else "")
+
+
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobStatus) if f.name != "tasks")
 
 

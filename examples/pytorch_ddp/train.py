@@ -6,14 +6,21 @@ runtime sets exactly as torchrun does: one process per container, or several
 under torch's own agent (tony.<type>.processes). The process group uses NCCL
 on GPUs and gloo on CPUs.
 
-Rank 0 saves the training state every --save-every steps into
-$TONY_CHECKPOINT_DIR, which the runtime mirrors to the job's checkpoint store
-and restores into every container of a relaunched session. On start, rank 0
-loads the newest state and hands it to every rank, so all replicas continue
-from the same step with the same weights and optimizer state. At the end rank
-0 evaluates the model on the held-out test set and writes final/model.pt and
-final/metrics.json; every rank prints a digest of its parameters, which are
-identical across replicas.
+Every rank saves the training state every --save-every steps into its
+$TONY_CHECKPOINT_DIR (the replicas are identical, so any copy will do); the
+runtime mirrors the chief's to the job's checkpoint store and restores it into
+every container of a relaunched session. On start, the ranks compare their
+copies and the newest is handed to every rank, so all replicas continue from
+the same step with the same weights and optimizer state: after a relaunch, and
+as well when an elastic job's group re-forms with other ranks, a replacement
+in it, whose copies differ. At the end every rank evaluates the model on the
+held-out test set and writes final/model.pt and final/metrics.json (rank 0
+prints the evaluation); every rank prints a digest of its parameters, which
+are identical across replicas.
+
+The same script runs unchanged in a fixed job and in an elastic one
+(tony.worker.min-instances): its --batch-size must then divide by every world
+size the group may have.
 
 Without torchrun's variables the script trains as a single process.
 """
@@ -79,22 +86,27 @@ def setup():
 
 def save_atomically(state, path):
     # The runtime mirrors the directory while training runs: it must never
-    # see a half-written file.
-    tmp = path + ".tmp"
+    # see a half-written file. Ranks that share a container share the directory:
+    # each writes a file of its own before the rename.
+    tmp = f"{path}.tmp{os.getpid()}"
     torch.save(state, tmp)
     os.replace(tmp, path)
 
 
 def load_state(checkpoint_dir, rank, world, device):
-    """The newest saved state, read by rank 0 and broadcast to every rank (the
-    containers' copies of the checkpoint directory need not agree), or None."""
-    box = [None]
-    if rank == 0:
-        path = os.path.join(checkpoint_dir, CHECKPOINT)
-        if os.path.exists(path):
-            box[0] = torch.load(path, map_location="cpu", weights_only=False)
-    if world > 1:
-        dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    """The newest state any rank saved, broadcast from that rank to every rank
+    (the containers' copies of the checkpoint directory need not agree), or None."""
+    path = os.path.join(checkpoint_dir, CHECKPOINT)
+    state = torch.load(path, map_location="cpu", weights_only=False) if os.path.exists(path) else None
+    if world == 1:
+        return state
+    steps = [None] * world
+    dist.all_gather_object(steps, -1 if state is None else state["step"])
+    newest = max(range(world), key=lambda r: (steps[r], -r))
+    if steps[newest] < 0:
+        return None
+    box = [state if rank == newest else None]
+    dist.broadcast_object_list(box, src=newest, device=device if device.type == "cuda" else None)
     return box[0]
 
 
@@ -167,23 +179,25 @@ def main(argv=None):
                     log(f"session={session} step={step} loss={value:.4f}")
                     if writer:
                         writer.add_scalar("loss", value, step)
-                if step % args.save_every == 0 or step == total:
-                    save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                     "step": step}, os.path.join(checkpoint_dir, CHECKPOINT))
+            if step % args.save_every == 0 or step == total:
+                save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                 "step": step}, os.path.join(checkpoint_dir, CHECKPOINT))
             if args.step_sleep:
                 time.sleep(args.step_sleep)
     log(f"session={session} rank={rank} done steps={step} params={digest(model)}")
 
+    # Every rank: whichever container the job's store mirrors holds the final model.
+    test_accuracy, test_loss = digits.accuracy(model, test_x, test_y, device)
+    final = os.path.join(checkpoint_dir, "final")
+    os.makedirs(final, exist_ok=True)
+    save_atomically(model.state_dict(), os.path.join(final, "model.pt"))
+    metrics = {"steps": step, "accuracy": round(test_accuracy, 4), "loss": round(test_loss, 4),
+               "world_size": world, "seconds": round(time.time() - started, 2)}
+    tmp = os.path.join(final, f"metrics.json.tmp{os.getpid()}")
+    with open(tmp, "w") as handle:
+        json.dump(metrics, handle)
+    os.replace(tmp, os.path.join(final, "metrics.json"))
     if rank == 0:
-        test_accuracy, test_loss = digits.accuracy(model, test_x, test_y, device)
-        final = os.path.join(checkpoint_dir, "final")
-        os.makedirs(final, exist_ok=True)
-        save_atomically(model.state_dict(), os.path.join(final, "model.pt"))
-        metrics = {"steps": step, "accuracy": round(test_accuracy, 4), "loss": round(test_loss, 4),
-                   "world_size": world, "seconds": round(time.time() - started, 2)}
-        with open(os.path.join(final, "metrics.json.tmp"), "w") as handle:
-            json.dump(metrics, handle)
-        os.replace(os.path.join(final, "metrics.json.tmp"), os.path.join(final, "metrics.json"))
         log(f"evaluation: {json.dumps(metrics)}")
         if writer:
             writer.add_scalar("test_accuracy", test_accuracy, step)

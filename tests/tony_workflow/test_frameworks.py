@@ -1,7 +1,8 @@
 import json
 import shlex
+from pathlib import Path
 
-from tony_workflow.frameworks import TaskContext, build_env, launch_command, tf_config
+from tony_workflow.frameworks import ELASTIC_RDZV_CONF, TaskContext, build_env, launch_command, tf_config
 
 CLUSTER = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"], "tensorboard": ["h4:5"]}
 
@@ -80,6 +81,29 @@ def test_torchs_agent_wraps_the_command_only_when_the_job_runs_under_it():
     assert argv[-4:] == ["--no-python", "bash", "-c", "python train.py --lr 0.1"]   # the user's command, unchanged
     tf = TaskContext("tensorflow", cluster, "worker", 1, False, agent=True)
     assert launch_command(tf, "python train.py", "python") == "python train.py"   # no launcher of its own
+
+
+def test_an_elastic_job_runs_torchs_agent_in_the_ams_rendezvous_between_its_bounds():
+    cluster = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3", "h3:4"]}
+    elastic = TaskContext("pytorch", cluster, "worker", 2, False, processes={"worker": 2}, agent=True,
+                          elastic=(3, 4), rendezvous="am-host:7000", run_id="application_1_0002-1",
+                          max_restarts=12, join_timeout_s=660, host="h3")
+    argv = shlex.split(launch_command(elastic, "python train.py --lr 0.1", "/venv/bin/python"))
+    # The job's interpreter, which imports this package from where the executor found it.
+    assert argv[0] == "/venv/bin/python" and argv[1] == "-c" and "tony_workflow.task.elastic" in argv[2]
+    import tony_workflow
+    assert argv[3] == str(Path(tony_workflow.__file__).resolve().parent.parent)
+    flags = dict(zip(argv[4:-4:2], argv[5:-4:2]))
+    assert flags == {"--nnodes": "3:4", "--nproc-per-node": "2", "--rdzv-backend": "tony",
+                     "--rdzv-endpoint": "am-host:7000", "--rdzv-id": "application_1_0002-1",
+                     "--rdzv-conf": f"join_timeout=660,{ELASTIC_RDZV_CONF}", "--max-restarts": "12",
+                     "--monitor-interval": "0.5", "--local-addr": "h3"}
+    # No fixed node rank or master: the rendezvous gives them, round by round.
+    assert "--node-rank" not in argv and "--master-addr" not in argv
+    assert argv[-4:] == ["--no-python", "bash", "-c", "python train.py --lr 0.1"]
+    sidecar = TaskContext("pytorch", {**cluster, "tensorboard": ["h9:9"]}, "tensorboard", 0, False, agent=True,
+                          elastic=(3, 4), rendezvous="am-host:7000", run_id="r")
+    assert launch_command(sidecar, "tensorboard --logdir x", "python") == "tensorboard --logdir x"
 
 
 def test_only_horovod_and_mxnet_jobs_carry_a_caveat():

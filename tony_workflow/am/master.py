@@ -36,7 +36,7 @@ from ..status import JobState, TaskState, TaskStatus
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
-from .policy import LOST_EXIT_CODE, Action, Failure
+from .policy import LOST_EXIT_CODE, Action, Failure, describe_exit
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
 from .state import AMState, Task
@@ -175,6 +175,11 @@ class ApplicationMaster(AMState):
             self.status.tasks = []
             self.cluster_spec = None
             self.gang_ready = threading.Event()
+            if self.elastic is not None:
+                # A session's agents meet in a rendezvous of its own: those of an ended session are refused.
+                self.rendezvous.open(f"{self.app_id}-{session_id}")
+                self.elastic_joined = set()
+                self.elastic.begin(session_id, time.time())
             chief = f"{self.chief[0]}:{self.chief[1]}"
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
             self.events.emit("session_started", session=session_id)
@@ -183,6 +188,7 @@ class ApplicationMaster(AMState):
                 task = self._new_task(task_id, container, session_id)
                 self.set_task_state(task, TaskState.REQUESTED, container=container.id)
                 tasks.append(task)
+            self.show_group()
             self.publish()
         # Launched without the lock, so status requests and early registrations are answered while
         # the rest of the gang is still being started.
@@ -244,8 +250,13 @@ class ApplicationMaster(AMState):
         if task.stopping:
             return self.set_task_state(task, TaskState.KILLED, exit_code=code)
         if code == 0:
+            if self.elastic is not None and self.elastic.is_elastic(task.status.type):
+                self.elastic.finished = True  # the group's training is over: no more replacements
             return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
         cause = self.cluster.reclaimed(task.container)
+        elastic = self.elastic is not None and self.elastic.is_elastic(task.status.type)
+        if elastic and self._elastic_exit(task, code, cause, diagnostics):
+            return
         decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics), cause,
                                                           self.status.reclaims)
         if decision:
@@ -253,6 +264,48 @@ class ApplicationMaster(AMState):
         state = TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
         self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self._on_failure(task, code, diagnostics)
+
+    def _elastic_exit(self, task: Task, code: int, cause: str | None, diagnostics: str) -> bool:
+        """A task of an elastic type ended with ``code``: True when that is settled here (it is
+        replaced while the others train on, or it ended after the group finished), False when the
+        ordinary rules apply. Called with the lock held."""
+        group = self.elastic
+        assert group is not None
+        if group.finished and task.container.id not in self.elastic_joined:
+            # A replacement too late to join: the others finished training without it.
+            self.set_task_state(task, TaskState.KILLED, exit_code=code,
+                                diagnostics="the elastic group finished before this task joined it")
+            return True
+        reclaimed = bool(cause) and self.status.reclaims < self.policy.reclaim_retry_count
+        why = (f"its container was {cause}" if cause else
+               "lost: the AM gave up on it" if code == LOST_EXIT_CODE else describe_exit(code))
+        if not group.lost(task.id, why, reclaimed):
+            return False
+        if reclaimed:
+            self.status.reclaims += 1
+            self.events.emit("container_reclaimed", task=task.id, session=task.session_id, cause=cause)
+        state = TaskState.KILLED if reclaimed else TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
+        self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
+        self.events.emit("elastic_member_lost", task=task.id, session=task.session_id, exit_code=code, cause=why,
+                         reclaimed=reclaimed, changes=group.changes, max_changes=group.max_changes)
+        # Replaced by the monitor after this pass, outside the lock: the old container's kill waits.
+        self._pending_replacements.append(task)
+        self.show_group()
+        return True
+
+    def _replace_member(self, task: Task) -> None:
+        """An elastic task lost: a new container for it, on any port and (on YARN) any node; its
+        agent joins the group at the next rendezvous. The others are left running."""
+        self.cluster.kill(task.container, grace=1.0)
+        restarts = task.status.restarts + 1
+        with self.lock:
+            if self.session_id != task.session_id or self.elastic is None or self.elastic.finished:
+                return
+            container = self.cluster.new_container(task.container)
+            self.events.emit("task_replaced", task=task.id, session=self.session_id, restart=restarts)
+            self.containers[task.id] = container
+            self._launch(task.id, container, self.session_id, restarts=restarts)
+            self.show_group()
 
     def _on_reclaimed(self, task: Task, code: int, cause: str, decision) -> None:
         """The cluster took the task's container back: no failure of the job's. Called with the lock held."""
@@ -349,12 +402,21 @@ class ApplicationMaster(AMState):
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
                                  f"(tony.container.registration.timeout)")
+        if self.elastic is not None:
+            alive: dict[str, int] = {}
+            for t in self.tasks.values():
+                if not t.final and t.status.state != TaskState.REQUESTED:
+                    alive[t.status.type] = alive.get(t.status.type, 0) + 1
+            too_few = self.elastic.overdue(alive, now)
+            if too_few:
+                raise SessionEnd(JobState.FAILED, too_few)
         if self.policy.tracked_done(t.status for t in self.tasks.values()):
             raise SessionEnd(*self._verdict(), retryable=False)
 
     def _run_session(self) -> SessionEnd:
         while True:
             self._pending_task_restarts: list[Task] = []
+            self._pending_replacements: list[Task] = []
             try:
                 with self.cond:
                     self.cond.wait(self.tick)
@@ -368,6 +430,8 @@ class ApplicationMaster(AMState):
                 return end
             for task in self._pending_task_restarts:
                 self._relaunch_task(task)
+            for task in self._pending_replacements:
+                self._replace_member(task)
 
     def _teardown(self) -> None:
         with self.lock:
@@ -385,6 +449,7 @@ class ApplicationMaster(AMState):
             for t in live:
                 t.stopping = True
             self.gang_ready.set()  # wakes waiters for the cluster spec; they find their session gone
+            self.rendezvous.close()
             self.cond.notify_all()
         threads = [threading.Thread(target=self.cluster.kill, args=(t.container, 3.0)) for t in live]
         for th in threads:
@@ -403,6 +468,7 @@ class ApplicationMaster(AMState):
     # ---------------------------------------------------------------- main loop
     def run(self) -> int:
         self._pending_task_restarts = []
+        self._pending_replacements = []
         calm_collector()
         self.address = self.start_server()
         write_am_info(self.app_dir, self.address, self.status.tracking_url)

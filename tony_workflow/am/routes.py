@@ -15,6 +15,8 @@ which answers every executor waiting in :meth:`AMRoutes.cluster_spec`.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 import time
 from urllib.parse import urlsplit
@@ -30,12 +32,19 @@ from ..protocol import (
     Kill,
     Problem,
     Registration,
+    RendezvousRound,
+    RendezvousState,
     Result,
+    SetState,
     Started,
+    StateQuery,
     Stop,
+    StoreOp,
+    StoreReply,
     TensorBoard,
 )
 from ..status import TaskState
+from .rendezvous import RendezvousClosed, StoreError
 from .state import AMState, Task
 
 __all__ = ["AMRoutes"]
@@ -65,6 +74,10 @@ class AMRoutes:
             protocol.STATUS.name: lambda _: (200, s.status_dict()),
             protocol.RECORD.name: lambda _: (200, s.record()),
             protocol.KILL.name: self.kill,
+            protocol.RDZV_STATE.name: self.rdzv_state,
+            protocol.RDZV_SET_STATE.name: self.rdzv_set_state,
+            protocol.RDZV_STORE.name: self.rdzv_store,
+            protocol.RDZV_ROUND.name: self.rdzv_round,
         }
 
     def _task_for(self, task_id: str, session_id: int, container_id: str | None = None) -> Task | tuple[int, Stop]:
@@ -176,6 +189,53 @@ class AMRoutes:
             s.cond.notify_all()
             return 200, _ACK
 
+    # ---------------------------------------------------------------- an elastic job's agents
+    # The rendezvous keeps its own lock (a store read may wait): these handlers take the AM's
+    # lock only to record a formed round.
+    def rdzv_state(self, q: StateQuery) -> tuple[int, RendezvousState | Stop]:
+        try:
+            state, token = self.state.rendezvous.get_state(q.run_id)
+        except RendezvousClosed as e:
+            return _stop(str(e))
+        return 200, {"state": _text(state), "token": token, "written": False}
+
+    def rdzv_set_state(self, req: SetState) -> tuple[int, RendezvousState | Problem | Stop]:
+        try:
+            state, token, written = self.state.rendezvous.set_state(req.run_id, _bytes(req.state), req.token)
+        except RendezvousClosed as e:
+            return _stop(str(e))
+        except ValueError as e:
+            return 400, {"error": str(e)}
+        return 200, {"state": _text(state), "token": token, "written": written}
+
+    def rdzv_store(self, req: StoreOp) -> tuple[int, StoreReply | Problem | Stop]:
+        if not all(isinstance(k, str) for k in req.keys) or not all(isinstance(v, str) for v in req.values):
+            return 400, {"error": "a store operation's keys and values are lists of text"}
+        try:
+            values, count, ok = self.state.rendezvous.store(req.run_id, req.op, req.keys,
+                                                            [_bytes(v) for v in req.values], req.amount, req.wait)
+        except RendezvousClosed as e:
+            return _stop(str(e))
+        except ValueError as e:  # StoreError, or a value that is not base64
+            return 400, {"error": str(e)}
+        return 200, {"values": [_text(v) for v in values], "count": count, "ok": ok}
+
+    def rdzv_round(self, req: RendezvousRound) -> tuple[int, Ack | Problem | Stop]:
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
+        try:
+            formed = s.rendezvous.joined(req.run_id, req.round, req.task_id, req.rank, req.world_size)
+        except RendezvousClosed as e:
+            return _stop(str(e))
+        except StoreError as e:
+            return 400, {"error": str(e)}
+        with s.lock:
+            s.group_joined(task, formed)
+        return 200, _ACK
+
     # ---------------------------------------------------------------- the chief and clients
     def tensorboard(self, req: TensorBoard) -> tuple[int, Ack | Problem]:
         s = self.state
@@ -194,3 +254,14 @@ class AMRoutes:
         with self.state.lock:
             self.state.request_kill(req.reason or "killed by user")
         return 200, _ACK
+
+
+def _bytes(text: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError(f"not base64: {text[:40]!r}") from None
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")

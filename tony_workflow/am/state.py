@@ -21,13 +21,16 @@ from typing import Any
 
 from ..backends import ClusterManager, Container
 from ..events import EventLog
+from ..frameworks import RANKED_TYPES
 from ..progress import TaskProgress
 from ..spec import JobSpec
 from ..status import JobState, JobStatus, TaskState, TaskStatus
 from .attempts import Resume
 from .board import StatusBoard
+from .elastic import ElasticGroup
 from .liveness import Liveness
 from .policy import Policy
+from .rendezvous import Formed, Rendezvous
 from .store_watch import StoreWatch
 
 __all__ = ["AMState", "Task"]
@@ -100,6 +103,12 @@ class AMState:
     kill_requested: str | None
     #: set with ``kill_requested``: an allocation in progress stops waiting
     cancel: threading.Event
+    #: an elastic job's rendezvous (its own lock: blocking reads do not hold the AM's)
+    rendezvous: Rendezvous
+    #: an elastic job's group (None for a fixed job)
+    elastic: ElasticGroup | None
+    #: the containers whose agent has joined a round of the current session's rendezvous
+    elastic_joined: set[str]
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
                  resume: Resume | None = None):
@@ -129,11 +138,15 @@ class AMState:
         self.store_failure = None
         self.kill_requested = None
         self.cancel = threading.Event()
+        self.rendezvous = Rendezvous()
+        self.elastic = ElasticGroup.from_spec(spec, RANKED_TYPES)
+        self.elastic_joined = set()
 
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:
         """Marks the status changed and wakes the monitor, which persists it outside the lock (see
         :class:`~tony_workflow.am.board.StatusBoard`). Called with the lock held."""
+        self.show_group()
         self.board.changed(force)
         self.cond.notify_all()
 
@@ -162,6 +175,31 @@ class AMState:
         self.cancel.set()
         self.events.emit("kill_requested", reason=reason)
         self.cond.notify_all()
+
+    def group_joined(self, task: Task, formed: Formed | None) -> None:
+        """``task``'s agent joined a rendezvous round; ``formed``: the round, once every node of it
+        has. Called with the lock held."""
+        self.elastic_joined.add(task.container.id)
+        group = self.elastic
+        if group is None:
+            return
+        if formed is not None:
+            change = group.formed(formed, time.time())
+            if change is not None:
+                self.events.emit("elastic_group", session=self.session_id, what=change["event"], target=group.target,
+                                 **{k: v for k, v in change.items() if k not in ("at", "event")})
+        self.publish()
+
+    def show_group(self) -> None:
+        """The elastic group in the status, with the tasks alive that have not joined it yet.
+        Called with the lock held."""
+        group = self.elastic
+        if group is None:
+            return
+        waiting = [t.id for t in self.tasks.values()
+                   if t.status.type in RANKED_TYPES and not t.final and t.status.state != TaskState.REQUESTED
+                   and t.container.id not in self.elastic_joined]
+        group.show(self.status, waiting)
 
     # ---------------------------------------------------------------- views
     def cluster_dict(self) -> dict[str, list[str]]:

@@ -52,7 +52,8 @@ _TOP_LEVEL = (*_TOP_LEVEL_CONF, *_TOP_LEVEL_ARGS, "shell_env", "am", "tasks", "c
 _AM_FIELDS = ("memory", "vcores", "gpus")
 _TASK_FIELDS = {"instances": "instances", "memory": "memory", "vcores": "vcores", "gpus": "gpus",
                 "command": "command", "node_label": "node-label", "restart_policy": "restart-policy",
-                "timeout": "timeout", "spread": "spread", "processes": "processes", "docker_image": None}
+                "timeout": "timeout", "spread": "spread", "processes": "processes",
+                "min_instances": "min-instances", "docker_image": None}
 _ENV_KEYS = ("tony.containers.envs", "tony.execution.envs")
 
 

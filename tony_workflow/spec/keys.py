@@ -129,9 +129,10 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
 # defaults for memory/vcores/gpus; restart-policy, spread and processes are this project's own
 # per-type keys: spread puts a type's tasks on distinct nodes of a YARN cluster where it can, and
 # processes runs that many copies of a PyTorch task's command in each container, under torch's
-# elastic agent).
+# elastic agent; min-instances, below instances, makes a PyTorch type elastic: the job goes on
+# while that many of its tasks remain, and empty means instances).
 TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0",
-                 "spread": "false", "processes": "1"}
+                 "spread": "false", "processes": "1", "min-instances": ""}
 
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
 
@@ -151,7 +152,7 @@ INSTANCES_KEY = re.compile(r"^tony\.(.+)\.instances$")
 RESERVED_TYPES = frozenset({
     "am", "application", "task", "container", "containers", "docker", "execution", "history", "yarn",
     "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
-    "checkpoint", "python-exec-path", "gpu-exec-path", "gang",
+    "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic",
 })
 
 #: TonY's keys that tony-default.xml does not list (its client and code read them), known so that
@@ -167,7 +168,7 @@ OTHER_TONY_KEYS = frozenset({
 
 #: The settings every task type has: ``tony.<type>.<field>``.
 TASK_FIELDS = ("instances", "max-instances", "memory", "vcores", "gpus", "command", "node-label",
-               "restart-policy", "timeout", "resources", "spread", "processes")
+               "restart-policy", "timeout", "resources", "spread", "processes", "min-instances")
 
 #: Why a job may not set ``tony.local.*``.
 LOCAL_KEY_REASON = ("is a setting of the local cluster, not of a job (a job cannot size the machine it runs on): "

@@ -104,7 +104,8 @@ class TaskSpec:
     ``timeout_ms`` tony.<type>.timeout (0, the default, means none), ``spread``
     tony.<type>.spread (on YARN, the tasks go to distinct nodes where the cluster allows) and
     ``processes`` tony.<type>.processes (how many processes of the command each container runs,
-    ``gpus`` read as the container's GPUs; default 1).
+    ``gpus`` read as the container's GPUs; default 1). ``min_instances`` is tony.<type>.min-instances
+    (equal to ``instances`` unless set lower: then the type is elastic, see :attr:`elastic`).
     """
 
     type: str
@@ -117,6 +118,7 @@ class TaskSpec:
     timeout_ms: int = 0
     spread: bool = False
     processes: int = 1
+    min_instances: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.resources, Mapping):
@@ -125,13 +127,23 @@ class TaskSpec:
         for name, parse in (("instances", lambda v: parse_int(v, 0)),
                             ("restart_policy", parse_restart_policy),
                             ("timeout_ms", lambda v: parse_int(v, 0)), ("spread", parse_bool),
-                            ("processes", lambda v: parse_int(v, 1))):
+                            ("processes", lambda v: parse_int(v, 1)),
+                            ("min_instances", lambda v: v if v is None else parse_int(v, 1))):
             try:
                 setattr(self, name, parse(getattr(self, name)))
             except ValueError as exc:
                 issues.append(SpecIssue(f"{self.type}.{name}", getattr(self, name), str(exc)))
         if issues:
             raise SpecError(issues)
+
+        if self.min_instances is None or self.min_instances > self.instances:
+            self.min_instances = self.instances
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the type goes on without a lost task (PyTorch, tony.<type>.min-instances below
+        instances): the others train on while it is replaced."""
+        return (self.min_instances or 0) < self.instances
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -363,6 +375,8 @@ class JobSpec:
             timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
             spread=self._task_typed(task_type, "spread", parse_bool),
             processes=self.processes(task_type),
+            min_instances=self._task_typed(task_type, "min-instances",
+                                           lambda v: parse_int(v, 1) if (v or "").strip() else None),
         )
 
     def processes(self, task_type: str) -> int:
@@ -378,7 +392,21 @@ class JobSpec:
         """Whether a PyTorch job's tasks run under torch's elastic agent: when some type runs more
         than one process per container. The agents of all containers rendezvous together, so
         then every task of the job's ranked types runs under one."""
-        return self.framework == "pytorch" and any(t.processes > 1 for t in self.tasks.values())
+        return self.framework == "pytorch" and (any(t.processes > 1 for t in self.tasks.values()) or self.elastic)
+
+    @cached_property
+    def elastic_types(self) -> list[str]:
+        """The types that go on without a lost task (tony.<type>.min-instances below instances;
+        PyTorch jobs only, as validation holds)."""
+        return [t for t, ts in self.tasks.items() if ts.elastic] if self.framework == "pytorch" else []
+
+    @property
+    def elastic(self) -> bool:
+        """A PyTorch job whose ranked tasks rendezvous elastically under torch's agent."""
+        return bool(self.elastic_types)
+
+    elastic_fallback_timeout_ms = field_of(table.ELASTIC_FALLBACK_TIMEOUT_MS)
+    elastic_max_membership_changes = field_of(table.ELASTIC_MAX_MEMBERSHIP_CHANGES)
 
     def _active_types(self) -> list[str]:
         """Types with instances > 0, skipping unreadable counts (validate() reports those)."""

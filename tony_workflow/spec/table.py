@@ -161,6 +161,13 @@ GANG_HOLD_TIMEOUT_MS = integer("tony.gang.hold-timeout-ms", 0,
 GANG_BACKOFF_MS = integer("tony.gang.backoff-ms", 0,
                           "after a give-back, the wait before asking again: random between half and one and a "
                           "half times this, doubling up to eight times", "5000")
+ELASTIC_FALLBACK_TIMEOUT_MS = integer("tony.elastic.fallback-timeout-ms", 1,
+                                     "elastic PyTorch jobs: how long fewer than tony.<type>.min-instances tasks of a "
+                                     "type may remain before the session is relaunched whole", "120000")
+ELASTIC_MAX_MEMBERSHIP_CHANGES = integer("tony.elastic.max-membership-changes", 0,
+                                         "elastic PyTorch jobs: how many times a session's group may lose a task "
+                                         "and go on without it (a container the cluster took back is not "
+                                         "counted); past it, the failure rules apply", "10")
 
 KEYS: tuple[Key[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Key))
 _BY_NAME = {k.name: k for k in KEYS}
@@ -231,6 +238,8 @@ TASK_FIELD_DOCS = {
     "resources": "files the type's containers are given",
     "spread": "on YARN, the type's tasks go to distinct nodes where the cluster allows",
     "processes": "PyTorch: processes of the command per container, under torch's elastic agent; `gpus`: one per GPU",
+    "min-instances": "PyTorch: below instances, the type is elastic: a lost task is replaced while the others "
+                     "train on, as long as this many remain; empty: instances (fixed)",
 }
 
 #: The README's generated section lies between these lines.

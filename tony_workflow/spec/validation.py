@@ -111,6 +111,7 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
             continue
         active[task_type] = instances
         issues.extend(_processes_problems(spec, check, task_type, framework))
+        issues.extend(_elastic_problems(spec, check, task_type, instances, framework))
         max_instances = check(task_key(task_type, "max-instances"), optional(parse_int), "")
         if max_instances is not None and 0 <= max_instances < instances:
             issues.append(spec.issue(key, instances, f"at most {max_instances} allowed by "
@@ -175,6 +176,33 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
                                   "the rendezvous master (MASTER_ADDR)"))
     return issues
 
+
+
+def _elastic_problems(spec: JobSpec, check: _Check, task_type: str, instances: int,
+                      framework: str | None) -> list[SpecIssue]:
+    """tony.<type>.min-instances: below instances, a PyTorch ranked type goes on without a lost task."""
+    key = task_key(task_type, "min-instances")
+    value = check(key, lambda v: parse_int(v, 1) if (v or "").strip() else None, "")
+    if value is None or value >= instances:
+        if value is not None and value > instances:
+            return [spec.issue(key, value, f"more than tony.{task_type}.instances={instances}: the type can never "
+                               f"have that many tasks; at most {instances} (equal: not elastic)")]
+        return []
+    if framework != "pytorch":
+        return [spec.issue(key, value, "elastic training (min-instances below instances) is for PyTorch jobs, "
+                           f"whose processes re-form their group under torch's elastic agent; this job's "
+                           f"framework is {framework}: remove the key, or set it to {instances}")]
+    if task_type not in RANKED_TYPES:
+        return [spec.issue(key, value, f"only the ranked types ({', '.join(RANKED_TYPES)}) of a PyTorch job can "
+                           f"be elastic; '{task_type}' is not one")]
+    if task_type in spec.stop_on_failure_types:
+        return [spec.issue(key, value, f"'{task_type}' is a stop-on-failure type "
+                           "(tony.application.stop-on-failure-jobtypes): its failure always ends the session, "
+                           "so it cannot be elastic")]
+    if (spec.get(task_key(task_type, "restart-policy")) or "").strip().lower() == "task":
+        return [spec.issue(key, value, f"an elastic type replaces a lost task itself; tony.{task_type}.restart-policy "
+                           "'task' (relaunch at the same address) does not apply: remove one of the two")]
+    return []
 
 
 def _processes_problems(spec: JobSpec, check: _Check, task_type: str, framework: str | None) -> list[SpecIssue]:

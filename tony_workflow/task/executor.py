@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..archive import unsafe_entry
 from ..events import log_tail
-from ..frameworks import TaskContext, build_env, launch_command
+from ..frameworks import RANKED_TYPES, TaskContext, build_env, launch_command
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from ..protocol import RESULT_FILE
 from ..rpc import AMClient, AMError, AMUnreachable
@@ -224,13 +224,28 @@ class TaskExecutor:
     def _context(self, cluster: dict[str, list[str]]) -> TaskContext:
         spec = self.spec
         monitored = sum(len(a) for t, a in cluster.items() if t in spec.tracked_types)
-        return TaskContext(framework=spec.framework, cluster=cluster, task_type=self.task_type, index=self.index,
-                           is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored,
-                           processes={t: s.processes for t, s in spec.tasks.items()}, agent=spec.torch_agent)
+        ctx = TaskContext(framework=spec.framework, cluster=cluster, task_type=self.task_type, index=self.index,
+                          is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored,
+                          processes={t: s.processes for t, s in spec.tasks.items()}, agent=spec.torch_agent)
+        if spec.elastic:
+            ranked = [ts for t, ts in spec.tasks.items() if t in RANKED_TYPES]
+            ctx.elastic = (sum(ts.min_instances or ts.instances for ts in ranked), sum(ts.instances for ts in ranked))
+            ctx.rendezvous = self.env["TONY_AM_ADDRESS"]
+            ctx.run_id = f"{self.app_id}-{self.session_id}"
+            # Each loss makes every other agent restart its workers once; a join does not count.
+            ctx.max_restarts = spec.elastic_max_membership_changes + spec.reclaim_retry_count
+            # The AM decides when too few remain (tony.elastic.fallback-timeout-ms): the agents wait longer.
+            ctx.join_timeout_s = max(600, spec.elastic_fallback_timeout_ms // 1000 + 60)
+            ctx.host = self.host
+        return ctx
 
     def _user_env(self, ctx: TaskContext, tb_port: int | None) -> dict[str, str]:
         spec = self.spec
         env = {k: v for k, v in self.env.items() if k not in ("TONY_AM_TOKEN",)}
+        if ctx.elastic and ctx.task_type in RANKED_TYPES:
+            # The elastic agent's rendezvous is the AM's: the agent takes the token out of its
+            # environment before it starts the user's processes.
+            env["TONY_AM_TOKEN"] = self.env["TONY_AM_TOKEN"]
         env.update(build_env(ctx))
         env.update({
             "SESSION_ID": str(self.session_id),

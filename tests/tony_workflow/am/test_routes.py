@@ -142,13 +142,19 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
            "cluster_spec": {"task_id": "worker:0", "session_id": 0},
            "heartbeat": {"task_id": "worker:0", "session_id": 0}, "started": {"task_id": "worker:0", "session_id": 0},
            "result": {"task_id": "worker:0", "session_id": 0, "exit_code": 0},
-           "tensorboard": {"url": "http://h:6006"}, "status": {}, "record": {}, "kill": {}}
+           "tensorboard": {"url": "http://h:6006"}, "status": {}, "record": {}, "kill": {},
+           "rdzv_state": {"run_id": "r-0"}, "rdzv_set_state": {"run_id": "r-0", "state": "AAE="},
+           "rdzv_store": {"run_id": "r-0", "op": "set", "keys": ["k"], "values": ["AAE="]},
+           "rdzv_round": {"task_id": "worker:0", "session_id": 0, "run_id": "r-0", "round": 0, "rank": 0,
+                          "world_size": 1}}
 
 
 @pytest.mark.parametrize("route", protocol.ROUTES, ids=lambda r: r.name)
 def test_every_route_has_a_handler_that_answers_its_declared_request(tmp_path, route):
     # A handler that reads a field its route does not declare fails here (the objects have no such attribute).
-    code, reply = AMRoutes(make_state(tmp_path)).handlers()[route.name](route.decode(SAMPLES[route.name]))
+    state = make_state(tmp_path)
+    state.rendezvous.open("r-0")
+    code, reply = AMRoutes(state).handlers()[route.name](route.decode(SAMPLES[route.name]))
     assert code in (200, 204) and json.loads(json.dumps(reply)) == reply
 
 
@@ -168,3 +174,49 @@ def test_behind_the_real_server_a_malformed_registration_changes_nothing(tmp_pat
         assert am.status()["application_id"] == "application_1_0001"
     finally:
         server.shutdown()
+
+
+def elastic_state(tmp_path) -> AMState:
+    spec = load_job({"name": "elastic", "framework": "pytorch", "command": "true",
+                     "tasks": {"worker": {"instances": 2, "min_instances": 1}}})
+    cluster = LocalClusterManager("application_1_0001", tmp_path, Inventory(8192, 8, []))
+    state = AMState(spec, "application_1_0001", tmp_path, cluster)
+    for index in (0, 1):
+        container = Container(id=f"c-worker:{index}", task_id=f"worker:{index}", memory_mb=256, vcores=1)
+        status = TaskStatus(type="worker", index=index, state=TaskState.RUNNING, container_id=container.id)
+        state.tasks[f"worker:{index}"] = Task(status=status, container=container, session_id=0)
+    state.rendezvous.open("application_1_0001-0")
+    state.elastic.begin(0, 0.0)
+    return state
+
+
+def test_the_rendezvous_routes_answer_the_open_run_only_and_refuse_what_is_not_base64(tmp_path):
+    state = elastic_state(tmp_path)
+    routes = AMRoutes(state)
+    run = "application_1_0001-0"
+    assert routes.rdzv_set_state(protocol.SetState(run, "c3RhdGU=")) == (
+        200, {"state": "c3RhdGU=", "token": 1, "written": True})
+    assert routes.rdzv_state(protocol.StateQuery(run)) == (200, {"state": "c3RhdGU=", "token": 1, "written": False})
+    code, reply = routes.rdzv_state(protocol.StateQuery("application_1_0001-7"))
+    assert code == 409 and reply["action"] == "stop"   # an agent of another session is told to stop
+    code, reply = routes.rdzv_store(protocol.StoreOp(run, "set", ["k"], ["not base64!"]))
+    assert code == 400 and "not base64" in reply["error"]
+    code, reply = routes.rdzv_store(protocol.StoreOp(run, "rename", ["k"]))
+    assert code == 400 and "unknown store operation" in reply["error"]
+    assert routes.rdzv_store(protocol.StoreOp(run, "add", ["n"], amount=2)) == (200, {"values": [], "count": 2,
+                                                                                         "ok": True})
+
+
+def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):
+    state = elastic_state(tmp_path)
+    routes = AMRoutes(state)
+    run = "application_1_0001-0"
+    assert routes.rdzv_round(protocol.RendezvousRound("worker:1", 0, run, 0, 0, 2)) == (200, {"ok": True})
+    assert state.status.elastic["size"] == 0 and state.status.elastic["waiting"] == ["worker:0"]
+    routes.rdzv_round(protocol.RendezvousRound("worker:0", 0, run, 0, 1, 2))
+    assert state.status.elastic["size"] == 2 and state.status.elastic["waiting"] == []
+    [formed] = [e for e in events(state) if e["event"] == "elastic_group"]
+    assert formed["what"] == "group formed" and formed["members"] == ["worker:1", "worker:0"] and formed["target"] == 2
+    # A report from a task of an ended session changes nothing.
+    code, _ = routes.rdzv_round(protocol.RendezvousRound("worker:0", 3, run, 1, 0, 1))
+    assert code == 409 and state.status.elastic["round"] == 0

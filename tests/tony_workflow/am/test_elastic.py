@@ -1,0 +1,86 @@
+"""The AM's account of an elastic group (:mod:`tony_workflow.am.elastic`): which losses are replaced
+and counted, how each formed round changes the group and why, and when too few remain too long."""
+from __future__ import annotations
+
+from tony_workflow.am.elastic import ElasticGroup
+from tony_workflow.am.rendezvous import Formed
+from tony_workflow.frameworks import RANKED_TYPES
+from tony_workflow.spec import load_job
+from tony_workflow.status import JobStatus
+
+
+def group(conf: dict | None = None, tasks: dict | None = None, framework: str = "pytorch") -> ElasticGroup | None:
+    spec = load_job({"name": "el", "framework": framework, "command": "true",
+                     "tasks": tasks or {"worker": {"instances": 3, "min_instances": 2}}, "conf": conf or {}})
+    return ElasticGroup.from_spec(spec, RANKED_TYPES)
+
+
+def test_only_a_pytorch_job_with_a_type_below_its_instances_has_a_group():
+    assert group(tasks={"worker": {"instances": 3}}) is None
+    assert group(tasks={"worker": {"instances": 3, "min_instances": 3}}) is None
+    g = group(tasks={"chief": {"instances": 1}, "worker": {"instances": 4, "min_instances": 1},
+                     "evaluator": {"instances": 1}})
+    # The chief ranks too (a fixed node of the group); the evaluator does not.
+    assert g is not None and g.bounds == {"worker": (1, 4)} and (g.minimum, g.target) == (2, 5)
+    assert g.max_changes == 10 and g.fallback_timeout_s == 120.0
+    g = group({"tony.elastic.max-membership-changes": "1", "tony.elastic.fallback-timeout-ms": "2500"})
+    assert g.max_changes == 1 and g.fallback_timeout_s == 2.5
+
+
+def test_losses_are_counted_up_to_the_limit_and_the_clusters_reclaims_are_free():
+    g = group({"tony.elastic.max-membership-changes": "2"})
+    g.begin(0, 100.0)
+    assert g.lost("worker:1", "exit code 137 (SIGKILL)", reclaimed=False) and g.changes == 1
+    assert g.lost("worker:2", "its container was preempted by the scheduler", reclaimed=True) and g.changes == 1
+    assert g.lost("worker:0", "exit code 1", reclaimed=False) and g.changes == 2
+    assert not g.lost("worker:1", "exit code 1", reclaimed=False)  # spent: the failure rules decide
+    g.begin(1, 200.0)  # a new session starts with its own count
+    assert g.changes == 0 and g.lost("worker:1", "exit code 1", reclaimed=False)
+
+
+def test_once_training_is_over_nothing_is_replaced():
+    g = group()
+    g.begin(0, 0.0)
+    g.finished = True
+    assert not g.lost("worker:2", "exit code 1", reclaimed=False) and g.changes == 0
+
+
+def test_each_formed_round_records_the_size_who_left_who_joined_and_why():
+    g = group()
+    g.begin(0, 0.0)
+    first = g.formed(Formed(0, {"worker:1": 0, "worker:0": 1, "worker:2": 2}), 1.0)
+    assert first["event"] == "group formed" and first["size"] == 3
+    assert first["joined"] == ["worker:0", "worker:1", "worker:2"]
+    g.lost("worker:1", "exit code 137 (SIGKILL)", reclaimed=False)
+    shrunk = g.formed(Formed(1, {"worker:0": 0, "worker:2": 1}), 5.0)
+    assert shrunk["event"] == "group shrank" and shrunk["size"] == 2 and shrunk["left"] == ["worker:1"]
+    assert shrunk["causes"] == {"worker:1": "exit code 137 (SIGKILL)"} and "joined" not in shrunk
+    grown = g.formed(Formed(2, {"worker:0": 0, "worker:1": 1, "worker:2": 2}), 9.0)
+    assert grown["event"] == "group grew" and grown["joined"] == ["worker:1"] and "causes" not in grown
+    assert g.formed(Formed(1, {"worker:0": 0}), 10.0) is None  # an older round changes nothing
+    # A replacement that joins before the group re-forms without the task it replaces:
+    g.lost("worker:2", "lost: the AM gave up on it", reclaimed=False)
+    same = g.formed(Formed(3, {"worker:0": 0, "worker:1": 1, "worker:2": 2}), 12.0)
+    assert same["event"] == "group re-formed" and same["replaced"] == ["worker:2"]
+    assert same["causes"] == {"worker:2": "lost: the AM gave up on it"}
+    status = JobStatus("application_1_0001")
+    g.show(status, waiting=["worker:1"])
+    assert status.elastic["size"] == 3 and status.elastic["target"] == 3 and status.elastic["min"] == 2
+    assert status.elastic["waiting"] == ["worker:1"] and status.elastic["changes"] == 2
+    assert [h["size"] for h in status.elastic["history"]] == [0, 3, 2, 3, 3]
+    assert "group=3/3 (1 joining: worker:1)" in status.summary()
+
+
+def test_too_few_for_longer_than_the_fallback_timeout_relaunches_the_session():
+    g = group({"tony.elastic.fallback-timeout-ms": "5000"})
+    g.begin(0, 0.0)
+    assert g.overdue({"worker": 3}, 10.0) is None
+    assert g.overdue({"worker": 1}, 20.0) is None and g.below_since == 20.0
+    assert g.overdue({"worker": 1}, 24.0) is None
+    assert g.overdue({"worker": 2}, 24.5) is None and g.below_since is None  # back to the minimum: the clock stops
+    assert g.overdue({"worker": 1}, 30.0) is None
+    why = g.overdue({"worker": 1}, 35.5)
+    assert why == ("the elastic group has had only 1 of tony.worker.min-instances=2 'worker' tasks for more than "
+                   "5 s (tony.elastic.fallback-timeout-ms): relaunching the session whole")
+    g.finished = True
+    assert g.overdue({"worker": 0}, 100.0) is None  # training is over: the others ending is no shortage

@@ -1,0 +1,126 @@
+"""The rendezvous an elastic job's agents meet in, as the AM keeps it (:mod:`tony_workflow.am.rendezvous`):
+its state's compare-and-set under a fencing token, torch's Store operations, blocking reads,
+the one open run id, and rounds formed once every node has joined."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tony_workflow.am.rendezvous import MAX_STORE_BYTES, Formed, Rendezvous, RendezvousClosed, StoreError
+
+
+@pytest.fixture
+def rdzv() -> Rendezvous:
+    r = Rendezvous()
+    r.open("app-0")
+    return r
+
+
+def test_the_state_is_written_only_under_the_current_token(rdzv):
+    assert rdzv.get_state("app-0") == (None, 0)
+    # No state yet: only a write without a token takes.
+    assert rdzv.set_state("app-0", b"one", 5) == (None, 0, False)
+    assert rdzv.set_state("app-0", b"one", None) == (b"one", 1, True)
+    # Now a write without a token, or with a stale one, gets the state that holds back.
+    assert rdzv.set_state("app-0", b"two", None) == (b"one", 1, False)
+    assert rdzv.set_state("app-0", b"two", 0) == (b"one", 1, False)
+    assert rdzv.set_state("app-0", b"two", 1) == (b"two", 2, True)
+    assert rdzv.get_state("app-0") == (b"two", 2)
+
+
+def test_only_the_open_run_is_answered_and_a_new_one_starts_empty(rdzv):
+    rdzv.set_state("app-0", b"s", None)
+    rdzv.store("app-0", "set", ["k"], [b"v"])
+    with pytest.raises(RendezvousClosed, match="'app-1' is not open"):
+        rdzv.get_state("app-1")
+    rdzv.open("app-1")  # the next session
+    with pytest.raises(RendezvousClosed):
+        rdzv.store("app-0", "check", ["k"], [])  # an agent of the ended session
+    assert rdzv.get_state("app-1") == (None, 0)
+    assert rdzv.store("app-1", "check", ["k"], []) == ([], 0, False)
+    rdzv.close()
+    with pytest.raises(RendezvousClosed):
+        rdzv.get_state("app-1")
+
+
+def test_store_operations_behave_as_torchs_store(rdzv):
+    run = "app-0"
+    assert rdzv.store(run, "set", ["a", "b"], [b"1", b"2"]) == ([], 0, True)
+    assert rdzv.store(run, "get", ["a", "b"], []) == ([b"1", b"2"], 0, True)
+    assert rdzv.store(run, "get", ["a", "zz"], []) == ([b"1", None], 0, False)
+    assert rdzv.store(run, "check", ["a"], []) == ([], 0, True)
+    assert rdzv.store(run, "add", ["n"], [], amount=3)[1] == 3
+    assert rdzv.store(run, "add", ["n"], [], amount=-1)[1] == 2
+    assert rdzv.store(run, "get", ["n"], [])[0] == [b"2"]   # counters are kept as decimal text, as TCPStore does
+    rdzv.store(run, "set", ["text"], [b"x"])
+    with pytest.raises(StoreError, match="'text' holds no counter"):
+        rdzv.store(run, "add", ["text"], [], amount=1)
+    rdzv.store(run, "delete", ["text"], [])
+    # compare_set: written when the key holds what is expected (absent reads as empty), and
+    # always answers what the key holds afterwards.
+    assert rdzv.store(run, "compare_set", ["c"], [b"", b"first"])[0] == [b"first"]
+    assert rdzv.store(run, "compare_set", ["c"], [b"wrong", b"second"])[0] == [b"first"]
+    assert rdzv.store(run, "compare_set", ["c"], [b"first", b"second"])[0] == [b"second"]
+    assert rdzv.store(run, "count", [], [])[1] == 4
+    assert rdzv.store(run, "delete", ["c", "b"], []) == ([], 0, True)
+    assert rdzv.store(run, "delete", ["c"], []) == ([], 0, False)
+    assert rdzv.store(run, "count", [], [])[1] == 2
+    with pytest.raises(StoreError, match="unknown store operation 'append'"):
+        rdzv.store(run, "append", ["a"], [b"x"])
+    with pytest.raises(StoreError, match="as many values as keys"):
+        rdzv.store(run, "set", ["a", "b"], [b"x"])
+
+
+def test_a_get_waits_for_its_keys_and_gives_up_after_its_wait(rdzv):
+    got = {}
+
+    def reader():
+        got["reply"] = rdzv.store("app-0", "get", ["late"], [], wait=10)
+    t = threading.Thread(target=reader)
+    started = time.monotonic()
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # still waiting: the key is not there
+    rdzv.store("app-0", "set", ["late"], [b"here"])
+    t.join(5)
+    assert got["reply"] == ([b"here"], 0, True) and time.monotonic() - started < 5
+    assert rdzv.store("app-0", "get", ["never"], [], wait=0.2) == ([None], 0, False)
+
+
+def test_a_closed_rendezvous_ends_a_waiting_read(rdzv):
+    errors = []
+
+    def reader():
+        try:
+            rdzv.store("app-0", "get", ["never"], [], wait=20)
+        except RendezvousClosed as e:
+            errors.append(e)
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.2)
+    rdzv.close()
+    t.join(5)
+    assert not t.is_alive() and errors
+
+
+def test_the_store_refuses_to_grow_without_bound(rdzv):
+    rdzv.store("app-0", "set", ["big"], [b"x" * (MAX_STORE_BYTES // 2)])
+    rdzv.store("app-0", "set", ["big"], [b"y" * (MAX_STORE_BYTES // 2)])  # replacing a value frees the old one
+    with pytest.raises(StoreError, match="more than"):
+        rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
+    rdzv.store("app-0", "delete", ["big"], [])
+    rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
+
+
+def test_a_round_is_formed_once_every_node_has_joined_it(rdzv):
+    assert rdzv.joined("app-0", 0, "worker:2", 0, 3) is None
+    assert rdzv.joined("app-0", 0, "worker:0", 1, 3) is None
+    formed = rdzv.joined("app-0", 0, "worker:1", 2, 3)
+    assert formed == Formed(0, {"worker:2": 0, "worker:0": 1, "worker:1": 2}) and formed.size == 3
+    assert list(formed.members) == ["worker:2", "worker:0", "worker:1"]  # in rank order
+    assert rdzv.joined("app-0", 0, "worker:1", 2, 3) is None  # reported again: formed once only
+    assert rdzv.joined("app-0", 1, "worker:0", 0, 1) == Formed(1, {"worker:0": 0})
+    with pytest.raises(StoreError, match="rank 3 is not a node of a world of 2"):
+        rdzv.joined("app-0", 2, "worker:0", 3, 2)

@@ -1,0 +1,106 @@
+"""torch's elastic agent's rendezvous on the AM (:mod:`tony_workflow.task.elastic`): torch's own
+dynamic rendezvous handlers, created as ``--rdzv-backend tony`` creates them, meet through a real
+AM server (its routes on an AM's state) and agree on ranks; torch's Store interface works on the
+AM's store, wrapped as torch wraps it; the token is required."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+torch_dist = pytest.importorskip("torch.distributed", reason="torch is installed by `make test` (the pytorch extra)")
+
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+from tests.tony_workflow.am.test_routes import elastic_state
+from tony_workflow.am.routes import AMRoutes
+from tony_workflow.am.server import AMHttpServer
+from tony_workflow.rpc import AMClient
+from tony_workflow.task import elastic
+
+pytestmark = pytest.mark.frameworks
+
+RUN = "application_1_0001-0"
+
+
+@pytest.fixture
+def am(tmp_path):
+    state = elastic_state(tmp_path)
+    server = AMHttpServer("127.0.0.1", token="secret", view_token="view", handlers=AMRoutes(state).handlers(),
+                          status=state.status_dict, task_logs=state.task_logs)
+    address = server.start()
+    yield state, address
+    server.shutdown()
+
+
+def params(address: str, run_id: str = RUN) -> RendezvousParameters:
+    return RendezvousParameters(backend="tony", endpoint=address, run_id=run_id, min_nodes=2, max_nodes=2,
+                                join_timeout="30", last_call_timeout="1", keep_alive_interval="1")
+
+
+def test_two_agents_meet_in_the_ams_rendezvous_and_the_am_sees_the_group(am, monkeypatch):
+    state, address = am
+    monkeypatch.setenv("TONY_AM_TOKEN", "secret")
+    handlers = {}
+    for task_id in ("worker:0", "worker:1"):
+        monkeypatch.setenv("TONY_TASK_ID", task_id)
+        monkeypatch.setenv("SESSION_ID", "0")
+        handlers[task_id] = elastic.create_tony_handler(params(address))
+    infos, errors = {}, []
+
+    def join(task_id):
+        try:
+            infos[task_id] = handlers[task_id].next_rendezvous()
+        except Exception as e:  # noqa: BLE001 - shown by the assertion below
+            errors.append(e)
+    threads = [threading.Thread(target=join, args=(t,)) for t in handlers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(i.rank for i in infos.values()) == [0, 1] and {i.world_size for i in infos.values()} == {2}
+    # Rank 0's address for the round went through the AM's store to the other node.
+    stores = {i.bootstrap_store_info.master_port for i in infos.values()}
+    assert len(stores) == 1
+    assert state.status.elastic["size"] == 2 and state.status.elastic["round"] == 0
+    assert state.status.elastic["waiting"] == []
+    for h in handlers.values():
+        h.shutdown()
+
+
+def test_torchs_store_interface_on_the_ams_store_wrapped_as_torch_wraps_it(am):
+    _, address = am
+    store = elastic.AMStore(elastic._AM(AMClient(address, "secret"), RUN), timedelta(seconds=2))
+    prefixed = torch_dist.PrefixStore("torch.rendezvous.r.0", store)
+    prefixed.set("MASTER_ADDR", "h1")
+    assert prefixed.get("MASTER_ADDR") == b"h1" and store.get("torch.rendezvous.r.0/MASTER_ADDR") == b"h1"
+    assert prefixed.add("members", 1) == 1 and prefixed.add("members", 2) == 3
+    assert prefixed.compare_set("key", "", "first") == b"first"
+    assert prefixed.compare_set("key", "nope", "second") == b"first"
+    assert prefixed.check(["key"]) and not prefixed.check(["absent"])
+    store.multi_set(["a", "b"], [b"1", b"2"])
+    assert store.multi_get(["a", "b"]) == [b"1", b"2"]
+    assert store.num_keys() == 5 and store.delete_key("a") and not store.delete_key("a")
+    with pytest.raises(torch_dist.DistStoreError, match="no \\['absent'\\] after 2 s"):
+        store.get("absent")
+    with pytest.raises(torch_dist.DistStoreError):
+        store.wait(["absent"], timedelta(seconds=0.5))
+
+
+def test_another_sessions_rendezvous_is_closed_and_the_token_is_required(am, monkeypatch):
+    from torch.distributed.elastic.rendezvous import RendezvousClosedError
+
+    _, address = am
+    backend = elastic.AMRendezvousBackend(elastic._AM(AMClient(address, "secret"), "application_1_0001-5"))
+    with pytest.raises(RendezvousClosedError, match="not open"):
+        backend.get_state()
+    assert elastic.AMRendezvousBackend(elastic._AM(AMClient(address, "secret"), RUN)).get_state() is None
+    from tony_workflow.rpc import AMError
+    with pytest.raises(AMError, match="401"):
+        elastic.AMRendezvousBackend(elastic._AM(AMClient(address, "view"), RUN)).get_state()
+    monkeypatch.delenv("TONY_AM_TOKEN", raising=False)
+    monkeypatch.setattr(elastic, "_TOKEN", None)
+    with pytest.raises(ValueError, match="needs the AM's token"):
+        elastic.create_tony_handler(params(address))

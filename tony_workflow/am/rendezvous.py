@@ -1,0 +1,199 @@
+"""The rendezvous of an elastic job's agents, kept by the ApplicationMaster.
+
+An elastic PyTorch job runs torch's elastic agent in each ranked container, and the agents meet in
+torch's dynamic rendezvous. That rendezvous needs two things shared by every agent and outliving
+any one of them: a *state* written by compare-and-set under a fencing token (who takes part, which
+round, who waits), and a *key-value store* (rank 0's address for the round, the agents' barriers).
+Both live here, in the AM's memory, and are served on the AM's routes under the executors' token
+(:mod:`tony_workflow.protocol`, ``/v1/rendezvous/*``): no worker holds them, so losing any worker,
+rank 0's included, loses neither, and no port is opened that the job's token does not guard.
+
+One rendezvous is open at a time, named by its run id (the application and the session): a
+request for another (an agent of an ended session) is refused, and a new session starts from an
+empty state and store. The store's blocking reads wait here, on this object's own condition, not
+on the AM's lock.
+
+The agents also say which round they joined, as which node, in a world of how many
+(:meth:`Rendezvous.joined`): when every node of a round has said so, the round is *formed*, and the
+AM records the group's new size and members.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Formed", "Rendezvous", "RendezvousClosed", "StoreError"]
+
+#: The most a store may hold (keys and values together): torch's agents keep a few small keys a
+#: round; anything near this is a runaway, refused rather than kept in the AM's memory.
+MAX_STORE_BYTES = 16 * 1024 * 1024
+#: The longest one blocking read waits in the AM before answering (the caller asks again).
+MAX_WAIT_S = 30.0
+
+
+class RendezvousClosed(Exception):
+    """A request for a rendezvous that is not the open one."""
+
+
+class StoreError(ValueError):
+    """A store operation that cannot be done (unknown op, a value too large, a counter that is not one)."""
+
+
+@dataclass(frozen=True)
+class Formed:
+    """A round every node of which has reported: its members (task id -> node rank), in rank order."""
+
+    round: int
+    members: dict[str, int]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass
+class _Round:
+    world_size: int
+    members: dict[str, int] = field(default_factory=dict)
+    formed: bool = False
+
+
+class Rendezvous:
+    """The open rendezvous's state (bytes and a token), store and rounds."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.run_id: str | None = None
+        self._state: bytes | None = None
+        self._token = 0
+        self._store: dict[str, bytes] = {}
+        self._bytes = 0
+        self._rounds: dict[int, _Round] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, run_id: str) -> None:
+        """Opens ``run_id``'s rendezvous, empty; whatever another one held is dropped."""
+        with self._cond:
+            self.run_id = run_id
+            self._state, self._token = None, 0
+            self._store, self._bytes, self._rounds = {}, 0, {}
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """No rendezvous is open: every request is refused, and waiting reads return."""
+        with self._cond:
+            self.run_id = None
+            self._cond.notify_all()
+
+    def _check(self, run_id: str) -> None:
+        if self.run_id is None or run_id != self.run_id:
+            raise RendezvousClosed(f"rendezvous {run_id!r} is not open (the open one: {self.run_id!r})")
+
+    # ------------------------------------------------------------------ state
+    def get_state(self, run_id: str) -> tuple[bytes | None, int]:
+        with self._cond:
+            self._check(run_id)
+            return self._state, self._token
+
+    def set_state(self, run_id: str, state: bytes, token: int | None) -> tuple[bytes | None, int, bool]:
+        """Writes ``state`` if ``token`` is the current token (None: if there is no state yet), and
+        returns the state that holds afterwards (None: none), its token and whether this call wrote it."""
+        with self._cond:
+            self._check(run_id)
+            current = self._token if self._state is not None else None
+            if token != current:
+                return self._state, self._token, False
+            self._state, self._token = state, self._token + 1
+            return state, self._token, True
+
+    # ------------------------------------------------------------------ store
+    def _put(self, key: str, value: bytes) -> None:
+        old = self._store.get(key)
+        size = self._bytes + len(key) + len(value) - (len(key) + len(old) if old is not None else 0)
+        if size > MAX_STORE_BYTES:
+            raise StoreError(f"the rendezvous store would hold {size} bytes, more than {MAX_STORE_BYTES}")
+        self._store[key], self._bytes = value, size
+        self._cond.notify_all()
+
+    def _wait_for(self, run_id: str, keys: list[str], wait: float) -> bool:
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
+        while True:
+            self._check(run_id)
+            if all(k in self._store for k in keys):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._cond.wait(remaining)
+
+    def store(self, run_id: str, op: str, keys: list[str], values: list[bytes], amount: int = 0,
+              wait: float = 0.0) -> tuple[list[bytes | None], int, bool]:
+        """One operation of torch's Store interface: (values, count, ok). ``set`` writes the keys'
+        values; ``get`` waits up to ``wait`` seconds for every key and returns their values (None
+        for a missing one); ``check`` says whether every key is there now; ``add`` adds ``amount``
+        to the counter at ``keys[0]`` (count: its new value); ``compare_set`` writes ``values[1]``
+        at ``keys[0]`` if it holds ``values[0]`` (absent counts as empty) and returns what it holds
+        after; ``delete`` removes the keys (ok: all were there); ``count`` counts the keys."""
+        with self._cond:
+            self._check(run_id)
+            if op == "set":
+                if len(keys) != len(values):
+                    raise StoreError(f"set takes as many values as keys, got {len(keys)} keys and {len(values)} values")
+                for k, v in zip(keys, values, strict=True):
+                    self._put(k, v)
+                return [], 0, True
+            if op == "get":
+                ok = self._wait_for(run_id, keys, wait)
+                return [self._store.get(k) for k in keys], 0, ok
+            if op == "check":
+                return [], 0, all(k in self._store for k in keys)
+            if op == "add":
+                key = self._one(op, keys)
+                try:
+                    total = int(self._store.get(key, b"0")) + amount
+                except ValueError:
+                    raise StoreError(f"key {key!r} holds no counter") from None
+                self._put(key, str(total).encode())
+                return [], total, True
+            if op == "compare_set":
+                key = self._one(op, keys)
+                if len(values) != 2:
+                    raise StoreError("compare_set takes two values: the expected and the desired")
+                expected, desired = values
+                current = self._store.get(key)
+                if (current if current is not None else b"") == expected:
+                    self._put(key, desired)
+                    current = desired
+                return [current if current is not None else expected], 0, True
+            if op == "delete":
+                present = all(k in self._store for k in keys)
+                for k in keys:
+                    old = self._store.pop(k, None)
+                    if old is not None:
+                        self._bytes -= len(k) + len(old)
+                return [], 0, present
+            if op == "count":
+                return [], len(self._store), True
+            raise StoreError(f"unknown store operation {op!r}: set, get, check, add, compare_set, delete or count")
+
+    @staticmethod
+    def _one(op: str, keys: list[str]) -> str:
+        if len(keys) != 1:
+            raise StoreError(f"{op} takes one key, got {len(keys)}")
+        return keys[0]
+
+    # ------------------------------------------------------------------ rounds
+    def joined(self, run_id: str, round_: int, task_id: str, rank: int, world_size: int) -> Formed | None:
+        """An agent of ``task_id`` joined round ``round_`` as node ``rank`` of ``world_size``: the
+        round, once every node of it has said so (once per round), else None."""
+        with self._cond:
+            self._check(run_id)
+            if world_size < 1 or not 0 <= rank < world_size:
+                raise StoreError(f"rank {rank} is not a node of a world of {world_size}")
+            r = self._rounds.setdefault(round_, _Round(world_size))
+            r.members[task_id] = rank
+            if r.formed or len(r.members) < r.world_size:
+                return None
+            r.formed = True
+            return Formed(round_, dict(sorted(r.members.items(), key=lambda kv: kv[1])))

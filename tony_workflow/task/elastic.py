@@ -1,0 +1,201 @@
+"""torch's elastic agent with the ApplicationMaster as its rendezvous.
+
+``python -m tony_workflow.task.elastic <torchrun's arguments>`` is ``torchrun`` with one more
+rendezvous backend, ``tony``: the agents of an elastic job keep torch's dynamic rendezvous (the same
+joining, keep-alives, rounds and waiting list as its ``c10d`` backend) but hold its state and its
+key-value store in the AM (:mod:`tony_workflow.am.rendezvous`), through the AM's token-checked
+routes. No worker hosts them, so the group survives the loss of any worker, rank 0's included, and
+nothing listens on a port without the job's token.
+
+The executor starts this module in place of the user's command when the job is elastic
+(:func:`tony_workflow.frameworks.launch_command`); ``--rdzv-endpoint`` is the AM's address and
+``--rdzv-id`` the session's run id. The AM's token comes in ``TONY_AM_TOKEN``, which is taken out
+of the environment before the agent starts any worker: user code never sees it. After each round
+the agent tells the AM which round it joined, as which node of how many, so that the job's status
+and timeline show the group's size over time.
+
+Imported only in an elastic job's containers: it imports torch.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousHandler,
+    RendezvousParameters,
+    rendezvous_handler_registry,
+)
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, create_handler
+
+from .. import protocol
+from ..errors import AMError, AMUnreachable
+from ..rpc import AMClient
+
+__all__ = ["BACKEND", "AMRendezvousBackend", "AMStore", "create_tony_handler", "main"]
+
+#: The rendezvous backend's name, as ``--rdzv-backend`` gives it.
+BACKEND = "tony"
+#: The longest one store read waits in the AM before asking again (the AM caps it too).
+_POLL_S = 25.0
+
+
+def _b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else bytes(data)).decode("ascii")
+
+
+def _raw(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class _AM:
+    """The AM's rendezvous routes for one run id, with the errors torch's rendezvous expects."""
+
+    def __init__(self, am: AMClient, run_id: str):
+        self.am, self.run_id = am, run_id
+
+    def call(self, route: protocol.Route, *, timeout: float | None = None, **fields: Any) -> Any:
+        try:
+            return self.am._call(route, timeout=timeout, run_id=self.run_id, **fields)
+        except AMUnreachable as e:
+            raise RendezvousConnectionError(str(e)) from None
+        except AMError as e:
+            if e.status == 409:  # not the open rendezvous: this session is over
+                raise RendezvousClosedError(str(e)) from None
+            raise
+
+
+class AMRendezvousBackend(RendezvousBackend):
+    """torch's rendezvous state, kept by the AM under a fencing token."""
+
+    def __init__(self, am: _AM):
+        self._am = am
+
+    @property
+    def name(self) -> str:
+        return BACKEND
+
+    def get_state(self) -> tuple[bytes, Any] | None:
+        reply = self._am.call(protocol.RDZV_STATE)
+        state = _raw(reply["state"])
+        return None if state is None else (state, reply["token"])
+
+    def set_state(self, state: bytes, token: Any | None = None) -> tuple[bytes, Any, bool] | None:
+        reply = self._am.call(protocol.RDZV_SET_STATE, state=_b64(state), token=token)
+        held = _raw(reply["state"])
+        return None if held is None else (held, reply["token"], bool(reply["written"]))
+
+
+class AMStore(dist.Store):
+    """torch's Store interface on the AM's rendezvous store. Blocking reads wait in the AM (a few
+    seconds at a time) until the store's timeout."""
+
+    def __init__(self, am: _AM, timeout: timedelta):
+        super().__init__()
+        self._am = am
+        self.set_timeout(timeout)
+
+    def _op(self, op: str, keys: list[str], values: list[bytes | str] | None = None, amount: int = 0,
+            wait: float = 0.0) -> dict[str, Any]:
+        reply: dict[str, Any] = self._am.call(protocol.RDZV_STORE, op=op, keys=keys,
+                                              values=[_b64(v) for v in values or []], amount=amount, wait=wait,
+                                              timeout=wait + 10.0)
+        return reply
+
+    def _await(self, keys: list[str], timeout: timedelta | None = None) -> list[bytes]:
+        limit = (timeout or self.timeout).total_seconds()
+        deadline = time.monotonic() + limit
+        while True:
+            remaining = deadline - time.monotonic()
+            reply = self._op("get", keys, wait=max(0.0, min(_POLL_S, remaining)))
+            if reply["ok"]:
+                return [_raw(v) or b"" for v in reply["values"]]
+            if time.monotonic() >= deadline:
+                missing = [k for k, v in zip(keys, reply["values"], strict=True) if v is None]
+                raise dist.DistStoreError(f"the rendezvous store has no {missing} after {limit:g} s")
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._op("set", [key], [value])
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        self._op("set", list(keys), list(values))
+
+    def get(self, key: str) -> bytes:
+        return self._await([key])[0]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return self._await(list(keys))
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        self._await(list(keys), timeout)
+
+    def check(self, keys: list[str]) -> bool:
+        return bool(self._op("check", list(keys))["ok"])
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._op("add", [key], amount=amount)["count"])
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        return _raw(self._op("compare_set", [key], [expected, desired])["values"][0]) or b""
+
+    def delete_key(self, key: str) -> bool:
+        return bool(self._op("delete", [key])["ok"])
+
+    def num_keys(self) -> int:
+        return int(self._op("count", [])["count"])
+
+
+_TOKEN: str | None = None
+
+
+def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """torch's dynamic rendezvous on the AM at ``params.endpoint`` (``host:port``)."""
+    token = _TOKEN or os.environ.get("TONY_AM_TOKEN")
+    if not token:
+        raise ValueError("the tony rendezvous needs the AM's token (TONY_AM_TOKEN)")
+    am = _AM(AMClient(params.endpoint, token, timeout=30.0, retries=5), params.run_id)
+    join = params.get_as_int("join_timeout", 600) or 600
+    store = AMStore(am, timedelta(seconds=join))
+    handler = create_handler(store, AMRendezvousBackend(am), params)
+    task_id, session = os.environ.get("TONY_TASK_ID", ""), int(os.environ.get("SESSION_ID", "0") or 0)
+    joined = handler.next_rendezvous
+
+    def next_rendezvous() -> Any:
+        info = joined()
+        # torch keeps the round in the handler's state; the AM groups the agents' reports by it.
+        holder = getattr(handler, "_state_holder", None)
+        round_ = getattr(getattr(holder, "state", None), "round", None)
+        if task_id and isinstance(round_, int):
+            try:
+                am.call(protocol.RDZV_ROUND, task_id=task_id, session_id=session, round=round_, rank=info.rank,
+                        world_size=info.world_size)
+            except (RendezvousConnectionError, AMError) as e:  # the group trains on; only the display misses it
+                print(f"tony-elastic: could not report round {round_}: {e}", file=sys.stderr, flush=True)
+        return info
+
+    handler.next_rendezvous = next_rendezvous  # type: ignore[method-assign]
+    return handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _TOKEN
+    # The token opens the AM's routes: the agent keeps it, its workers do not inherit it.
+    _TOKEN = os.environ.pop("TONY_AM_TOKEN", None)
+    # Each round's rank 0 picks a fresh master port for its workers; an address shared across
+    # rounds would outlive the node that held it.
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    rendezvous_handler_registry.register(BACKEND, create_tony_handler)
+    from torch.distributed.run import main as torchrun
+
+    torchrun(argv if argv is not None else sys.argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,13 @@
 """Train a classifier of scikit-learn's handwritten digits under TonY, then score what it saved.
 
-Two DAGs, one per framework, the same three steps each (a checkpoint directory for the run, the
+Three DAGs, the same three steps each (a checkpoint directory for the run, the
 training job, the evaluation of the model it left there):
 
 - ``tony_pytorch_ddp``: two workers run ``examples/pytorch_ddp/train.py`` as torchrun would (gloo on
   CPUs, NCCL on GPUs); set ``tony.worker.processes`` to run several ranks per container under
   torch's own agent.
+- ``tony_pytorch_elastic``: the same script, unchanged, on three workers of which two are enough
+  (``tony.worker.min-instances``): a lost worker is replaced while the other two train on.
 - ``tony_jax``: three workers run ``examples/jax/train.py``, joined through ``jax.distributed`` at
   the address the runtime gives them (``JAX_COORDINATOR_ADDRESS``); the gradients are averaged
   across processes every step.
@@ -31,9 +33,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DATA_ROOT = Path(os.environ.get("TONY_WORKFLOW_DATA", Path.home() / "tony-workflow-data"))
 
 
-def digits_dag(dag_id: str, example: str, task_params: str, tag: str) -> DAG:
-    """The DAG that trains ``examples/<example>`` (its ``<example>.yaml``) and runs its ``evaluate.py``."""
-    source = EXAMPLES / example
+def digits_dag(dag_id: str, example: str, task_params: str, tag: str, code: str | None = None) -> DAG:
+    """The DAG that trains ``examples/<example>`` (its ``<example>.yaml``) with the code of
+    ``examples/<code>`` (default: the example's own) and runs that code's ``evaluate.py``."""
+    source = EXAMPLES / (code or example)
     with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
              template_searchpath=[str(EXAMPLES)], tags=["tony", "example", tag], doc_md=__doc__) as dag:
 
@@ -70,4 +73,6 @@ def digits_dag(dag_id: str, example: str, task_params: str, tag: str) -> DAG:
 
 
 tony_pytorch_ddp = digits_dag("tony_pytorch_ddp", "pytorch_ddp", "--epochs 8 --save-every 10", "pytorch")
+tony_pytorch_elastic = digits_dag("tony_pytorch_elastic", "pytorch_elastic",
+                                  "--epochs 8 --save-every 10 --batch-size 96", "pytorch", code="pytorch_ddp")
 tony_jax = digits_dag("tony_jax", "jax", "--steps 300 --save-every 20", "jax")

@@ -36,10 +36,11 @@ from ..status import JobState, TaskState, TaskStatus
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
-from .policy import LOST_EXIT_CODE, Action, Failure, describe_exit
+from .policy import LOST_EXIT_CODE, Action, Failure
+from .regroup import Regrouping
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
-from .state import AMState, Task
+from .state import Task
 
 __all__ = ["ApplicationMaster", "main"]
 
@@ -57,9 +58,9 @@ class SessionEnd(Exception):
         self.unformed = unformed
 
 
-class ApplicationMaster(AMState):
+class ApplicationMaster(Regrouping):
     """An AM's state (:class:`~tony_workflow.am.state.AMState`) and the mechanics that change it:
-    sessions, launching, the monitor."""
+    sessions, launching, the monitor (an elastic group's own: :class:`~tony_workflow.am.regroup.Regrouping`)."""
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager, *,
                  token: str, view_token: str, host: str = "127.0.0.1",
@@ -265,48 +266,6 @@ class ApplicationMaster(AMState):
         self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self._on_failure(task, code, diagnostics)
 
-    def _elastic_exit(self, task: Task, code: int, cause: str | None, diagnostics: str) -> bool:
-        """A task of an elastic type ended with ``code``: True when that is settled here (it is
-        replaced while the others train on, or it ended after the group finished), False when the
-        ordinary rules apply. Called with the lock held."""
-        group = self.elastic
-        assert group is not None
-        if group.finished and task.container.id not in self.elastic_joined:
-            # A replacement too late to join: the others finished training without it.
-            self.set_task_state(task, TaskState.KILLED, exit_code=code,
-                                diagnostics="the elastic group finished before this task joined it")
-            return True
-        reclaimed = bool(cause) and self.status.reclaims < self.policy.reclaim_retry_count
-        why = (f"its container was {cause}" if cause else
-               "lost: the AM gave up on it" if code == LOST_EXIT_CODE else describe_exit(code))
-        if not group.lost(task.id, why, reclaimed):
-            return False
-        if reclaimed:
-            self.status.reclaims += 1
-            self.events.emit("container_reclaimed", task=task.id, session=task.session_id, cause=cause)
-        state = TaskState.KILLED if reclaimed else TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
-        self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
-        self.events.emit("elastic_member_lost", task=task.id, session=task.session_id, exit_code=code, cause=why,
-                         reclaimed=reclaimed, changes=group.changes, max_changes=group.max_changes)
-        # Replaced by the monitor after this pass, outside the lock: the old container's kill waits.
-        self._pending_replacements.append(task)
-        self.show_group()
-        return True
-
-    def _replace_member(self, task: Task) -> None:
-        """An elastic task lost: a new container for it, on any port and (on YARN) any node; its
-        agent joins the group at the next rendezvous. The others are left running."""
-        self.cluster.kill(task.container, grace=1.0)
-        restarts = task.status.restarts + 1
-        with self.lock:
-            if self.session_id != task.session_id or self.elastic is None or self.elastic.finished:
-                return
-            container = self.cluster.new_container(task.container)
-            self.events.emit("task_replaced", task=task.id, session=self.session_id, restart=restarts)
-            self.containers[task.id] = container
-            self._launch(task.id, container, self.session_id, restarts=restarts)
-            self.show_group()
-
     def _on_reclaimed(self, task: Task, code: int, cause: str, decision) -> None:
         """The cluster took the task's container back: no failure of the job's. Called with the lock held."""
         self.status.reclaims += 1
@@ -402,14 +361,9 @@ class ApplicationMaster(AMState):
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
                                  f"(tony.container.registration.timeout)")
-        if self.elastic is not None:
-            alive: dict[str, int] = {}
-            for t in self.tasks.values():
-                if not t.final and t.status.state != TaskState.REQUESTED:
-                    alive[t.status.type] = alive.get(t.status.type, 0) + 1
-            too_few = self.elastic.overdue(alive, now)
-            if too_few:
-                raise SessionEnd(JobState.FAILED, too_few)
+        too_few = self._elastic_pass(now) if self.elastic is not None else None
+        if too_few:
+            raise SessionEnd(JobState.FAILED, too_few)
         if self.policy.tracked_done(t.status for t in self.tasks.values()):
             raise SessionEnd(*self._verdict(), retryable=False)
 
@@ -421,8 +375,9 @@ class ApplicationMaster(AMState):
                 with self.cond:
                     self.cond.wait(self.tick)
                     # Progress first: the last report arrives just before the result that ends the session.
-                    data = self.board.due(((t.id, t.progress) for t in self.tasks.values()),
-                                          f"{self.chief[0]}:{self.chief[1]}", time.time())
+                    # An elastic group's rank 0 moves between containers: its progress is the latest report.
+                    chief = "" if self.elastic is not None else f"{self.chief[0]}:{self.chief[1]}"
+                    data = self.board.due(((t.id, t.progress) for t in self.tasks.values()), chief, time.time())
                     self._check()
                 self.board.persist(data)
                 self._forming()

@@ -1,0 +1,189 @@
+"""Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster: a
+worker's whole container is killed mid-run (its executor, torch's agent and the trainer, as when
+its machine dies) and the others train on, their executors and agents the same processes before
+and after, in the same session; the replacement joins and the replicas end identical. Also rank
+0's container, two losses in a row, and too few left for too long (the session is relaunched
+whole). Processes are found and killed by scanning the machine; what is checked comes from the
+trainers' own output and the process table, besides the job's status and record."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, app_processes, wait_for
+from tony_workflow.client import TonyClient, load_job
+
+pytestmark = pytest.mark.frameworks
+
+ELASTIC = REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"
+SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.enabled=false"]
+# Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps.
+PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep 0.15"
+
+
+def container_tree(status, task_id: str) -> list[psutil.Process]:
+    """The task's container: its executor (the process the embedded cluster started, its pid in
+    the container's directory) and everything under it."""
+    task = status.task(task_id)
+    root = psutil.Process(int((Path(task.log_url).parent / "pid").read_text()))
+    return [root, *root.children(recursive=True)]
+
+
+def kill_container(status, task_id: str) -> None:
+    """SIGKILL to the whole container at once, as when its machine dies."""
+    procs = container_tree(status, task_id)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _is_trainer(p: psutil.Process) -> bool:
+    line = " ".join(p.cmdline())
+    return "train.py" in line and "tony_workflow.task.elastic" not in line
+
+
+def keepers(status, task_id: str) -> set[tuple[int, float]]:
+    """The container's executor and agent (every process but the trainers), by pid and start time."""
+    return {(p.pid, p.create_time()) for p in container_tree(status, task_id) if not _is_trainer(p)}
+
+
+def trainers(status, task_id: str) -> set[int]:
+    """The trainers the agent runs (and the shells it starts them with)."""
+    return {p.pid for p in container_tree(status, task_id) if _is_trainer(p)}
+
+
+def submit(conf: list[str] | None = None):
+    spec = load_job(str(ELASTIC), conf=[*SMALL, *(conf or [])], task_params=PARAMS)
+    return TonyClient("local").submit(spec)
+
+
+def running_at(h, step: int):
+    """The status once the group of three trains past ``step``."""
+    return wait_for(lambda: (s := h.status()).state == "RUNNING" and (s.progress or {}).get("step", 0) >= step
+                    and (s.elastic or {}).get("size") == 3 and not s.elastic.get("waiting") and s,
+                    timeout=300, interval=0.3)
+
+
+def regrown(h, after_round: int):
+    """The status once a round later than ``after_round`` has the group whole again."""
+    def whole():
+        s = h.status()
+        group = s.elastic or {}
+        again = group.get("round", -1) > after_round and group.get("size") == 3 and not group.get("waiting")
+        return s if s.is_final or again else None
+    return wait_for(whole, timeout=300, interval=0.3)
+
+
+def stdout(h) -> str:
+    return "".join(p.read_text(errors="replace") for p in h.logs().values() if p.exists())
+
+
+def finished(h):
+    st = h.wait(poll_interval=0.5, timeout=600)
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+    return st
+
+
+def identical_replicas(out: str, session: int = 0) -> None:
+    """Every rank of the last round trained every step and holds the same parameters."""
+    done = {rank: (int(steps), params) for rank, steps, params
+            in re.findall(rf"session={session} rank=(\d) done steps=(\d+) params=(\w+)", out)}
+    assert set(done) == {"0", "1", "2"} and len(set(done.values())) == 1, done
+    assert next(iter(done.values()))[0] == 4 * 14, done  # 4 epochs of 14 steps (1,397 images, 96 a step)
+
+
+def test_a_killed_worker_container_is_replaced_while_the_others_train_on(tony_home):
+    h = submit()
+    st = running_at(h, 15)
+    survivors = {t: keepers(st, t) for t in ("worker:0", "worker:2")}
+    first_trainers = {t: trainers(st, t) for t in survivors}
+    assert all(survivors.values()) and all(first_trainers.values())
+    kill_container(st, "worker:1")
+    back = regrown(h, st.elastic["round"])
+    assert not back.is_final, back.diagnostics
+    # The others' executors and agents are the very processes they were; their trainers are new
+    # (the agent restarted them in the re-formed group).
+    assert {t: keepers(back, t) for t in survivors} == survivors
+    assert all(trainers(back, t) and not trainers(back, t) & first_trainers[t] for t in survivors)
+    final = finished(h)
+    assert final.state == "SUCCEEDED", final.diagnostics
+    assert final.session_id == 0 and final.attempts == 1 and final.retries == 0
+    assert final.task("worker:1").restarts == 1
+    assert final.elastic["changes"] == 1
+    out = stdout(h)
+    identical_replicas(out)
+    # Only the first round started from scratch: every trainer of a later one resumed from a checkpoint.
+    starts = [int(s) for s in re.findall(r"session=0 rank=\d world=[23] start_step=(\d+)", out)]
+    assert starts.count(0) == 3 and len(starts) > 3, out[-3000:]
+    record = TonyClient("local").record(h.app_id)
+    what = [t["what"] for t in record["timeline"]]
+    assert "task worker:1 left the elastic group; a replacement is asked for" in what, what
+    assert any(w.startswith(("group grew: 3 of 3", "group re-formed: 3 of 3")) for w in what), what
+
+
+def test_rank_zeros_container_killed(tony_home):
+    h = submit()
+    st = running_at(h, 15)
+    rank0 = next(iter(st.elastic["history"][-1]["members"]))  # members are listed in rank order
+    others = [t for t in ("worker:0", "worker:1", "worker:2") if t != rank0]
+    survivors = {t: keepers(st, t) for t in others}
+    kill_container(st, rank0)
+    back = regrown(h, st.elastic["round"])
+    assert {t: keepers(back, t) for t in others} == survivors
+    final = finished(h)
+    assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
+    identical_replicas(stdout(h))
+    causes = [c for h_ in final.elastic["history"] for c in (h_.get("causes") or {})]
+    assert causes == [rank0], final.elastic["history"]
+
+
+def test_two_losses_in_a_row(tony_home):
+    h = submit()
+    st = running_at(h, 10)
+    kill_container(st, "worker:1")
+    back = regrown(h, st.elastic["round"])
+    assert not back.is_final, back.diagnostics
+    kill_container(back, "worker:2")
+    final = finished(h)
+    assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
+    assert final.elastic["changes"] == 2
+    assert final.task("worker:1").restarts == 1 and final.task("worker:2").restarts == 1
+    identical_replicas(stdout(h))
+
+
+def test_too_few_left_for_too_long_relaunches_the_session_whole(tony_home):
+    # Two of three lost at once leaves one, below min-instances=2: past the (tiny) fallback
+    # timeout the session is relaunched, as for a fixed job, and the job still succeeds.
+    h = submit(["tony.elastic.fallback-timeout-ms=1"])
+    st = running_at(h, 15)
+    for task_id in ("worker:1", "worker:2"):
+        kill_container(st, task_id)
+    final = finished(h)
+    assert final.state == "SUCCEEDED", final.diagnostics
+    assert final.session_id == 1 and final.retries == 1
+    record = TonyClient("local").record(h.app_id)
+    ended = [t for t in record["timeline"] if t["what"] == "session 0 ended FAILED"]
+    assert ended and "tony.elastic.fallback-timeout-ms" in ended[0]["detail"], record["timeline"]
+    identical_replicas(stdout(h), session=1)
+
+
+def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
+    dump = tmp_path / "env"
+    job = {"name": "elastic-env", "framework": "pytorch",
+           "command": f"python -c \"import os; open('{dump}-' + os.environ['TONY_TASK_ID'].replace(':', '-'), 'w')"
+                      ".write(repr(sorted(os.environ)))\"",
+           "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "512m"}},
+           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
+    h = TonyClient("local").submit(load_job(job))
+    st = finished(h)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    seen = [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
+    assert len(seen) == 2
+    for names in seen:
+        assert "TONY_AM_TOKEN" not in names and "TORCHELASTIC_RUN_ID" in names and "RANK" in names

@@ -14,7 +14,8 @@ import contextlib
 import getpass
 import os
 import signal
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import psutil
@@ -74,8 +75,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
-    """Every live process of process group ``pgid`` (psutil.Process objects), its leader included
-    if it still runs. A group outlives its leader: a container whose first process died keeps the
+    """Every live process of process group ``pgid`` (psutil.Process objects; a zombie is not live),
+    its leader included if it still runs. A group outlives its leader: a container whose first process died keeps the
     processes that one started, and only their group still names them."""
     import psutil
 
@@ -88,7 +89,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter():
         with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
-            if os.getpgid(proc.pid) == pgid:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
                 members.append(proc)
     return members
 
@@ -123,13 +124,36 @@ def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, gro
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(sig)
-    _, left = psutil.wait_procs(procs, timeout=grace)
+    left = _wait_gone(procs, grace)
     if group:
         _signal_group(pid, signal.SIGKILL)
     for p in left:
         with contextlib.suppress(psutil.Error):
             p.kill()
-    psutil.wait_procs(left, timeout=2)
+    _wait_gone(left, 2.0)
+
+
+def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:
+    """Waits up to ``timeout`` seconds for ``procs`` to end; returns those still alive. A zombie
+    counts as ended: its parent may be gone, and whoever inherited it (PID 1 in a container may be
+    any program) may never reap it."""
+    import psutil
+
+    def living() -> list[Any]:
+        out = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+        return out
+    _, alive_now = psutil.wait_procs(procs, timeout=0)  # reaps those that are our own children
+    left = [p for p in living() if p in alive_now]
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        psutil.wait_procs(left, timeout=0)
+        left = [p for p in living() if p in left]
+    return left
 
 
 def user_name() -> str:

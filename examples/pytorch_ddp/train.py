@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 
 import digits
@@ -110,6 +111,34 @@ def load_state(checkpoint_dir, rank, world, device):
     return box[0]
 
 
+class Summaries:
+    """TensorBoard's SummaryWriter on ``logdir`` (None: none), opened on a thread of its own;
+    scalars written before it is open are dropped."""
+
+    def __init__(self, logdir):
+        self.writer = None
+        self._opening = threading.Thread(target=self._open, args=(logdir,), daemon=True) if logdir else None
+        if self._opening:
+            self._opening.start()
+
+    def _open(self, logdir):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            self.writer = SummaryWriter(logdir)
+        except ImportError:  # TensorBoard is optional
+            pass
+
+    def scalar(self, name, value, step):
+        if self.writer is not None:
+            self.writer.add_scalar(name, value, step)
+
+    def close(self):
+        if self._opening:
+            self._opening.join(timeout=60)
+        if self.writer is not None:
+            self.writer.close()
+
+
 def digest(model):
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -150,13 +179,10 @@ def main(argv=None):
     log(f"session={session} rank={rank} world={world} start_step={step}")
     ddp = DistributedDataParallel(model) if world > 1 else model
 
-    writer = None
-    if rank == 0 and os.environ.get("TONY_LOG_DIR"):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-            writer = SummaryWriter(os.environ["TONY_LOG_DIR"])
-        except ImportError:  # TensorBoard is optional
-            writer = None
+    # Rank 0 writes TensorBoard summaries. The writer's import pulls in TensorFlow when that is
+    # installed (seconds), so it is opened beside training rather than before it: a restart
+    # (a relaunch, an elastic group re-forming) trains again as soon as the group is back.
+    summaries = Summaries(os.environ.get("TONY_LOG_DIR") if rank == 0 else None)
 
     loss_fn = torch.nn.CrossEntropyLoss()
     started = time.time()
@@ -177,8 +203,7 @@ def main(argv=None):
                 report(step=step, total=total, loss=value)
                 if step % 10 == 0:
                     log(f"session={session} step={step} loss={value:.4f}")
-                    if writer:
-                        writer.add_scalar("loss", value, step)
+                    summaries.scalar("loss", value, step)
             if step % args.save_every == 0 or step == total:
                 save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                  "step": step}, os.path.join(checkpoint_dir, CHECKPOINT))
@@ -199,9 +224,8 @@ def main(argv=None):
     os.replace(tmp, os.path.join(final, "metrics.json"))
     if rank == 0:
         log(f"evaluation: {json.dumps(metrics)}")
-        if writer:
-            writer.add_scalar("test_accuracy", test_accuracy, step)
-            writer.close()
+        summaries.scalar("test_accuracy", test_accuracy, step)
+    summaries.close()
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

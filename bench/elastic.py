@@ -69,7 +69,7 @@ def kill_container(backend: str, h, task_id: str) -> None:
 
 def _executor_of(p: psutil.Process, container_id: str) -> bool:
     try:
-        return (p.environ().get("CONTAINER_ID") == container_id
+        return (p.environ().get("TONY_CONTAINER_ID") == container_id
                 and "tony_workflow.task.executor" in " ".join(p.cmdline()))
     except psutil.Error:
         return False

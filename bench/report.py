@@ -17,7 +17,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "follow_many", "chaos", "chaos_yarn",
-         "gang_packing", "gang_packing_yarn"]
+         "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -353,6 +353,20 @@ def details(name: str, r: dict) -> list[str]:
                        f"{' (deadlock)' if x['deadlock'] else ''} | {', '.join(map(str, x['places_late']))} | "
                        f"{x['idle_gb_s_while_waiting']}, {round(100 * x['idle_share_while_waiting'])} % | "
                        f"{x['waiting_containers_max']}, {x['waiting_mb_max']} |")
+    elif name.startswith("elastic") and r.get("runs"):
+        out += [("| form | run | wall, undisturbed (s) | wall, worker killed (s) | time lost (s) | no training (s) | "
+                 "below full size (s) | session after | state |"), "|---|---|---|---|---|---|---|---|---|"]
+        for form in ("elastic", "relaunch"):
+            for i, (k, f) in enumerate(zip(r["runs"][form], r["runs"][f"{form}_floor"], strict=True)):
+                lost = None if k["wall_s"] is None or f["wall_s"] is None else round(k["wall_s"] - f["wall_s"], 2)
+                out.append(f"| {form} | {i + 1} | {f['wall_s']} | {k['wall_s']} | {fmt(lost)} | "
+                           f"{fmt(k.get('no_training_s'))} | {fmt(k.get('below_full_s'))} | {k['session']} | "
+                           f"{k['state']} |")
+        out += ["", (f"Medians: elastic loses {fmt(r['elastic_lost_s_median'], 's')} "
+                     f"(no training {fmt(r['elastic_no_training_s_median'], 's')}, below full size "
+                     f"{fmt(r['elastic_below_full_s_median'], 's')}); the relaunch loses "
+                     f"{fmt(r['relaunch_lost_s_median'], 's')} (no training "
+                     f"{fmt(r['relaunch_no_training_s_median'], 's')}).")]
     elif name.startswith("chaos"):
         if r.get("by_target"):
             out += ["| target | trials | SUCCEEDED | struck | max steps lost | processes left | resume (median / max s) |",

@@ -167,6 +167,7 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
         "waiting": {k: status.get(k) for k in ("waiting_reason", "waiting_since", "containers_held",
                                                 "containers_wanted", "jobs_ahead")} if status.get("waiting_reason") else None,
+        "elastic": status.get("elastic"),
         "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
         "requested": requested, "hints": sizing_hints(task_list, requested), "conf": conf,
     }

@@ -28,3 +28,30 @@ def test_a_jobs_series_gives_one_chart_per_figure_it_has():
               "tasks": {"worker:0": {"rss_mb": [10.0, 20.0], "cpu_percent": [50.0, 80.0],
                                      "gpu_util_percent": [None, None], "gpu_mem_mb": [None, None]}}}
     assert [c["title"] for c in _charts(series)] == ["Training step", "Memory (RSS)", "CPU"]
+
+
+def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():
+    from airflow_provider.web import _render
+    from tony_workflow.history import build_record
+
+    elastic = {"size": 2, "target": 3, "min": 2, "round": 1, "changes": 1, "max_changes": 10,
+               "waiting": ["worker:1"], "below_min_since": None,
+               "history": [{"at": 100.0, "session": 0, "size": 0, "event": "session started"},
+                           {"at": 110.0, "round": 0, "size": 3, "event": "group formed",
+                            "members": ["worker:0", "worker:1", "worker:2"],
+                            "joined": ["worker:0", "worker:1", "worker:2"]},
+                           {"at": 130.0, "round": 1, "size": 2, "event": "group shrank", "members": ["worker:0", "worker:2"],
+                            "left": ["worker:1"], "causes": {"worker:1": "exit code 137 (SIGKILL)"}}]}
+    status = {"application_id": "application_1_0007", "state": "RUNNING", "tasks": [], "elastic": elastic}
+    events = [{"event": "elastic_member_lost", "ts": 128.0, "task": "worker:1", "cause": "exit code 137 (SIGKILL)",
+               "reclaimed": False, "changes": 1, "max_changes": 10},
+              {"event": "elastic_group", "ts": 130.0, "what": "group shrank", "size": 2, "target": 3, "round": 1,
+               "left": ["worker:1"], "causes": {"worker:1": "exit code 137 (SIGKILL)"}}]
+    record = build_record(status, events, user="u", conf={}, requested={})
+    assert record["elastic"] == elastic
+    page = _render("job.html", r=record, live=True, charts=[], progress="", base="", conn_id="c").body.decode()
+    assert "<b>Elastic group</b>: 2 of 3 nodes train (at least 2); waiting to join: worker:1" in page
+    assert "membership changes 1 of 10" in page
+    assert "group shrank; left: worker:1" in page and "worker:1: exit code 137 (SIGKILL)" in page
+    assert "task worker:1 left the elastic group; a replacement is asked for" in page   # the timeline
+    assert "group shrank: 2 of 3 nodes train (round 1)" in page

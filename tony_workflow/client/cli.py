@@ -88,9 +88,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         for t in st.tasks:
             code = "" if t.exit_code is None else f" exit={t.exit_code}"
             print(f"  {t.task_id:<14} {t.state:<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
+        if st.elastic:
+            _show_group(st.elastic)
         if st.diagnostics:
             print(f"  diagnostics: {st.diagnostics}")
     return 0
+
+
+def _show_group(g: dict) -> None:
+    """An elastic group: its size now, who waits to join, and each change of its size with why."""
+    waiting = f"; waiting to join: {', '.join(g['waiting'])}" if g.get("waiting") else ""
+    print(f"elastic group: {g.get('size')} of {g.get('target')} nodes (at least {g.get('min')}), "
+          f"membership changes {g.get('changes')} of {g.get('max_changes')}{waiting}")
+    for h in g.get("history") or []:
+        change = "".join(f"; {k}: {', '.join(h[k])}" for k in ("left", "joined", "replaced") if h.get(k))
+        why = "".join(f"; {t}: {c}" for t, c in (h.get("causes") or {}).items())
+        print(f"  {_when(h.get('at'))}  size {h.get('size')}  {h.get('event')}{change}{why}")
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
@@ -191,6 +204,8 @@ def _show_record(r: dict) -> None:
         print(f"  diagnostics: {r['diagnostics']}")
     if r.get("progress"):
         print(f"  progress: {progress_text(r['progress'], metrics=8)}")
+    if r.get("elastic"):
+        _show_group(r["elastic"])
     print("timeline:")
     for item in r.get("timeline") or []:
         print(f"  {_when(item['ts'])}  {item['what']}" + (f": {item['detail']}" if item.get("detail") else ""))

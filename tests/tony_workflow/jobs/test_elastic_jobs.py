@@ -1,5 +1,5 @@
-"""Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster: a
-worker's whole container is killed mid-run (its executor, torch's agent and the trainer, as when
+"""Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster and
+on the Hadoop mini cluster: a worker's whole container is killed mid-run (its executor, torch's agent and the trainer, as when
 its machine dies) and the others train on, their executors and agents the same processes before
 and after, in the same session; the replacement joins and the replicas end identical. Also rank
 0's container, two losses in a row, and too few left for too long (the session is relaunched
@@ -26,11 +26,21 @@ PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep 0.15"
 
 
 def container_tree(status, task_id: str) -> list[psutil.Process]:
-    """The task's container: its executor (the process the embedded cluster started, its pid in
-    the container's directory) and everything under it."""
+    """The task's container: on the embedded cluster its executor (the process the cluster
+    started, its pid in the container's directory) and everything under it; on YARN every process
+    the NodeManager started for the container (their environment names it)."""
     task = status.task(task_id)
-    root = psutil.Process(int((Path(task.log_url).parent / "pid").read_text()))
-    return [root, *root.children(recursive=True)]
+    if status.backend == "local":
+        root = psutil.Process(int((Path(task.log_url).parent / "pid").read_text()))
+        return [root, *root.children(recursive=True)]
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("TONY_CONTAINER_ID") == task.container_id and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def kill_container(status, task_id: str) -> None:
@@ -58,9 +68,9 @@ def trainers(status, task_id: str) -> set[int]:
     return {p.pid for p in container_tree(status, task_id) if _is_trainer(p)}
 
 
-def submit(conf: list[str] | None = None):
+def submit(conf: list[str] | None = None, backend: str = "local"):
     spec = load_job(str(ELASTIC), conf=[*SMALL, *(conf or [])], task_params=PARAMS)
-    return TonyClient("local").submit(spec)
+    return TonyClient(backend).submit(spec)
 
 
 def running_at(h, step: int):
@@ -98,8 +108,16 @@ def identical_replicas(out: str, session: int = 0) -> None:
     assert next(iter(done.values()))[0] == 4 * 14, done  # 4 epochs of 14 steps (1,397 images, 96 a step)
 
 
-def test_a_killed_worker_container_is_replaced_while_the_others_train_on(tony_home):
-    h = submit()
+@pytest.fixture(params=["local", pytest.param("yarn", marks=pytest.mark.yarn)])
+def backend(request):
+    """The test on both backends: a fresh TONY_HOME for the embedded cluster, the shared mini
+    cluster for YARN."""
+    request.getfixturevalue("tony_home" if request.param == "local" else "yarn_cluster")
+    return request.param
+
+
+def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend):
+    h = submit(backend=backend)
     st = running_at(h, 15)
     survivors = {t: keepers(st, t) for t in ("worker:0", "worker:2")}
     first_trainers = {t: trainers(st, t) for t in survivors}
@@ -121,7 +139,7 @@ def test_a_killed_worker_container_is_replaced_while_the_others_train_on(tony_ho
     # Only the first round started from scratch: every trainer of a later one resumed from a checkpoint.
     starts = [int(s) for s in re.findall(r"session=0 rank=\d world=[23] start_step=(\d+)", out)]
     assert starts.count(0) == 3 and len(starts) > 3, out[-3000:]
-    record = TonyClient("local").record(h.app_id)
+    record = TonyClient(backend).record(h.app_id)
     what = [t["what"] for t in record["timeline"]]
     assert "task worker:1 left the elastic group; a replacement is asked for" in what, what
     assert any(w.startswith(("group grew: 3 of 3", "group re-formed: 3 of 3")) for w in what), what

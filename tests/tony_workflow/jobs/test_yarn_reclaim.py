@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from tests.conftest import app_processes, minicluster_missing, sleeper_job, wait_for
+from tests.conftest import REPO, app_processes, minicluster_missing, sleeper_job, wait_for
 from tony_workflow import minicluster
 from tony_workflow.backends.yarn import close_drivers
 from tony_workflow.client import TonyClient, load_job
@@ -32,14 +32,18 @@ def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory):
     """Starts a mini cluster of the kind a test asks for, with its client environment, after
-    stopping the one before it (on two cores, idle clusters still cost the running one its CPU)."""
+    stopping the one before it (on two cores, idle clusters still cost the running one its CPU).
+    The next test asking for the same kind gets the same cluster."""
     reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
     started: list[Path] = []
     saved = dict(os.environ)
+    last: dict = {}
 
     def use(**options) -> dict:
+        if last.get("options") == options:
+            return last["info"]
         for d in started:
             minicluster.stop(d)
         d = tmp_path_factory.mktemp("reclaim-mc")
@@ -49,7 +53,8 @@ def clusters(tmp_path_factory):
         os.environ.clear()
         os.environ.update(saved)
         os.environ.update(minicluster.client_env(info))
-        return {**info, "dir": str(d)}
+        last.update(options=options, info={**info, "dir": str(d)})
+        return last["info"]
 
     yield use
     close_drivers()
@@ -105,6 +110,40 @@ def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
     assert lost and lost[0].endswith("was preempted by the scheduler"), lost
     # Once its own containers were gone, default was under its share in turn: urgent may have lost
     # its containers the same way, which is YARN's business, not this job's.
+    if rm_app(info, urgent)["state"] not in ("FINISHED", "FAILED", "KILLED"):
+        yarn.backend.client.kill_application(urgent)
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+@pytest.mark.frameworks
+def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train_on(clusters):
+    info = clusters(nm_memory_mb=4096, nm_vcores=16, preemption=True)  # the cluster of the test above
+    yarn = TonyClient("yarn")
+    # Three 1 GB workers of which two are enough, the AM and skein's master fill the NodeManager.
+    spec = load_job(str(REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"),
+                    conf=["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.enabled=false",
+                          "tony.yarn.queue=default", "tony.am.retry-count=0"],
+                    task_params="--epochs 6 --save-every 5 --batch-size 96 --step-sleep 0.3")
+    h = yarn.submit(spec)
+    wait_for(lambda: (s := h.status()).state == "RUNNING" and (s.progress or {}).get("step", 0) >= 10
+             and (s.elastic or {}).get("size") == 3, timeout=300, interval=1)
+    import skein
+    urgent = yarn.backend.client.submit(skein.ApplicationSpec(
+        name="urgent", queue="urgent", max_attempts=1,
+        services={"claim": skein.Service(resources=skein.Resources(memory=1024, vcores=1), instances=2,
+                                         script="sleep 20")}))
+    st = h.wait(poll_interval=1, timeout=600)
+    # Taken back, not failed: no retry spent, no membership change counted, the session kept; the
+    # replacements joined once urgent was done.
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 0 and st.retries == 0 and st.reclaims >= 1, (st.session_id, st.retries, st.reclaims)
+    assert st.elastic["changes"] == 0 and st.elastic["size"] == 3, st.elastic
+    assert int(rm_app(info, h.app_id)["numNonAMContainerPreempted"]) >= 1
+    lost = reclaimed(h.app_id)
+    assert lost and all(w.endswith("was preempted by the scheduler") for w in lost), lost
+    record = yarn.record(h.app_id) or {}
+    assert any(t["what"].startswith("task worker:") and "left the elastic group" in t["what"]
+               and "not counted" in t.get("detail", "") for t in record.get("timeline") or []), record.get("timeline")
     if rm_app(info, urgent)["state"] not in ("FINISHED", "FAILED", "KILLED"):
         yarn.backend.client.kill_application(urgent)
     wait_for(lambda: not app_processes(h.app_id), timeout=120)

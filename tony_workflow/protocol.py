@@ -186,7 +186,8 @@ class StoreOp:
 
 @dataclass(frozen=True)
 class RendezvousRound:
-    """An agent joined round ``round`` of the rendezvous as node ``rank`` of ``world_size``."""
+    """An agent joined round ``round`` of the rendezvous as node ``rank`` of ``world_size``;
+    ``node`` is its node's name in torch's rendezvous (``addr_pid_localid``)."""
 
     task_id: str
     session_id: int
@@ -194,6 +195,7 @@ class RendezvousRound:
     round: int
     rank: int
     world_size: int
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -227,11 +229,13 @@ class Problem(TypedDict):
 
 
 class RendezvousState(TypedDict):
-    """The rendezvous state and its token (state None: none yet); after a set, whether it was written."""
+    """The rendezvous state and its token (state None: none yet); after a set, whether it was
+    written; ``dead``: the nodes whose task the AM knows is gone (torch's names)."""
 
     state: str | None
     token: int
     written: bool
+    dead: list[str]
 
 
 class StoreReply(TypedDict):

@@ -179,7 +179,7 @@ class ApplicationMaster(Regrouping):
             if self.elastic is not None:
                 # A session's agents meet in a rendezvous of its own: those of an ended session are refused.
                 self.rendezvous.open(f"{self.app_id}-{session_id}")
-                self.elastic_joined = set()
+                self.elastic_joined = {}
                 self.elastic.begin(session_id, time.time())
             chief = f"{self.chief[0]}:{self.chief[1]}"
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))

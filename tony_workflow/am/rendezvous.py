@@ -16,6 +16,10 @@ on the AM's lock.
 The agents also say which round they joined, as which node, in a world of how many
 (:meth:`Rendezvous.joined`): when every node of a round has said so, the round is *formed*, and the
 AM records the group's new size and members.
+
+When the AM learns that a member's task is gone, it names that member's node dead
+(:meth:`Rendezvous.departed`), and every answer about the state carries the dead nodes' names: the
+agents drop them from the round at once instead of waiting for their keep-alives to lapse.
 """
 from __future__ import annotations
 
@@ -70,6 +74,7 @@ class Rendezvous:
         self._store: dict[str, bytes] = {}
         self._bytes = 0
         self._rounds: dict[int, _Round] = {}
+        self._dead: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, run_id: str) -> None:
@@ -77,7 +82,7 @@ class Rendezvous:
         with self._cond:
             self.run_id = run_id
             self._state, self._token = None, 0
-            self._store, self._bytes, self._rounds = {}, 0, {}
+            self._store, self._bytes, self._rounds, self._dead = {}, 0, {}, set()
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -95,6 +100,18 @@ class Rendezvous:
         with self._cond:
             self._check(run_id)
             return self._state, self._token
+
+    def departed(self, node: str) -> None:
+        """The node named ``node`` (torch's name for an agent) is gone with its task."""
+        with self._cond:
+            if node:
+                self._dead.add(node)
+
+    def dead(self, run_id: str) -> list[str]:
+        """The nodes of the open rendezvous known to be gone, by name."""
+        with self._cond:
+            self._check(run_id)
+            return sorted(self._dead)
 
     def set_state(self, run_id: str, state: bytes, token: int | None) -> tuple[bytes | None, int, bool]:
         """Writes ``state`` if ``token`` is the current token (None: if there is no state yet), and

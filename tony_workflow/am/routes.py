@@ -195,18 +195,20 @@ class AMRoutes:
     def rdzv_state(self, q: StateQuery) -> tuple[int, RendezvousState | Stop]:
         try:
             state, token = self.state.rendezvous.get_state(q.run_id)
+            dead = self.state.rendezvous.dead(q.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
-        return 200, {"state": _text(state), "token": token, "written": False}
+        return 200, {"state": _text(state), "token": token, "written": False, "dead": dead}
 
     def rdzv_set_state(self, req: SetState) -> tuple[int, RendezvousState | Problem | Stop]:
         try:
             state, token, written = self.state.rendezvous.set_state(req.run_id, _bytes(req.state), req.token)
+            dead = self.state.rendezvous.dead(req.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
         except ValueError as e:
             return 400, {"error": str(e)}
-        return 200, {"state": _text(state), "token": token, "written": written}
+        return 200, {"state": _text(state), "token": token, "written": written, "dead": dead}
 
     def rdzv_store(self, req: StoreOp) -> tuple[int, StoreReply | Problem | Stop]:
         if not all(isinstance(k, str) for k in req.keys) or not all(isinstance(v, str) for v in req.values):
@@ -233,7 +235,7 @@ class AMRoutes:
         except StoreError as e:
             return 400, {"error": str(e)}
         with s.lock:
-            s.group_joined(task, formed)
+            s.group_joined(task, formed, req.node)
         return 200, _ACK
 
     # ---------------------------------------------------------------- the chief and clients

@@ -107,8 +107,9 @@ class AMState:
     rendezvous: Rendezvous
     #: an elastic job's group (None for a fixed job)
     elastic: ElasticGroup | None
-    #: the containers whose agent has joined a round of the current session's rendezvous
-    elastic_joined: set[str]
+    #: the containers whose agent has joined a round of the current session's rendezvous, with its
+    #: node's name in torch's rendezvous
+    elastic_joined: dict[str, str]
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
                  resume: Resume | None = None):
@@ -140,7 +141,7 @@ class AMState:
         self.cancel = threading.Event()
         self.rendezvous = Rendezvous()
         self.elastic = ElasticGroup.from_spec(spec, RANKED_TYPES)
-        self.elastic_joined = set()
+        self.elastic_joined = {}
 
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:
@@ -176,10 +177,10 @@ class AMState:
         self.events.emit("kill_requested", reason=reason)
         self.cond.notify_all()
 
-    def group_joined(self, task: Task, formed: Formed | None) -> None:
-        """``task``'s agent joined a rendezvous round; ``formed``: the round, once every node of it
-        has. Called with the lock held."""
-        self.elastic_joined.add(task.container.id)
+    def group_joined(self, task: Task, formed: Formed | None, node: str = "") -> None:
+        """``task``'s agent (named ``node`` in torch's rendezvous) joined a rendezvous round;
+        ``formed``: the round, once every node of it has. Called with the lock held."""
+        self.elastic_joined[task.container.id] = node or self.elastic_joined.get(task.container.id, "")
         group = self.elastic
         if group is None:
             return

@@ -12,7 +12,9 @@ The executor starts this module in place of the user's command when the job is e
 ``--rdzv-id`` the session's run id. The AM's token comes in ``TONY_AM_TOKEN``, which is taken out
 of the environment before the agent starts any worker: user code never sees it. After each round
 the agent tells the AM which round it joined, as which node of how many, so that the job's status
-and timeline show the group's size over time.
+and timeline show the group's size over time; and when the AM says a node's task is gone, the
+state the agent reads marks that node's keep-alive long lapsed, so torch's own sanitizing drops it
+from the round at once rather than seconds later.
 
 Imported only in an elastic job's containers: it imports torch.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pickle
 import sys
 import time
 from datetime import timedelta
@@ -72,6 +75,31 @@ class _AM:
             raise
 
 
+#: How long ago a dead node's last keep-alive is made to look: past any keep-alive setting.
+_LAPSED = timedelta(days=3650)
+
+
+def without_dead(state: bytes, dead: list[str]) -> bytes:
+    """``state`` with the keep-alives of the ``dead`` nodes (by torch's name, ``addr_pid_localid``)
+    long lapsed, so that the handler's own sanitizing removes them as it does any silent node.
+    Returns ``state`` itself when no dead node is in it, or when it is not the state this torch
+    writes (the nodes then leave when their keep-alives lapse, as without the AM's word)."""
+    if not dead:
+        return state
+    try:
+        # What this job's agents wrote, which torch unpickles as well.
+        decoded = pickle.loads(state)
+        beats = decoded.last_heartbeats
+        gone = [node for node in beats if repr(node) in dead]
+        if not gone:
+            return state
+        for node in gone:
+            beats[node] = beats[node] - _LAPSED
+        return pickle.dumps(decoded)
+    except Exception:  # noqa: BLE001 - another torch's state: leave it to torch's keep-alive rule
+        return state
+
+
 class AMRendezvousBackend(RendezvousBackend):
     """torch's rendezvous state, kept by the AM under a fencing token."""
 
@@ -85,12 +113,14 @@ class AMRendezvousBackend(RendezvousBackend):
     def get_state(self) -> tuple[bytes, Any] | None:
         reply = self._am.call(protocol.RDZV_STATE)
         state = _raw(reply["state"])
-        return None if state is None else (state, reply["token"])
+        return None if state is None else (without_dead(state, reply.get("dead") or []), reply["token"])
 
     def set_state(self, state: bytes, token: Any | None = None) -> tuple[bytes, Any, bool] | None:
         reply = self._am.call(protocol.RDZV_SET_STATE, state=_b64(state), token=token)
         held = _raw(reply["state"])
-        return None if held is None else (held, reply["token"], bool(reply["written"]))
+        if held is None:
+            return None
+        return without_dead(held, reply.get("dead") or []), reply["token"], bool(reply["written"])
 
 
 class AMStore(dist.Store):
@@ -175,7 +205,7 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
         if task_id and isinstance(round_, int):
             try:
                 am.call(protocol.RDZV_ROUND, task_id=task_id, session_id=session, round=round_, rank=info.rank,
-                        world_size=info.world_size)
+                        world_size=info.world_size, node=repr(getattr(handler, "_this_node", "")))
             except (RendezvousConnectionError, AMError) as e:  # the group trains on; only the display misses it
                 print(f"tony-elastic: could not report round {round_}: {e}", file=sys.stderr, flush=True)
         return info

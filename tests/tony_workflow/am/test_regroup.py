@@ -45,9 +45,10 @@ def am(tmp_path) -> AM:
         status = TaskStatus(type="worker", index=index, state=TaskState.RUNNING, container_id=container.id)
         state.tasks[f"worker:{index}"] = Task(status=status, container=container, session_id=0)
     state.elastic.begin(0, 0.0)
+    state.rendezvous.open("application_1_0001-0")
     with state.lock:  # as the round route does
         for index in range(3):
-            state.group_joined(state.tasks[f"worker:{index}"], None)
+            state.group_joined(state.tasks[f"worker:{index}"], None, f"h_{100 + index}_0")
         state.group_joined(state.tasks["worker:0"], Formed(0, {"worker:0": 0, "worker:1": 1, "worker:2": 2}))
     return state
 
@@ -56,6 +57,7 @@ def test_a_lost_task_is_replaced_alone_and_counted(am):
     with am.lock:
         assert am._elastic_exit(am.tasks["worker:1"], 137, None, "killed")
     assert am.tasks["worker:1"].status.state == TaskState.FAILED and am.elastic.changes == 1
+    assert am.rendezvous.dead(am.rendezvous.run_id) == ["h_101_0"]   # its node leaves the round now
     assert am._pending_replacements == [am.tasks["worker:1"]]
     am._replace_member(am._pending_replacements.pop())
     assert am.launched == [("worker:1", 1)] and am.containers["worker:1"].task_id == "worker:1"

@@ -35,7 +35,10 @@ def test_only_the_open_run_is_answered_and_a_new_one_starts_empty(rdzv):
     rdzv.store("app-0", "set", ["k"], [b"v"])
     with pytest.raises(RendezvousClosed, match="'app-1' is not open"):
         rdzv.get_state("app-1")
+    rdzv.departed("h_1_0")
+    assert rdzv.dead("app-0") == ["h_1_0"]
     rdzv.open("app-1")  # the next session
+    assert rdzv.dead("app-1") == []
     with pytest.raises(RendezvousClosed):
         rdzv.store("app-0", "check", ["k"], [])  # an agent of the ended session
     assert rdzv.get_state("app-1") == (None, 0)

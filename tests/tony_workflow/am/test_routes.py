@@ -195,8 +195,10 @@ def test_the_rendezvous_routes_answer_the_open_run_only_and_refuse_what_is_not_b
     routes = AMRoutes(state)
     run = "application_1_0001-0"
     assert routes.rdzv_set_state(protocol.SetState(run, "c3RhdGU=")) == (
-        200, {"state": "c3RhdGU=", "token": 1, "written": True})
-    assert routes.rdzv_state(protocol.StateQuery(run)) == (200, {"state": "c3RhdGU=", "token": 1, "written": False})
+        200, {"state": "c3RhdGU=", "token": 1, "written": True, "dead": []})
+    state.rendezvous.departed("h_123_0")
+    assert routes.rdzv_state(protocol.StateQuery(run)) == (
+        200, {"state": "c3RhdGU=", "token": 1, "written": False, "dead": ["h_123_0"]})
     code, reply = routes.rdzv_state(protocol.StateQuery("application_1_0001-7"))
     assert code == 409 and reply["action"] == "stop"   # an agent of another session is told to stop
     code, reply = routes.rdzv_store(protocol.StoreOp(run, "set", ["k"], ["not base64!"]))
@@ -211,7 +213,8 @@ def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):
     state = elastic_state(tmp_path)
     routes = AMRoutes(state)
     run = "application_1_0001-0"
-    assert routes.rdzv_round(protocol.RendezvousRound("worker:1", 0, run, 0, 0, 2)) == (200, {"ok": True})
+    assert routes.rdzv_round(protocol.RendezvousRound("worker:1", 0, run, 0, 0, 2, "h_11_0")) == (200, {"ok": True})
+    assert state.elastic_joined == {"c-worker:1": "h_11_0"}
     assert state.status.elastic["size"] == 0 and state.status.elastic["waiting"] == ["worker:0"]
     routes.rdzv_round(protocol.RendezvousRound("worker:0", 0, run, 0, 1, 2))
     assert state.status.elastic["size"] == 2 and state.status.elastic["waiting"] == []

@@ -89,6 +89,27 @@ def test_torchs_store_interface_on_the_ams_store_wrapped_as_torch_wraps_it(am):
         store.wait(["absent"], timedelta(seconds=0.5))
 
 
+def test_a_node_the_am_names_dead_is_dropped_by_torchs_own_sanitizing():
+    import pickle
+    from datetime import datetime, timedelta, timezone
+
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
+
+    now = datetime.now(timezone.utc)
+    state = _RendezvousState()
+    alive, dead = _NodeDesc("h1", 10, 0), _NodeDesc("h2", 20, 0)
+    state.participants = {alive: 0, dead: 1}
+    state.last_heartbeats = {alive: now, dead: now}
+    raw = pickle.dumps(state)
+    marked = pickle.loads(elastic.without_dead(raw, ["h2_20_0"]))
+    beats = {repr(n): t for n, t in marked.last_heartbeats.items()}
+    assert beats["h1_10_0"] == now and beats["h2_20_0"] < now - timedelta(days=365)
+    assert {repr(n) for n in marked.participants} == {"h1_10_0", "h2_20_0"}   # torch's sanitizing removes it
+    # Nothing dead in it, nothing named, or not a state this torch wrote: handed back as it came.
+    assert elastic.without_dead(raw, ["h9_1_0"]) is raw and elastic.without_dead(raw, []) is raw
+    assert elastic.without_dead(b"not a pickle", ["h2_20_0"]) == b"not a pickle"
+
+
 def test_another_sessions_rendezvous_is_closed_and_the_token_is_required(am, monkeypatch):
     from torch.distributed.elastic.rendezvous import RendezvousClosedError
 

@@ -252,6 +252,16 @@ def minicluster_missing() -> str | None:
     return None
 
 
+def skipped_without_minicluster(args: argparse.Namespace, name: str, metric: str, host: dict[str, Any]) -> bool:
+    """When the mini cluster cannot run here, writes ``name``'s result as skipped, saying why, and
+    returns True."""
+    missing = minicluster_missing()
+    if missing:
+        write_result(args, name, {"metric": metric, "unit": "s", "value": None, "floor": None, "ratio": None,
+                                  "goal": "", "goal_met": False, "skipped": missing}, host)
+    return bool(missing)
+
+
 @contextlib.contextmanager
 def minicluster(reuse: str | None = None, **start: Any) -> Iterator[dict]:
     """A running mini cluster with the client environment set: the one in ``reuse`` (a directory

@@ -159,11 +159,8 @@ def main() -> int:
     common.write_result(args, "elastic", result_of("local", run, reps), host)
     if (args.yarn or ("no" if args.quick else "auto")) == "no":
         return 0
-    missing = common.minicluster_missing()
-    if missing:
-        common.write_result(args, "elastic_yarn", {
-            "metric": "training time lost to a killed worker, elastic (mini cluster)", "unit": "s", "value": None,
-            "floor": None, "ratio": None, "goal": "", "goal_met": None, "skipped": missing}, host)
+    if common.skipped_without_minicluster(args, "elastic_yarn",
+                                          "training time lost to a killed worker, elastic (mini cluster)", host):
         return 0
     with common.minicluster(args.minicluster, nm_memory_mb=8192, nm_vcores=16):
         run = pair("yarn", 1, epochs, "1g")

@@ -251,11 +251,8 @@ def main() -> int:
             run = run_backend("local", reps, seconds, n)
         common.write_result(args, "gang_packing", result_of("local", run, reps, n), host)
     if args.backend in ("yarn", "both"):
-        missing = common.minicluster_missing()
-        if missing:
-            common.write_result(args, "gang_packing_yarn", {
-                "metric": "makespan of jobs submitted at once (mini cluster)", "unit": "s", "value": None,
-                "floor": None, "ratio": None, "goal": "", "goal_met": False, "skipped": missing}, host)
+        if common.skipped_without_minicluster(args, "gang_packing_yarn",
+                                              "makespan of jobs submitted at once (mini cluster)", host):
             return 0
         with common.minicluster(args.minicluster, nodemanagers=2, nm_memory_mb=NM_MEMORY_MB, nm_vcores=NM_VCORES):
             run = run_backend("yarn", reps, seconds, n)

@@ -14,7 +14,10 @@ of the environment before the agent starts any worker: user code never sees it. 
 the agent tells the AM which round it joined, as which node of how many, so that the job's status
 and timeline show the group's size over time; and when the AM says a node's task is gone, the
 state the agent reads marks that node's keep-alive long lapsed, so torch's own sanitizing drops it
-from the round at once rather than seconds later.
+from the round at once rather than seconds later, and the agent counts the departure as a node
+waiting (torch's cue for a membership change): it restarts its workers in a new round within its
+monitor interval, instead of waiting for them to fail in a collective with the dead node, which
+they may only do when their own timeout ends (a node lost without closing its connections).
 
 Imported only in an elastic job's containers: it imports torch.
 """
@@ -79,25 +82,26 @@ class _AM:
 _LAPSED = timedelta(days=3650)
 
 
-def without_dead(state: bytes, dead: list[str]) -> bytes:
+def without_dead(state: bytes, dead: list[str]) -> tuple[bytes, bool]:
     """``state`` with the keep-alives of the ``dead`` nodes (by torch's name, ``addr_pid_localid``)
-    long lapsed, so that the handler's own sanitizing removes them as it does any silent node.
-    Returns ``state`` itself when no dead node is in it, or when it is not the state this torch
-    writes (the nodes then leave when their keep-alives lapse, as without the AM's word)."""
+    long lapsed, so that the handler's own sanitizing removes them as it does any silent node, and
+    whether one of them took part in the round. ``state`` itself comes back when no dead node is
+    in it, or when it is not the state this torch writes (the nodes then leave when their
+    keep-alives lapse, as without the AM's word)."""
     if not dead:
-        return state
+        return state, False
     try:
         # What this job's agents wrote, which torch unpickles as well.
         decoded = pickle.loads(state)
         beats = decoded.last_heartbeats
         gone = [node for node in beats if repr(node) in dead]
         if not gone:
-            return state
+            return state, False
         for node in gone:
             beats[node] = beats[node] - _LAPSED
-        return pickle.dumps(decoded)
+        return pickle.dumps(decoded), any(node in decoded.participants for node in gone)
     except Exception:  # noqa: BLE001 - another torch's state: leave it to torch's keep-alive rule
-        return state
+        return state, False
 
 
 class AMRendezvousBackend(RendezvousBackend):
@@ -105,22 +109,29 @@ class AMRendezvousBackend(RendezvousBackend):
 
     def __init__(self, am: _AM):
         self._am = am
+        #: a node the AM says is gone took part in the round this agent last read
+        self.member_lost = False
 
     @property
     def name(self) -> str:
         return BACKEND
 
+    def _seen(self, state: bytes, dead: list[str]) -> bytes:
+        state, lost = without_dead(state, dead)
+        self.member_lost = self.member_lost or lost
+        return state
+
     def get_state(self) -> tuple[bytes, Any] | None:
         reply = self._am.call(protocol.RDZV_STATE)
         state = _raw(reply["state"])
-        return None if state is None else (without_dead(state, reply.get("dead") or []), reply["token"])
+        return None if state is None else (self._seen(state, reply.get("dead") or []), reply["token"])
 
     def set_state(self, state: bytes, token: Any | None = None) -> tuple[bytes, Any, bool] | None:
         reply = self._am.call(protocol.RDZV_SET_STATE, state=_b64(state), token=token)
         held = _raw(reply["state"])
         if held is None:
             return None
-        return without_dead(held, reply.get("dead") or []), reply["token"], bool(reply["written"])
+        return self._seen(held, reply.get("dead") or []), reply["token"], bool(reply["written"])
 
 
 class AMStore(dist.Store):
@@ -193,12 +204,21 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
     am = _AM(AMClient(params.endpoint, token, timeout=30.0, retries=5), params.run_id)
     join = params.get_as_int("join_timeout", 600) or 600
     store = AMStore(am, timedelta(seconds=join))
-    handler = create_handler(store, AMRendezvousBackend(am), params)
+    backend = AMRendezvousBackend(am)
+    handler = create_handler(store, backend, params)
     task_id, session = os.environ.get("TONY_TASK_ID", ""), int(os.environ.get("SESSION_ID", "0") or 0)
-    joined = handler.next_rendezvous
+    joined, waiting = handler.next_rendezvous, handler.num_nodes_waiting
+
+    def num_nodes_waiting() -> int:
+        # The agent asks this every monitor interval while its workers are healthy: a member gone
+        # counts as a change of membership, as a node waiting to join does.
+        n: int = waiting()
+        return n if n or not backend.member_lost else 1
 
     def next_rendezvous() -> Any:
+        backend.member_lost = False
         info = joined()
+        backend.member_lost = False
         # torch keeps the round in the handler's state; the AM groups the agents' reports by it.
         holder = getattr(handler, "_state_holder", None)
         round_ = getattr(getattr(holder, "state", None), "round", None)
@@ -211,6 +231,7 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
         return info
 
     handler.next_rendezvous = next_rendezvous  # type: ignore[method-assign]
+    handler.num_nodes_waiting = num_nodes_waiting  # type: ignore[method-assign]
     return handler
 
 

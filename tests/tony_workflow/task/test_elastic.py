@@ -5,7 +5,7 @@ AM's store, wrapped as torch wraps it; the token is required."""
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 
@@ -91,23 +91,27 @@ def test_torchs_store_interface_on_the_ams_store_wrapped_as_torch_wraps_it(am):
 
 def test_a_node_the_am_names_dead_is_dropped_by_torchs_own_sanitizing():
     import pickle
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime
 
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     state = _RendezvousState()
     alive, dead = _NodeDesc("h1", 10, 0), _NodeDesc("h2", 20, 0)
     state.participants = {alive: 0, dead: 1}
     state.last_heartbeats = {alive: now, dead: now}
     raw = pickle.dumps(state)
-    marked = pickle.loads(elastic.without_dead(raw, ["h2_20_0"]))
+    doctored, lost = elastic.without_dead(raw, ["h2_20_0"])
+    assert lost   # it took part in the round: the agent restarts its workers for a new one
+    marked = pickle.loads(doctored)
     beats = {repr(n): t for n, t in marked.last_heartbeats.items()}
     assert beats["h1_10_0"] == now and beats["h2_20_0"] < now - timedelta(days=365)
     assert {repr(n) for n in marked.participants} == {"h1_10_0", "h2_20_0"}   # torch's sanitizing removes it
     # Nothing dead in it, nothing named, or not a state this torch wrote: handed back as it came.
-    assert elastic.without_dead(raw, ["h9_1_0"]) is raw and elastic.without_dead(raw, []) is raw
-    assert elastic.without_dead(b"not a pickle", ["h2_20_0"]) == b"not a pickle"
+    assert elastic.without_dead(raw, ["h9_1_0"])[0] is raw and elastic.without_dead(raw, [])[0] is raw
+    assert elastic.without_dead(b"not a pickle", ["h2_20_0"]) == (b"not a pickle", False)
+    state.participants = {alive: 0}  # only waiting, say: gone, but no member of the round
+    assert elastic.without_dead(pickle.dumps(state), ["h2_20_0"])[1] is False
 
 
 def test_another_sessions_rendezvous_is_closed_and_the_token_is_required(am, monkeypatch):

@@ -202,3 +202,21 @@ def test_the_tracking_page_escapes_what_the_job_says(server):
     assert got[0][0] == 200 and got[0][1]["content-type"].startswith("text/html")
     assert b"application_1_0001" in got[0][2]
     assert replies(raw(server, b"GET /ui/guess HTTP/1.1\r\n\r\n"))[0][0] == 401
+
+
+def test_the_tracking_page_shows_an_elastic_group_with_its_changes_and_escapes_them():
+    from tony_workflow.am.server import render_status_page
+    from tony_workflow.status import JobStatus
+
+    st = JobStatus("application_1_0002", state="RUNNING", name="<b>el</b>")
+    st.elastic = {"size": 2, "target": 3, "min": 2, "round": 1, "changes": 1, "max_changes": 10,
+                  "waiting": ["worker:1"], "below_min_since": None,
+                  "history": [{"at": 1.0, "size": 3, "event": "group formed", "joined": ["worker:0", "worker:1"]},
+                              {"at": 2.0, "size": 2, "event": "group shrank", "left": ["worker:1"],
+                               "causes": {"worker:1": "exit code 137 (SIGKILL)"}}]}
+    page = render_status_page(st.to_dict())
+    assert "Elastic group: 2 of 3 nodes (at least 2), membership changes 1 of 10; waiting to join: worker:1" in page
+    assert "group formed; joined: worker:0, worker:1" in page
+    assert "group shrank; left: worker:1" in page and "worker:1: exit code 137 (SIGKILL)" in page
+    assert "&lt;b&gt;el&lt;/b&gt;" in page
+    assert "Elastic group" not in render_status_page(JobStatus("application_1_0003").to_dict())

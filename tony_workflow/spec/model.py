@@ -390,8 +390,8 @@ class JobSpec:
     @cached_property
     def torch_agent(self) -> bool:
         """Whether a PyTorch job's tasks run under torch's elastic agent: when some type runs more
-        than one process per container. The agents of all containers rendezvous together, so
-        then every task of the job's ranked types runs under one."""
+        than one process per container, or the job is elastic. The agents of all containers
+        rendezvous together, so then every task of the job's ranked types runs under one."""
         return self.framework == "pytorch" and (any(t.processes > 1 for t in self.tasks.values()) or self.elastic)
 
     @cached_property

@@ -74,3 +74,24 @@ def test_a_spec_is_immutable_and_reads_each_field_once():
     assert spec.tasks is spec.tasks  # parsed once, then kept
     changed = dataclasses.replace(spec, conf={**spec.conf, "tony.worker.instances": "3"})
     assert changed.tasks["worker"].instances == 3 and spec.tasks["worker"].instances == 2
+
+
+def test_a_pytorch_type_below_its_instances_is_elastic_and_the_job_runs_under_torchs_agent():
+    from tony_workflow.spec import load_job
+
+    spec = load_job({"name": "el", "framework": "pytorch", "command": "python t.py",
+                     "tasks": {"chief": {"instances": 1}, "worker": {"instances": 4, "min_instances": 2}},
+                     "conf": {"tony.elastic.fallback-timeout-ms": "30000"}})
+    assert spec.tasks["worker"].min_instances == 2 and spec.tasks["worker"].elastic
+    assert spec.tasks["chief"].min_instances == 1 and not spec.tasks["chief"].elastic  # empty: its instances
+    assert spec.elastic and spec.elastic_types == ["worker"] and spec.torch_agent
+    assert spec.elastic_fallback_timeout_ms == 30000 and spec.elastic_max_membership_changes == 10
+    # The AM reads the spec back from spec.json.
+    again = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again.tasks["worker"].min_instances == 2 and again.elastic_types == ["worker"]
+    fixed = load_job({"name": "f", "framework": "pytorch", "command": "python t.py",
+                      "tasks": {"worker": {"instances": 4, "min_instances": 4}}})
+    assert not fixed.elastic and not fixed.torch_agent
+    # Elastic is PyTorch's: another framework's job is never elastic (validation refuses the key).
+    tf = load_job({"name": "t", "command": "python t.py", "tasks": {"worker": {"instances": 3, "min_instances": 2}}})
+    assert tf.elastic_types == [] and not tf.elastic

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 __all__ = ["Formed", "Rendezvous", "RendezvousClosed", "StoreError"]
 
-#: The most a store may hold (keys and values together): torch's agents keep a few small keys a
-#: round; anything near this is a runaway, refused rather than kept in the AM's memory.
+#: The most a store may hold (keys and values together), and the largest state: torch's agents
+#: keep a few small keys a round and a state of a few kilobytes; anything near this is a runaway,
+#: refused rather than kept in the AM's memory.
 MAX_STORE_BYTES = 16 * 1024 * 1024
 #: The longest one blocking read waits in the AM before answering (the caller asks again).
 MAX_WAIT_S = 30.0
@@ -116,6 +117,8 @@ class Rendezvous:
     def set_state(self, run_id: str, state: bytes, token: int | None) -> tuple[bytes | None, int, bool]:
         """Writes ``state`` if ``token`` is the current token (None: if there is no state yet), and
         returns the state that holds afterwards (None: none), its token and whether this call wrote it."""
+        if len(state) > MAX_STORE_BYTES:
+            raise StoreError(f"a rendezvous state of {len(state)} bytes is more than {MAX_STORE_BYTES}")
         with self._cond:
             self._check(run_id)
             current = self._token if self._state is not None else None

@@ -115,6 +115,9 @@ def test_the_store_refuses_to_grow_without_bound(rdzv):
         rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
     rdzv.store("app-0", "delete", ["big"], [])
     rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
+    with pytest.raises(StoreError, match="rendezvous state of"):
+        rdzv.set_state("app-0", b"s" * (MAX_STORE_BYTES + 1), None)
+    assert rdzv.get_state("app-0") == (None, 0)
 
 
 def test_a_round_is_formed_once_every_node_has_joined_it(rdzv):

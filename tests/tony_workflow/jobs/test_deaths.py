@@ -32,11 +32,13 @@ HOLDER = textwrap.dedent("""
     earlier = sorted(marks.glob(task + ".*.pid"))
     for mark in earlier:
         pid = int(mark.read_text())
-        try:
-            os.kill(pid, 0)
+        try:  # a zombie is dead (it holds no port), whether or not anyone has reaped it yet
+            with open(f"/proc/{pid}/stat") as stat:
+                running = stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            running = False
+        if running:
             sys.exit(f"orphan {pid} of an earlier launch of {task} still runs")
-        except ProcessLookupError:
-            pass
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     s.bind((host, int(port)))

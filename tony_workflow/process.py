@@ -75,7 +75,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
-    """Every live process of process group ``pgid`` (psutil.Process objects; a zombie is not live),
+    """Every live process of process group ``pgid`` (psutil.Process objects; a zombie whose threads
+    have all exited is not live),
     its leader included if it still runs. A group outlives its leader: a container whose first process died keeps the
     processes that one started, and only their group still names them."""
     import psutil
@@ -89,7 +90,8 @@ def group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter():
         with contextlib.suppress(ProcessLookupError, PermissionError, psutil.Error):
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+            if os.getpgid(proc.pid) == pgid and not (proc.status() == psutil.STATUS_ZOMBIE
+                                                      and _ended_zombie(proc.pid)):
                 members.append(proc)
     return members
 
@@ -133,17 +135,29 @@ def kill_tree(pid: int, grace: float = 5.0, *, started: float | None = None, gro
     _wait_gone(left, 2.0)
 
 
+def _ended_zombie(pid: int) -> bool:
+    """Whether ``pid`` is a zombie all of whose threads have exited. A process whose main thread has
+    exited shows as a zombie while its other threads still tear down, holding its files and ports;
+    only once they are gone too has it let go of everything."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    except OSError:
+        return True
+    return fields.get("State", "").strip().startswith("Z") and int(fields.get("Threads", "1").strip() or 1) <= 1
+
+
 def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:
     """Waits up to ``timeout`` seconds for ``procs`` to end; returns those still alive. A zombie
-    counts as ended: its parent may be gone, and whoever inherited it (PID 1 in a container may be
-    any program) may never reap it."""
+    whose threads have all exited counts as ended: its parent may be gone, and whoever inherited it
+    (PID 1 in a container may be any program) may reap it late or never."""
     import psutil
 
     def living() -> list[Any]:
         out = []
         for p in procs:
             with contextlib.suppress(psutil.Error):
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                if p.is_running() and not (p.status() == psutil.STATUS_ZOMBIE and _ended_zombie(p.pid)):
                     out.append(p)
         return out
     _, alive_now = psutil.wait_procs(procs, timeout=0)  # reaps those that are our own children

@@ -62,3 +62,32 @@ def test_the_hadoop_user_is_hadoop_user_name_else_the_login(monkeypatch):
     assert user_name() == "etl"
     monkeypatch.delenv("HADOOP_USER_NAME")
     assert user_name() and user_name() != "etl"
+
+
+def test_a_zombie_main_thread_with_threads_still_running_is_not_ended():
+    # The main thread leaves (pthread_exit) while another still runs, holding a port: the process
+    # shows as a zombie, yet has let go of nothing. Only once that thread is done has it ended.
+    import socket
+    import textwrap
+
+    from tony_workflow.process import _ended_zombie
+
+    code = textwrap.dedent("""
+        import ctypes, socket, sys, threading, time
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        threading.Thread(target=time.sleep, args=(1.5,)).start()
+        ctypes.CDLL(None).pthread_exit(None)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())
+        assert wait_for(lambda: open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=5)
+        assert not _ended_zombie(p.pid)   # a zombie by its state, with a thread and the port still held
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) == 0
+        p.wait(timeout=10)
+        assert _ended_zombie(p.pid)   # gone altogether (reaped) counts as ended too
+    finally:
+        p.kill()
+        p.wait()

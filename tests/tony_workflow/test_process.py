@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import wait_for
 from tony_workflow.process import alive, group_members, kill_tree, start_time, user_name
@@ -82,7 +83,8 @@ def test_a_zombie_main_thread_with_threads_still_running_is_not_ended():
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         port = int(p.stdout.readline())
-        assert wait_for(lambda: open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=5)
+        assert wait_for(lambda: Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+                        timeout=5)
         assert not _ended_zombie(p.pid)   # a zombie by its state, with a thread and the port still held
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) == 0

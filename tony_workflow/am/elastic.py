@@ -88,7 +88,15 @@ class ElasticGroup:
             if self.changes >= self.max_changes:
                 return False
             self.changes += 1
-        self.departures[task_id] = why
+        if task_id in self.members:
+            self.departures[task_id] = why  # recorded with the round that forms without it
+            return True
+        # The others re-formed without it before the cluster said how it ended (YARN tells a
+        # container's end seconds later): the cause goes with the change already recorded.
+        for change in reversed(self.history):
+            if task_id in change.get("left", ()):
+                change.setdefault("causes", {})[task_id] = why
+                break
         return True
 
     def formed(self, f: Formed, now: float) -> dict[str, Any] | None:
@@ -128,7 +136,9 @@ class ElasticGroup:
         """Why the session must be relaunched whole: a type has had fewer than its min-instances
         tasks alive (``alive``: per elastic type) for longer than the fallback timeout."""
         short = {t: (n, lo) for t, (lo, _) in self.bounds.items() if (n := alive.get(t, 0)) < lo}
-        if not short or self.finished:
+        # Until the group first forms, the gang is still being granted: that wait is the gang's
+        # (tony.container.allocation.timeout), not a shortage of members.
+        if not short or self.finished or self.round < 0:
             self.below_since = None
             return None
         if self.below_since is None:

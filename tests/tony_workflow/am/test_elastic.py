@@ -71,9 +71,25 @@ def test_each_formed_round_records_the_size_who_left_who_joined_and_why():
     assert "group=3/3 (1 joining: worker:1)" in status.summary()
 
 
+def test_a_cause_told_after_the_group_re_formed_goes_with_that_change():
+    g = group()
+    g.begin(0, 0.0)
+    g.formed(Formed(0, {"worker:0": 0, "worker:1": 1, "worker:2": 2}), 1.0)
+    shrunk = g.formed(Formed(1, {"worker:0": 0, "worker:1": 1}), 2.0)   # before the AM heard of worker:2
+    assert "causes" not in shrunk
+    assert g.lost("worker:2", "its container was lost with its node", reclaimed=True)
+    assert shrunk["causes"] == {"worker:2": "its container was lost with its node"} and not g.departures
+    grown = g.formed(Formed(2, {"worker:0": 0, "worker:1": 1, "worker:2": 2}), 9.0)
+    assert grown["joined"] == ["worker:2"] and "causes" not in grown
+
+
 def test_too_few_for_longer_than_the_fallback_timeout_relaunches_the_session():
     g = group({"tony.elastic.fallback-timeout-ms": "5000"})
     g.begin(0, 0.0)
+    # Before the group first forms, its tasks are still being granted: no clock runs.
+    assert g.overdue({"worker": 0}, 1.0) is None and g.overdue({"worker": 0}, 100.0) is None
+    assert g.below_since is None
+    g.formed(Formed(0, {"worker:0": 0, "worker:1": 1, "worker:2": 2}), 5.0)
     assert g.overdue({"worker": 3}, 10.0) is None
     assert g.overdue({"worker": 1}, 20.0) is None and g.below_since == 20.0
     assert g.overdue({"worker": 1}, 24.0) is None

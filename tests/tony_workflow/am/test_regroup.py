@@ -75,6 +75,7 @@ def test_what_remains_excludes_replacements_until_they_join_and_too_few_for_too_
     with am.lock:
         am._elastic_exit(am.tasks["worker:1"], 137, None, "")
         am._elastic_exit(am.tasks["worker:2"], 137, "lost with its node", "")
+        assert am.elastic.round == 0   # the group had formed: the clock may run
     for task in list(am._pending_replacements):
         am._replace_member(task)
     with am.lock:

@@ -145,8 +145,8 @@ def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend
     assert any(w.startswith(("group grew: 3 of 3", "group re-formed: 3 of 3")) for w in what), what
 
 
-def test_rank_zeros_container_killed(tony_home):
-    h = submit()
+def test_rank_zeros_container_killed(backend):
+    h = submit(backend=backend)
     st = running_at(h, 15)
     rank0 = next(iter(st.elastic["history"][-1]["members"]))  # members are listed in rank order
     others = [t for t in ("worker:0", "worker:1", "worker:2") if t != rank0]
@@ -161,8 +161,8 @@ def test_rank_zeros_container_killed(tony_home):
     assert causes == [rank0], final.elastic["history"]
 
 
-def test_two_losses_in_a_row(tony_home):
-    h = submit()
+def test_two_losses_in_a_row(backend):
+    h = submit(backend=backend)
     st = running_at(h, 10)
     kill_container(st, "worker:1")
     back = regrown(h, st.elastic["round"])
@@ -175,17 +175,17 @@ def test_two_losses_in_a_row(tony_home):
     identical_replicas(stdout(h))
 
 
-def test_too_few_left_for_too_long_relaunches_the_session_whole(tony_home):
+def test_too_few_left_for_too_long_relaunches_the_session_whole(backend):
     # Two of three lost at once leaves one, below min-instances=2: past the (tiny) fallback
     # timeout the session is relaunched, as for a fixed job, and the job still succeeds.
-    h = submit(["tony.elastic.fallback-timeout-ms=1"])
+    h = submit(["tony.elastic.fallback-timeout-ms=1"], backend=backend)
     st = running_at(h, 15)
     for task_id in ("worker:1", "worker:2"):
         kill_container(st, task_id)
     final = finished(h)
     assert final.state == "SUCCEEDED", final.diagnostics
     assert final.session_id == 1 and final.retries == 1
-    record = TonyClient("local").record(h.app_id)
+    record = TonyClient(backend).record(h.app_id)
     ended = [t for t in record["timeline"] if t["what"] == "session 0 ended FAILED"]
     assert ended and "tony.elastic.fallback-timeout-ms" in ended[0]["detail"], record["timeline"]
     identical_replicas(stdout(h), session=1)

@@ -256,16 +256,18 @@ class JobHistory:
 
     def get(self, app_id: str) -> dict[str, Any] | None:
         check_application_id(app_id)
-        for key, meta in self._records():
-            if meta["application_id"] == app_id:
-                record = self._read(key)
-                conf_key = key.rsplit("/", 1)[0] + "/config.json"
-                try:
-                    record["conf"] = json.loads(self._text(conf_key))
-                except (OSError, ValueError):
-                    record["conf"] = {}
-                return record
-        return None
+        # An attempt that died as it ended may have left a record before the one that carried the
+        # job on wrote its own: the record of the latest end is the job's.
+        found = [(meta["finished_at"], key) for key, meta in self._records() if meta["application_id"] == app_id]
+        if not found:
+            return None
+        key = max(found)[1]
+        record = self._read(key)
+        try:
+            record["conf"] = json.loads(self._text(key.rsplit("/", 1)[0] + "/config.json"))
+        except (OSError, ValueError):
+            record["conf"] = {}
+        return record
 
     def _text(self, key: str) -> str:
         with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:

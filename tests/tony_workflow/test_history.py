@@ -79,6 +79,11 @@ def test_records_are_kept_in_tonys_layout_and_found_by_state_and_time(tmp_path):
     assert len(history.list(since=T0 + 50)) == 2 and len(history.list(limit=1)) == 1
     assert history.get("application_1763900000000_0002")["user"] == "bob"
     assert history.get("application_1763900000000_0009") is None
+    # An attempt that died as the job went on left a record; the one of the latest end is the job's.
+    app = "application_1763900000000_0004"
+    history.write(build_record(status(app, "FAILED", T0, T0 + 30), [], user="bob", conf={}, requested={}))
+    history.write(build_record(status(app, "SUCCEEDED", T0, T0 + 90), [], user="bob", conf={}, requested={}))
+    assert history.get(app)["state"] == "SUCCEEDED"
 
 
 def test_old_records_are_purged_when_a_new_one_is_written(tmp_path):

@@ -207,7 +207,13 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.am_attempt == 2 and st.retries == 0
     # The record keeps the lost container's sessions (its events were copied to HDFS) and says why.
-    timeline = [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
+    def read_timeline():
+        return [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
+    try:
+        timeline = wait_for(lambda: (t := read_timeline()) and "ApplicationMaster attempt 2 started" in t and t,
+                            timeout=60)
+    except AssertionError:
+        timeline = read_timeline()
     assert "session 0 started" in timeline and "ApplicationMaster attempt 2 started" in timeline, timeline
     assert "ApplicationMaster attempt 1 failed (not counted against tony.am.max-attempts)" in timeline, timeline
     wait_for(lambda: not app_processes(h.app_id), timeout=120)

@@ -59,13 +59,13 @@ class ElasticGroup:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_spec(cls, spec: JobSpec, ranked: tuple[str, ...]) -> ElasticGroup | None:
-        """The group of an elastic job (None for a fixed one); ``ranked`` are the types that rank."""
+    def from_spec(cls, spec: JobSpec) -> ElasticGroup | None:
+        """The group of an elastic job (None for a fixed one)."""
         if not spec.elastic:
             return None
         bounds = {t: (ts.min_instances or ts.instances, ts.instances) for t, ts in spec.tasks.items() if ts.elastic}
-        sizes = [(bounds.get(t, (ts.instances, ts.instances))) for t, ts in spec.tasks.items() if t in ranked]
-        return cls(bounds, target=sum(n for _, n in sizes), minimum=sum(m for m, _ in sizes),
+        minimum, target = spec.elastic_nodes
+        return cls(bounds, target=target, minimum=minimum,
                    max_changes=spec.elastic_max_membership_changes,
                    fallback_timeout_s=spec.elastic_fallback_timeout_ms / 1000.0)
 

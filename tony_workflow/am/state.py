@@ -140,7 +140,7 @@ class AMState:
         self.kill_requested = None
         self.cancel = threading.Event()
         self.rendezvous = Rendezvous()
-        self.elastic = ElasticGroup.from_spec(spec, RANKED_TYPES)
+        self.elastic = ElasticGroup.from_spec(spec)
         self.elastic_joined = {}
 
     # ---------------------------------------------------------------- changes (lock held)

@@ -405,6 +405,15 @@ class JobSpec:
         """A PyTorch job whose ranked tasks rendezvous elastically under torch's agent."""
         return bool(self.elastic_types)
 
+    @cached_property
+    def elastic_nodes(self) -> tuple[int, int]:
+        """An elastic group's size in containers (torchrun's nodes): the ranked types'
+        min-instances and instances summed, (fewest, most)."""
+        from ..frameworks import RANKED_TYPES
+
+        ranked = [ts for t, ts in self.tasks.items() if t in RANKED_TYPES]
+        return sum(ts.min_instances or ts.instances for ts in ranked), sum(ts.instances for ts in ranked)
+
     elastic_fallback_timeout_ms = field_of(table.ELASTIC_FALLBACK_TIMEOUT_MS)
     elastic_max_membership_changes = field_of(table.ELASTIC_MAX_MEMBERSHIP_CHANGES)
 

@@ -228,8 +228,7 @@ class TaskExecutor:
                           is_chief=self.is_chief, sidecar_types=list(spec.sidecar_types), monitored=monitored,
                           processes={t: s.processes for t, s in spec.tasks.items()}, agent=spec.torch_agent)
         if spec.elastic:
-            ranked = [ts for t, ts in spec.tasks.items() if t in RANKED_TYPES]
-            ctx.elastic = (sum(ts.min_instances or ts.instances for ts in ranked), sum(ts.instances for ts in ranked))
+            ctx.elastic = spec.elastic_nodes
             ctx.rendezvous = self.env["TONY_AM_ADDRESS"]
             ctx.run_id = f"{self.app_id}-{self.session_id}"
             # Each loss makes every other agent restart its workers once; a join does not count.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tony_workflow.am.elastic import ElasticGroup
 from tony_workflow.am.rendezvous import Formed
-from tony_workflow.frameworks import RANKED_TYPES
 from tony_workflow.spec import load_job
 from tony_workflow.status import JobStatus
 
@@ -12,7 +11,7 @@ from tony_workflow.status import JobStatus
 def group(conf: dict | None = None, tasks: dict | None = None, framework: str = "pytorch") -> ElasticGroup | None:
     spec = load_job({"name": "el", "framework": framework, "command": "true",
                      "tasks": tasks or {"worker": {"instances": 3, "min_instances": 2}}, "conf": conf or {}})
-    return ElasticGroup.from_spec(spec, RANKED_TYPES)
+    return ElasticGroup.from_spec(spec)
 
 
 def test_only_a_pytorch_job_with_a_type_below_its_instances_has_a_group():

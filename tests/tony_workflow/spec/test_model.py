@@ -85,6 +85,7 @@ def test_a_pytorch_type_below_its_instances_is_elastic_and_the_job_runs_under_to
     assert spec.tasks["worker"].min_instances == 2 and spec.tasks["worker"].elastic
     assert spec.tasks["chief"].min_instances == 1 and not spec.tasks["chief"].elastic  # empty: its instances
     assert spec.elastic and spec.elastic_types == ["worker"] and spec.torch_agent
+    assert spec.elastic_nodes == (3, 5)   # the chief's one container and 2 to 4 workers
     assert spec.elastic_fallback_timeout_ms == 30000 and spec.elastic_max_membership_changes == 10
     # The AM reads the spec back from spec.json.
     again = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))

@@ -240,11 +240,13 @@ class RendezvousState(TypedDict):
 
 class StoreReply(TypedDict):
     """A store operation's answer: the values asked for (None for a key absent after the wait), or
-    the counter's new value, or the number of keys; ``ok``: every key was there."""
+    the counter's new value, or the number of keys; ``ok``: every key was there; ``dead``: the
+    nodes known to be gone (a get that waits ends early when one more is)."""
 
     values: list[str | None]
     count: int
     ok: bool
+    dead: list[str]
 
 
 class ClusterSpecReply(TypedDict):

@@ -105,8 +105,11 @@ class Rendezvous:
     def departed(self, node: str) -> None:
         """The node named ``node`` (torch's name for an agent) is gone with its task."""
         with self._cond:
-            if node:
+            if node and node not in self._dead:
                 self._dead.add(node)
+                # A get waiting for a key the dead node would have written ends now, with the
+                # news: its caller decides whether to wait on.
+                self._cond.notify_all()
 
     def dead(self, run_id: str) -> list[str]:
         """The nodes of the open rendezvous known to be gone, by name."""
@@ -138,12 +141,13 @@ class Rendezvous:
 
     def _wait_for(self, run_id: str, keys: list[str], wait: float) -> bool:
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
+        dead = len(self._dead)
         while True:
             self._check(run_id)
             if all(k in self._store for k in keys):
                 return True
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or len(self._dead) != dead:
                 return False
             self._cond.wait(remaining)
 

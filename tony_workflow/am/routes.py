@@ -216,11 +216,12 @@ class AMRoutes:
         try:
             values, count, ok = self.state.rendezvous.store(req.run_id, req.op, req.keys,
                                                             [_bytes(v) for v in req.values], req.amount, req.wait)
+            dead = self.state.rendezvous.dead(req.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
         except ValueError as e:  # StoreError, or a value that is not base64
             return 400, {"error": str(e)}
-        return 200, {"values": [_text(v) for v in values], "count": count, "ok": ok}
+        return 200, {"values": [_text(v) for v in values], "count": count, "ok": ok, "dead": dead}
 
     def rdzv_round(self, req: RendezvousRound) -> tuple[int, Ack | Problem | Stop]:
         s = self.state

@@ -45,7 +45,7 @@ from .. import protocol
 from ..errors import AMError, AMUnreachable
 from ..rpc import AMClient
 
-__all__ = ["BACKEND", "AMRendezvousBackend", "AMStore", "create_tony_handler", "main"]
+__all__ = ["BACKEND", "AMRendezvousBackend", "AMStore", "MemberGone", "create_tony_handler", "main"]
 
 #: The rendezvous backend's name, as ``--rdzv-backend`` gives it.
 BACKEND = "tony"
@@ -134,13 +134,20 @@ class AMRendezvousBackend(RendezvousBackend):
         return self._seen(held, reply.get("dead") or []), reply["token"], bool(reply["written"])
 
 
+class MemberGone(dist.DistStoreError):
+    """A store read waited for a key that a member of the agent's round, now dead, was to write
+    (rank 0's address for the round's workers): the round can never start."""
+
+
 class AMStore(dist.Store):
     """torch's Store interface on the AM's rendezvous store. Blocking reads wait in the AM (a few
-    seconds at a time) until the store's timeout."""
+    seconds at a time) until the store's timeout, or until the AM names dead a node that
+    ``members()`` says is in this agent's round (:class:`MemberGone`)."""
 
-    def __init__(self, am: _AM, timeout: timedelta):
+    def __init__(self, am: _AM, timeout: timedelta, members: Any = None):
         super().__init__()
         self._am = am
+        self._members = members or (lambda: set())
         self.set_timeout(timeout)
 
     def _op(self, op: str, keys: list[str], values: list[bytes | str] | None = None, amount: int = 0,
@@ -158,6 +165,9 @@ class AMStore(dist.Store):
             reply = self._op("get", keys, wait=max(0.0, min(_POLL_S, remaining)))
             if reply["ok"]:
                 return [_raw(v) or b"" for v in reply["values"]]
+            gone = set(reply.get("dead") or []) & self._members()
+            if gone:
+                raise MemberGone(f"{', '.join(sorted(gone))} of this round is gone: the round cannot start")
             if time.monotonic() >= deadline:
                 missing = [k for k, v in zip(keys, reply["values"], strict=True) if v is None]
                 raise dist.DistStoreError(f"the rendezvous store has no {missing} after {limit:g} s")
@@ -203,7 +213,13 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
         raise ValueError("the tony rendezvous needs the AM's token (TONY_AM_TOKEN)")
     am = _AM(AMClient(params.endpoint, token, timeout=30.0, retries=5), params.run_id)
     join = params.get_as_int("join_timeout", 600) or 600
-    store = AMStore(am, timedelta(seconds=join))
+    handler: Any = None
+
+    def members() -> set[str]:
+        state = getattr(getattr(handler, "_state_holder", None), "state", None)
+        return {repr(node) for node in getattr(state, "participants", {}) or {}}
+
+    store = AMStore(am, timedelta(seconds=join), members)
     backend = AMRendezvousBackend(am)
     handler = create_handler(store, backend, params)
     task_id, session = os.environ.get("TONY_TASK_ID", ""), int(os.environ.get("SESSION_ID", "0") or 0)
@@ -216,8 +232,18 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
         return n if n or not backend.member_lost else 1
 
     def next_rendezvous() -> Any:
-        backend.member_lost = False
-        info = joined()
+        deadline = time.monotonic() + join
+        while True:
+            backend.member_lost = False
+            try:
+                info = joined()
+                break
+            except MemberGone as e:
+                # A member died between the round's forming and its start (rank 0 before it
+                # published its workers' address): leave that round and join the next.
+                if time.monotonic() >= deadline:
+                    raise
+                print(f"tony-elastic: {e}; joining the next round", file=sys.stderr, flush=True)
         backend.member_lost = False
         # torch keeps the round in the handler's state; the AM groups the agents' reports by it.
         holder = getattr(handler, "_state_holder", None)

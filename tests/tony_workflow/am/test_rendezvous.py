@@ -92,6 +92,24 @@ def test_a_get_waits_for_its_keys_and_gives_up_after_its_wait(rdzv):
     assert rdzv.store("app-0", "get", ["never"], [], wait=0.2) == ([None], 0, False)
 
 
+def test_a_node_named_dead_ends_a_waiting_read_with_the_news(rdzv):
+    got = {}
+
+    def reader():
+        got["reply"] = rdzv.store("app-0", "get", ["rank0-address"], [], wait=20)
+    t = threading.Thread(target=reader)
+    started = time.monotonic()
+    t.start()
+    time.sleep(0.2)
+    rdzv.departed("h_7_0")
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - started < 5
+    assert got["reply"] == ([None], 0, False) and rdzv.dead("app-0") == ["h_7_0"]
+    # Named again, it is no news: a read waits its whole wait.
+    rdzv.departed("h_7_0")
+    assert rdzv.store("app-0", "get", ["rank0-address"], [], wait=0.3) == ([None], 0, False)
+
+
 def test_a_closed_rendezvous_ends_a_waiting_read(rdzv):
     errors = []
 

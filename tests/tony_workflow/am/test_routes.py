@@ -206,7 +206,8 @@ def test_the_rendezvous_routes_answer_the_open_run_only_and_refuse_what_is_not_b
     code, reply = routes.rdzv_store(protocol.StoreOp(run, "rename", ["k"]))
     assert code == 400 and "unknown store operation" in reply["error"]
     assert routes.rdzv_store(protocol.StoreOp(run, "add", ["n"], amount=2)) == (200, {"values": [], "count": 2,
-                                                                                         "ok": True})
+                                                                                         "ok": True,
+                                                                                         "dead": ["h_123_0"]})
 
 
 def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):

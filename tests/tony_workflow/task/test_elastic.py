@@ -5,6 +5,7 @@ AM's store, wrapped as torch wraps it; the token is required."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, timedelta
 
 import pytest
@@ -87,6 +88,65 @@ def test_torchs_store_interface_on_the_ams_store_wrapped_as_torch_wraps_it(am):
         store.get("absent")
     with pytest.raises(torch_dist.DistStoreError):
         store.wait(["absent"], timedelta(seconds=0.5))
+
+
+def test_a_rank_0_lost_before_it_starts_the_round_sends_the_others_to_the_next_round(am, monkeypatch):
+    """Rank 0 joins a round and dies before it publishes its workers' address: the node waiting
+    for that address leaves the round as soon as the AM names rank 0 dead, and forms the next one
+    with a newcomer (it would otherwise wait out its join timeout, the group below its minimum)."""
+    import threading as th
+
+    from torch.distributed.elastic.rendezvous import api as rdzv_api
+
+    state, address = am
+    monkeypatch.setenv("TONY_AM_TOKEN", "secret")
+    monkeypatch.setenv("SESSION_ID", "0")
+    release = th.Event()
+    build = rdzv_api.RendezvousStoreInfo.build
+
+    def dies_in_build(rank, store, *args, **kwargs):
+        if th.current_thread().name == "doomed":
+            release.wait(60)  # "dead": it never writes the address
+            raise RuntimeError("gone")
+        return build(rank, store, *args, **kwargs)
+    monkeypatch.setattr(rdzv_api.RendezvousStoreInfo, "build", staticmethod(dies_in_build))
+    handlers = {}
+    for task_id in ("worker:1", "worker:0", "worker:2"):  # created first, worker:1 sorts first: rank 0
+        monkeypatch.setenv("TONY_TASK_ID", task_id)
+        handlers[task_id] = elastic.create_tony_handler(params(address))
+    infos, errors = {}, []
+
+    def join(task_id):
+        try:
+            infos[task_id] = handlers[task_id].next_rendezvous()
+        except Exception as e:  # noqa: BLE001 - shown by the assertions below
+            errors.append((task_id, e))
+    doomed = th.Thread(target=join, args=("worker:1",), name="doomed")
+    survivor = th.Thread(target=join, args=("worker:0",))
+    doomed.start()
+    survivor.start()
+    node = repr(handlers["worker:1"]._this_node)
+    # Both joined round 0; the survivor waits for the address rank 0 never writes.
+    seen = handlers["worker:0"]._state_holder
+    wait_until = time.monotonic() + 30
+    while time.monotonic() < wait_until and not (seen.state.complete and len(seen.state.participants) == 2):
+        time.sleep(0.2)
+    time.sleep(1)
+    assert survivor.is_alive() and "worker:0" not in infos
+    state.rendezvous.departed(node)
+    newcomer = th.Thread(target=join, args=("worker:2",))
+    newcomer.start()
+    survivor.join(60)
+    newcomer.join(60)
+    release.set()
+    doomed.join(10)
+    assert [t for t, _ in errors] == ["worker:1"], errors
+    assert {infos["worker:0"].rank, infos["worker:2"].rank} == {0, 1}
+    assert infos["worker:0"].world_size == 2
+    assert handlers["worker:0"]._state_holder.state.round >= 1
+    assert node not in {repr(n) for n in handlers["worker:0"]._state_holder.state.participants}
+    for h in (handlers["worker:0"], handlers["worker:2"]):
+        h.shutdown()
 
 
 def test_a_node_the_am_names_dead_is_dropped_by_torchs_own_sanitizing():

@@ -6,6 +6,7 @@ status, reattaching and killing belong to :class:`~airflow_provider.hooks.TonyHo
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTracki
 from airflow_provider.triggers import TonyJobTrigger
 from tony_workflow.client import load_job
 from tony_workflow.client.follow import JobUpdate
+from tony_workflow.context import describe as describe_context
 from tony_workflow.errors import ConfigError, LoginError, SpecError, SubmissionRefused, TonyError, UnknownApplication
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobState, JobStatus
@@ -43,6 +45,21 @@ _NO_RETRY: tuple[tuple[type[TonyError], str], ...] = (
     (LoginError, "Cannot log in to the cluster, nothing was submitted"),
     (ConfigError, "The tony connection or the cluster's configuration is wrong, nothing was submitted"),
 )
+
+
+def task_context_conf(context: Context | Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``tony.context.*`` keys of the task instance in ``context`` (none without one)."""
+    ti = (context or {}).get("ti")
+    if ti is None:
+        return {}
+    map_index = getattr(ti, "map_index", None)
+    conf = {"tony.context.source": "airflow", "tony.context.dag-id": ti.dag_id,
+            "tony.context.dag-run-id": ti.run_id, "tony.context.task-id": ti.task_id,
+            "tony.context.try-number": str(getattr(ti, "try_number", "") or ""),
+            "tony.context.map-index": str(map_index if map_index is not None else -1)}
+    with contextlib.suppress(Exception):  # a task instance without Airflow's configuration: no link back
+        conf["tony.context.url"] = str(ti.log_url)
+    return {k: v for k, v in conf.items() if v}
 
 
 def airflow_error(error: TonyError) -> AirflowException:
@@ -74,6 +91,14 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     :param poll_interval: seconds between status checks.
     :param tensorboard_wait: seconds to wait after submission for TensorBoard's URL, so that the
         link is there while the job runs (the job keeps running either way).
+    :param reattach: before submitting, look for an application this task run (DAG, run, task,
+        map index; any try) submitted earlier and that still runs, by its context tag, and follow
+        it instead of submitting a second one. That covers a worker lost between the submission
+        and the recording of the application id, which Airflow's own reconnection cannot.
+
+    Every job carries the task's context (:mod:`tony_workflow.context`): DAG, run, task, try and
+    map index, and the link to the task's log, as ``tony.context.*`` keys, YARN tags and
+    ``TONY_CONTEXT_*`` / ``AIRFLOW_CTX_*`` variables in every task.
     """
 
     template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv",
@@ -91,7 +116,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                  python_venv: str | None = None, python_binary_path: str | None = None,
                  shell_env: Mapping[str, str] | None = None, tony_conn_id: str = TonyHook.default_conn_name,
                  deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
-                 poll_interval: float = 5.0, tensorboard_wait: float = 60.0, **kwargs: Any) -> None:
+                 poll_interval: float = 5.0, tensorboard_wait: float = 60.0, reattach: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job_spec = job_spec
         self.conf = dict(conf or {})
@@ -105,6 +131,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.tensorboard_wait = tensorboard_wait
+        self.reattach = reattach
         self.application_id: str | None = None
 
     @functools.cached_property
@@ -116,14 +143,16 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         fileloc = getattr(getattr(self, "dag", None), "fileloc", None)
         return Path(fileloc).resolve().parent if fileloc else Path.cwd()
 
-    def build_spec(self) -> JobSpec:
+    def build_spec(self, context: Context | None = None) -> JobSpec:
         """The validated JobSpec; a bad spec fails the task at once, naming the key, with no retry.
-        Relative paths (the spec file, ``src_dir``, ``python_venv``) are relative to the DAG file's folder."""
+        Relative paths (the spec file, ``src_dir``, ``python_venv``) are relative to the DAG file's
+        folder. With the task's ``context``, the job carries it (``tony.context.*``)."""
         spec_in = self.job_spec
         base = self._base_dir()
         if isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
             spec_in = str(base / spec_in.strip())
-        conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()}}
+        conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()},
+                **task_context_conf(context)}
         try:
             spec = load_job(spec_in, conf=conf, base_dir=base, executes=self.executes, task_params=self.task_params,
                             src_dir=self.src_dir, python_venv=self.python_venv,
@@ -135,10 +164,21 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
-        self._spec = self.build_spec()
+        self._spec = self.build_spec(context)
         return self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
+        if self.reattach and self._spec.context:
+            try:
+                running = self.hook.get_conn().find_running(self._spec.context)
+            except TonyError as e:
+                raise airflow_error(e) from None
+            if running:
+                self.log.warning("Application %s, submitted earlier by this task run (%s), still runs: "
+                                 "following it instead of submitting another", running,
+                                 describe_context(self._spec.context))
+                self.application_id = running
+                return running
         try:
             handle = self.hook.submit(self._spec)
         except TonyError as e:

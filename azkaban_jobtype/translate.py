@@ -19,9 +19,11 @@ What a job's props mean (the keys of TonY's own Azkaban job type):
     Passed to the user process as ``AZKABAN_INPUT_DATASET`` and ``AZKABAN_OUTPUT_DATASET``, with
     ``,`` turned into ``;`` (commas separate the entries of ``tony.execution.envs``).
 
-The application is tagged ``key:value`` with the execution id, flow id, project name, web server
-host, job id and attempt Azkaban set (``tony.application.tags``), so the application can be found
-from the execution and back.
+The job carries the execution's context (:mod:`tony_workflow.context`): project, flow, execution
+id, job id, attempt, web server host and the execution's link, as ``tony.context.*`` keys
+(:func:`context_conf`). On YARN they tag the application in TonY's ``key:value`` form
+(``azkaban.flow.execid:42``), so the application can be found from the execution and back; every
+task sees them as ``TONY_CONTEXT_*`` variables.
 """
 from __future__ import annotations
 
@@ -36,11 +38,11 @@ from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, app
 from .props import Origin
 
 __all__ = [
+    "CONTEXT_PROPS",
     "DEFAULT_SRC_DIR",
-    "TAG_KEYS",
     "TONY_JOB_TYPES",
     "WORKER_ENV_PREFIX",
-    "application_tags",
+    "context_conf",
     "describe",
     "path_issues",
     "translate",
@@ -49,9 +51,11 @@ __all__ = [
 #: The job types this job type is registered under: TonY's current name and its earlier one.
 TONY_JOB_TYPES = ("TonyJob", "TensorFlowJob")
 
-#: Azkaban properties that become application tags, in this order.
-TAG_KEYS = ("azkaban.flow.execid", "azkaban.flow.flowid", "azkaban.flow.projectname", "azkaban.webserverhost",
-            "azkaban.job.id", "azkaban.job.attempt")
+#: Azkaban's runtime properties -> the context's keys (tagged ``property:value`` on YARN).
+CONTEXT_PROPS = {"azkaban.flow.projectname": "tony.context.project", "azkaban.flow.flowid": "tony.context.flow-id",
+                 "azkaban.flow.execid": "tony.context.execution-id", "azkaban.job.id": "tony.context.job-id",
+                 "azkaban.job.attempt": "tony.context.attempt", "azkaban.webserverhost": "tony.context.host",
+                 "azkaban.link.execution.url": "tony.context.url"}
 
 WORKER_ENV_PREFIX = "worker_env."
 DEFAULT_SRC_DIR = "src"
@@ -61,13 +65,11 @@ DATASET_ENV = {"azkaban.input.dataset": "AZKABAN_INPUT_DATASET",
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def application_tags(props: Mapping[str, str]) -> list[str]:
-    """``key:value`` for each of :data:`TAG_KEYS` that ``props`` sets.
-
-    A comma in a value would split the tag in two (tags are a comma-separated list), so it
-    becomes ``;``.
-    """
-    return [f"{key}:{props[key].replace(',', ';')}" for key in TAG_KEYS if key in props]
+def context_conf(props: Mapping[str, str]) -> dict[str, str]:
+    """The ``tony.context.*`` keys of the execution Azkaban's runtime ``props`` describe (none
+    when Azkaban set none of them: a job run by hand)."""
+    conf = {key: str(props[prop]).strip() for prop, key in CONTEXT_PROPS.items() if str(props.get(prop) or "").strip()}
+    return {"tony.context.source": "azkaban", **conf} if conf else {}
 
 
 def translate(props: Mapping[str, str], *, source: str | None = None,
@@ -109,10 +111,12 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
             execution_env.append(f"{env_name}={props[key].replace(',', ';')}")
 
     # Appended as --conf appends to these multi-valued keys, after whatever the job set itself.
-    appended = {"tony.execution.envs": execution_env, "tony.application.tags": application_tags(props),
+    appended = {"tony.execution.envs": execution_env,
                 "tony.containers.resources": [props.get("hdfs_classpath", "").strip()]}
     conf = apply_overrides(conf, {key: ",".join(v for v in values if v) for key, values in appended.items()
                                   if any(values)})
+    # Where the job came from is Azkaban's to say, not the job's.
+    conf = apply_overrides(conf, context_conf(props))
 
     fields = {name: _text(props.get(name)) for name in ("executes", "task_params", "python_binary_path",
                                                         "python_venv")}

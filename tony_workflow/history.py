@@ -22,14 +22,16 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .context import application_tags, matches
 from .events import read_events
 from .process import user_name
 from .spec.errors import mask_secrets
 from .spec.site import tony_home
+from .spec.values import parse_list
 from .status import check_application_id
 from .storage import Storage, open_storage
 
@@ -167,7 +169,9 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
         "waiting": {k: status.get(k) for k in ("waiting_reason", "waiting_since", "containers_held",
                                                 "containers_wanted", "jobs_ahead")} if status.get("waiting_reason") else None,
-        "elastic": status.get("elastic"),
+        "elastic": status.get("elastic"), "context": status.get("context"),
+        "tags": application_tags([], parse_list(str((conf or {}).get("tony.application.tags") or "")),
+                                 status.get("context") or {})[0],
         "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
         "requested": requested, "hints": sizing_hints(task_list, requested), "conf": conf,
     }
@@ -243,16 +247,29 @@ class JobHistory:
         return removed
 
     def list(self, state: str | None = None, since: float | None = None, limit: int | None = None,
-             full: bool = True) -> list[dict[str, Any]]:
+             full: bool = True, context: Mapping[str, str] | None = None,
+             tags: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Records, newest first, of jobs that ended in ``state`` and started at or after ``since``;
-        at most ``limit``. With ``full`` each is read whole, else only what its name says."""
+        at most ``limit``. With ``full`` each is read whole, else only what its name says. With
+        ``context`` (fields by name, compared without case) or ``tags``, only the jobs whose context
+        has those fields and that carried all those tags (each record is read to tell)."""
         found = [(key, meta) for key, meta in self._records()
                  if (state is None or meta["state"] == state.upper())
                  and (since is None or meta["started_at"] >= since)]
         found.sort(key=lambda item: item[1]["finished_at"], reverse=True)
-        if limit is not None:
-            found = found[:limit]
-        return [self._read(key) if full else meta for key, meta in found]
+        if not context and not tags:
+            if limit is not None:
+                found = found[:limit]
+            return [self._read(key) if full else meta for key, meta in found]
+        wanted = {t.lower() for t in tags}
+        out: list[dict[str, Any]] = []
+        for key, _ in found:
+            if limit is not None and len(out) >= limit:
+                break
+            record = self._read(key)
+            if matches(record.get("context"), context or {}) and wanted <= set(record.get("tags") or []):
+                out.append(record)
+        return out
 
     def get(self, app_id: str) -> dict[str, Any] | None:
         check_application_id(app_id)

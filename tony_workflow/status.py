@@ -153,6 +153,10 @@ class JobStatus:
     #: ``waiting`` (tasks alive that have not joined yet), ``below_min_since``, and ``history``: each
     #: change of the group's size, with who left, who joined and why; None for a fixed job
     elastic: dict[str, Any] | None = None
+    #: where the job came from (:mod:`tony_workflow.context`): the workflow run's fields by name
+    #: (``source``, ``dag_id``, ``dag_run_id`` ... or ``project``, ``flow_id``, ``execution_id`` ...);
+    #: None for a job submitted by hand
+    context: dict[str, str] | None = None
 
     @property
     def is_final(self) -> bool:
@@ -173,6 +177,7 @@ class JobStatus:
         d["warnings"] = list(self.warnings)
         d["jobs_ahead"] = list(self.jobs_ahead)
         d["progress"] = dict(self.progress) if self.progress else None
+        d["context"] = dict(self.context) if self.context else None
         d["tasks"] = [t.to_dict() for t in self.tasks]
         return d
 

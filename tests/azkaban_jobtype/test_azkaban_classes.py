@@ -18,6 +18,8 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, run_tony
+from tony_workflow.context import application_tags
+from tony_workflow.spec import JobSpec
 
 from .conftest import EXAMPLE, run_cli
 
@@ -116,7 +118,7 @@ def test_jobtypemanager_loads_the_plugin_and_processjob_runs_the_example(harness
     status = json.loads(run_tony("status", app_id, "--json").stdout)
     assert status["state"] == "SUCCEEDED"
     spec = json.loads((tony_home / "local" / "apps" / app_id / "spec.json").read_text())
-    tags = spec["conf"]["tony.application.tags"].split(",")
+    tags = application_tags([], [], JobSpec.from_dict(spec).context)[0]
     # the tags TonY's own job type built with HadoopJobUtils, plus the job id and attempt
     assert set(result["hadoopTags"].split(",")) <= set(tags)
     assert {"azkaban.flow.execid:42", "azkaban.job.id:mnist_train", "azkaban.job.attempt:0"} <= set(tags)

@@ -62,7 +62,7 @@ def test_json_report_carries_the_full_spec():
     [job] = report["jobs"]
     assert job["job"] == "mnist:mnist_train" and job["file"] == "mnist_train.job"
     assert job["spec"]["conf"]["tony.worker.instances"] == "2"
-    assert "azkaban.webserverhost:az.example.com" in job["spec"]["conf"]["tony.application.tags"]
+    assert job["spec"]["conf"]["tony.context.host"] == "az.example.com"
 
 
 def test_a_zipped_project_validates(tmp_path):

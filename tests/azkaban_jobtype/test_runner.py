@@ -139,7 +139,7 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     assert status["state"] == "SUCCEEDED"
     spec = json.loads((app_dir(tony_home, app_id) / "spec.json").read_text())
     assert spec["conf"]["tony.execution.envs"] == "GREETING=hello"
-    assert "azkaban.flow.execid:7" in spec["conf"]["tony.application.tags"].split(",")
+    assert spec["conf"]["tony.context.execution-id"] == "7" and spec["conf"]["tony.context.source"] == "azkaban"
     assert spec["src_dir"] == str(project / "src")
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from azkaban_jobtype.flow import load_project
 from azkaban_jobtype.props import read_properties, resolve
-from azkaban_jobtype.translate import TONY_JOB_TYPES, application_tags, describe, translate
+from azkaban_jobtype.translate import TONY_JOB_TYPES, context_conf, describe, translate
+from tony_workflow.context import application_tags, identity
 from tony_workflow.spec import TONY_DEFAULTS, SpecError
 
 from .conftest import EXAMPLE
@@ -83,16 +84,24 @@ def test_worker_env_and_datasets_become_user_process_env():
     assert spec.shell_env == {}
 
 
-def test_application_tags_from_azkabans_runtime_properties():
-    props = {**MINIMAL, "azkaban.flow.execid": "42", "azkaban.flow.flowid": "mnist", "azkaban.flow.projectname": "ml",
+def test_the_execution_is_the_jobs_context_and_tags_it_as_tony_did():
+    props = {**MINIMAL, "azkaban.flow.execid": "42", "azkaban.flow.flowid": "mnist", "azkaban.flow.projectname": "ML",
              "azkaban.webserverhost": "az.example.com", "azkaban.job.id": "train", "azkaban.job.attempt": "1",
-             "tony.application.tags": "team-a"}
+             "azkaban.link.execution.url": "https://az.example.com/executor?execid=42",
+             "tony.application.tags": "team-a", "tony.context.execution-id": "a job's own say"}
     spec = translate(props)
-    assert spec.tags == ["team-a", "azkaban.flow.execid:42", "azkaban.flow.flowid:mnist",
-                         "azkaban.flow.projectname:ml", "azkaban.webserverhost:az.example.com",
-                         "azkaban.job.id:train", "azkaban.job.attempt:1"]
-    assert application_tags({"azkaban.flow.flowid": "a,b"}) == ["azkaban.flow.flowid:a;b"]
-    assert application_tags({}) == []
+    assert spec.tags == ["team-a"]
+    assert spec.context == {"source": "azkaban", "project": "ML", "flow_id": "mnist", "execution_id": "42",
+                            "job_id": "train", "attempt": "1", "host": "az.example.com",
+                            "url": "https://az.example.com/executor?execid=42"}
+    tags, dropped = application_tags(["tony", "gang:x"], spec.tags, spec.context)
+    assert dropped == [] and tags[:4] == ["tony", "gang:x", f"tony.context:{identity(spec.context)}", "team-a"]
+    # TonY's own tags, as its Azkaban job type wrote them (lowercased: YARN keeps them so).
+    assert tags[4:] == ["azkaban.flow.execid:42", "azkaban.flow.flowid:mnist", "azkaban.flow.projectname:ml",
+                        "azkaban.job.id:train", "azkaban.job.attempt:1", "azkaban.webserverhost:az.example.com"]
+    assert context_conf({"azkaban.flow.flowid": "a,b"}) == {"tony.context.source": "azkaban",
+                                                           "tony.context.flow-id": "a,b"}
+    assert context_conf({}) == {} and translate(MINIMAL).context == {}
 
 
 def test_hdfs_classpath_is_localised_like_a_container_resource():

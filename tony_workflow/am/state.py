@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import ClusterManager, Container
+from ..context import application_tags, dropped_warning
 from ..events import EventLog
 from ..frameworks import RANKED_TYPES
 from ..progress import TaskProgress
@@ -128,7 +129,9 @@ class AMState:
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=resume.started_at or time.time(), backend=cluster.name,
                                 retries=resume.retries, reclaims=resume.reclaims, am_attempt=resume.attempt,
-                                warnings=list(spec.warnings), diagnostics=resume.diagnostics)
+                                warnings=list(spec.warnings) + _tag_warnings(spec, cluster.name),
+                                diagnostics=resume.diagnostics,
+                                context=dict(spec.context) or None)
         self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
                                  series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
         self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)
@@ -226,3 +229,12 @@ class AMState:
     def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
         with self.lock:
             return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}
+
+
+def _tag_warnings(spec: JobSpec, backend: str) -> list[str]:
+    """On YARN, the context's fields that found no room among the application's tags."""
+    if backend != "yarn" or not spec.context:
+        return []
+    _, dropped = application_tags(["tony", "gang"], spec.tags, spec.context)
+    warning = dropped_warning(dropped)
+    return [warning] if warning else []

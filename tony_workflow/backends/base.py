@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import SubmissionRefused
+from ..errors import SubmissionRefused, UnknownApplication
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -356,6 +356,26 @@ class Backend(ABC):
     @abstractmethod
     def list_applications(self) -> list[str]:
         """Known application ids, newest last."""
+
+    def tags(self, app_id: str) -> list[str]:
+        """The application's tags as YARN keeps them (lowercased): TonY's, the user's
+        (``tony.application.tags``) and the context's."""
+        return []
+
+    def running_with(self, identity_tag: str) -> list[str]:
+        """The applications not yet final whose context's identity tag
+        (:func:`tony_workflow.context.identity_tag`) is ``identity_tag``, newest last: what a
+        workflow task run submitted before, and that still runs."""
+        from ..context import identity_tag as tag_of
+        found = []
+        for app_id in self.list_applications():
+            try:
+                status = self.stored_status(app_id)
+            except UnknownApplication:
+                continue
+            if not status.is_final and tag_of(status.context or {}) == identity_tag:
+                found.append(app_id)
+        return found
 
     def store_options(self) -> dict[str, Any]:
         """How this backend's client reaches the cluster's files (the job history, a job's final

@@ -295,7 +295,7 @@ class LocalBackend(Backend):
         _write_private(d / "spec.json", json.dumps(spec.to_dict(), indent=1))
         _write_private(d / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=1))
         status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,
-                           started_at=time.time(), backend=self.name)
+                           started_at=time.time(), backend=self.name, context=dict(spec.context) or None)
         _write_private(d / "status.json", json.dumps(status.to_dict()))
         token, view = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
         _write_private(d / "am.secret", json.dumps({"token": token, "view_token": view}))
@@ -404,6 +404,15 @@ class LocalBackend(Backend):
                 suffix = f"#{n}" if n else ""
                 out[f"{tid}/stdout{suffix}"], out[f"{tid}/stderr{suffix}"] = cdir / "stdout", cdir / "stderr"
         return out
+
+    def tags(self, app_id: str) -> list[str]:
+        # Those the job would carry on YARN: the embedded cluster keeps the spec, not tags.
+        from ..context import application_tags
+        try:
+            spec = JobSpec.from_dict(json.loads((self.app_dir(app_id) / "spec.json").read_text()))
+        except (OSError, ValueError):
+            return []
+        return application_tags(["tony"], spec.tags, spec.context)[0]
 
     def list_applications(self) -> list[str]:
         apps = []

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import hadoop
+from ..context import application_tags, from_tags
 from ..errors import ConfigError, UnknownApplication
 from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ..spec import JobSpec, SpecError, SpecIssue
@@ -87,6 +88,7 @@ def yarn_lifetime_s(timeout_ms: int) -> float:
 
 _YARN_RUNNING = ("RUNNING",)
 _YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
+_YARN_ACTIVE = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
 
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
@@ -338,8 +340,10 @@ class YarnBackend(Backend):
                               script=(f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . "
                                       "&& exec sleep 2147483647"),
                               files={"spec.json": spec_file, **conf_files}, env=base_env)
+        # TonY's tags, the user's, then where the job came from, as many as YARN takes.
+        tags, _ = application_tags(["tony", gang], spec.tags, spec.context)
         app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
-                                    tags=set(spec.tags) | {"tony", gang}, max_attempts=1,
+                                    tags=set(tags), max_attempts=1,
                                     node_label=spec.node_label or "")
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
         app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
@@ -385,7 +389,7 @@ class YarnBackend(Backend):
         status = JobStatus(application_id=app_id, name=report.name, backend=self.name,
                            tracking_url=f"{self.rm_web}/cluster/app/{app_id}",
                            diagnostics=report.diagnostics, started_at=report.started_at,
-                           finished_at=report.finished_at)
+                           finished_at=report.finished_at, context=from_tags(report.tags) or None)
         if state in ("NEW", "NEW_SAVING", "SUBMITTED"):
             status.state = JobState.SUBMITTED
         elif state == "ACCEPTED":
@@ -483,3 +487,11 @@ class YarnBackend(Backend):
 
     def list_applications(self) -> list[str]:
         return [a.id for a in self.rm.apps(tags=("tony",)) if "tony" in a.tags]
+
+    def tags(self, app_id: str) -> list[str]:
+        return sorted(self._report(app_id).tags)
+
+    def running_with(self, identity_tag: str) -> list[str]:
+        # The ResourceManager knows the tag from the submission on: no gap before the AM runs.
+        tag = identity_tag.lower()
+        return [a.id for a in self.rm.apps(tags=(tag,), states=_YARN_ACTIVE) if tag in a.tags and "tony" in a.tags]

@@ -11,11 +11,12 @@ Azkaban) goes through here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..archive import unsafe_entry
 from ..backends import Backend, get_backend
+from ..context import identity_tag, matches
 from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
@@ -237,12 +238,27 @@ class TonyClient:
 
         return site_history(self.backend.name, **self.backend.store_options())
 
-    def list(self) -> list[JobStatus]:
+    def list(self, context: Mapping[str, str] | None = None, tags: Sequence[str] = ()) -> list[JobStatus]:
+        """Every application's status, oldest first; with ``context``, those whose context has
+        these fields (by name, compared without case: ``{"dag_id": "nightly"}``), with ``tags``,
+        those with all these tags (the user's or the context's, as YARN writes them)."""
         out = []
         for app_id in self.backend.list_applications():
             try:
-                out.append(JobHandle(app_id, self.backend).status())
+                status = JobHandle(app_id, self.backend).status()
             except UnknownApplication:  # ended and cleaned up between the listing and the look
                 continue
+            if context and not matches(status.context, context):
+                continue
+            if tags and not {t.lower() for t in tags} <= set(self.backend.tags(app_id)):
+                continue
+            out.append(status)
         return out
+
+    def find_running(self, context: Mapping[str, str]) -> str | None:
+        """The newest application not yet final that the same workflow task run as ``context``
+        submitted (:func:`tony_workflow.context.identity`), or None."""
+        tag = identity_tag(context)
+        found = self.backend.running_with(tag) if tag else []
+        return found[-1] if found else None
 

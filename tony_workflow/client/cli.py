@@ -7,6 +7,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from ..context import FIELDS as CONTEXT_FIELDS
+from ..context import describe as describe_context
 from ..errors import (
     AMUnreachable,
     ConfigError,
@@ -85,6 +87,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(st.to_dict(), indent=1))
     else:
         print(st.summary())
+        if st.context:
+            print(f"  from: {describe_context(st.context)}" + (f"  {st.context['url']}" if st.context.get("url") else ""))
         for t in st.tasks:
             code = "" if t.exit_code is None else f" exit={t.exit_code}"
             print(f"  {t.task_id:<14} {t.state:<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
@@ -128,13 +132,30 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _context_filter(args: argparse.Namespace) -> dict[str, str]:
+    """The context fields ``--dag``, ``--run``, ``--flow`` ... ask for, by field name."""
+    return {f.name: getattr(args, f.option) for f in CONTEXT_FIELDS
+            if f.option and getattr(args, f.option, None) is not None}
+
+
+def _add_context_filters(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where the job came from (compared without case)")
+    for f in CONTEXT_FIELDS:
+        if f.option:
+            g.add_argument(f"--{f.option}", metavar=f.option.upper(), help=f"only the jobs of this {f.doc.replace(': the ', ' ')}")
+    g.add_argument("--tag", action="append", default=[], metavar="TAG",
+                   help="only jobs with this application tag, e.g. azkaban.flow.execid:42 (repeatable: all of them)")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    statuses = TonyClient(args.backend).list()
+    statuses = TonyClient(args.backend).list(context=_context_filter(args), tags=args.tag)
     if args.json:
         print(json.dumps([s.to_dict() for s in statuses], indent=1))
         return 0
     for s in statuses:
-        print(f"{s.application_id}  {s.state:<10} session={s.session_id}  {s.name or ''}")
+        origin = describe_context(s.context)
+        print(f"{s.application_id}  {s.state:<10} session={s.session_id}  {s.name or ''}"
+              + (f"  ({origin})" if origin else ""))
     return 0
 
 
@@ -191,7 +212,9 @@ def _when(ts: float | None) -> str:
 def _history_line(r: dict) -> str:
     took = r["finished_at"] - r["started_at"] if r.get("finished_at") and r.get("started_at") else None
     took_text = f"{took:.0f}s" if took is not None else "-"
-    return f"{r['application_id']}  {r['state']:<10} {_when(r.get('started_at'))}  {took_text:>7}  {r.get('name') or ''}"
+    origin = describe_context(r.get("context"))
+    return (f"{r['application_id']}  {r['state']:<10} {_when(r.get('started_at'))}  {took_text:>7}  {r.get('name') or ''}"
+            + (f"  ({origin})" if origin else ""))
 
 
 def _show_record(r: dict) -> None:
@@ -200,6 +223,8 @@ def _show_record(r: dict) -> None:
     print(f"{r['application_id']} {r['state']}  {r.get('name') or ''}  user={r.get('user')}  backend={r.get('backend')}")
     print(f"  started {_when(r.get('started_at'))}, finished {_when(r.get('finished_at'))}, "
           f"{len(r.get('sessions') or [])} session(s), {r.get('am_attempts', 1)} ApplicationMaster attempt(s)")
+    if r.get("context"):
+        print(f"  from: {describe_context(r['context'])}" + (f"  {r['context']['url']}" if r['context'].get("url") else ""))
     if r.get("diagnostics"):
         print(f"  diagnostics: {r['diagnostics']}")
     if r.get("progress"):
@@ -238,9 +263,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    records = history.list(state=args.state, since=_since(args.since) if args.since else None, limit=args.limit)
+    records = history.list(state=args.state, since=_since(args.since) if args.since else None, limit=args.limit,
+                           context=_context_filter(args), tags=args.tag)
     if args.json:
-        keep = ("application_id", "name", "user", "state", "started_at", "finished_at", "diagnostics")
+        keep = ("application_id", "name", "user", "state", "started_at", "finished_at", "diagnostics", "context")
         print(json.dumps([{**{k: r.get(k) for k in keep},
                            "tasks": [{k: t.get(k) for k in ("task_id", "state", "exit_code", "restarts", "metrics")}
                                      for t in r.get("tasks") or []]} for r in records], indent=1))
@@ -289,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list applications")
     ls.add_argument("--json", action="store_true")
+    _add_context_filters(ls)
     ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     ls.set_defaults(fn=cmd_list)
 
@@ -301,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     hs.add_argument("--state", type=str.upper, choices=["SUCCEEDED", "FAILED", "KILLED"])
     hs.add_argument("--since", metavar="WHEN", help="started since: a duration back (7d, 12h) or a date (2026-11-20)")
     hs.add_argument("--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)")
+    _add_context_filters(hs)
     hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     hs.set_defaults(fn=cmd_history)
 

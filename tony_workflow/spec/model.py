@@ -273,6 +273,13 @@ class JobSpec:
         """tony.yarn.queue."""
         return self.get("tony.yarn.queue") or ""
 
+    @cached_property
+    def context(self) -> dict[str, str]:
+        """Where the job came from: the fields its ``tony.context.*`` keys set, by name
+        (:mod:`tony_workflow.context`); empty for a job submitted by hand."""
+        from ..context import from_conf
+        return from_conf(self.conf)
+
     # Fields read from one key of the table (.table: its default, parser, bound and meaning).
     node_label = field_of(table.NODE_LABEL)
     am_node_label = field_of(table.AM_NODE_LABEL)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
+from ..context import FIELDS as CONTEXT_FIELDS
 from .keys import (
     LOCAL_CLUSTER_DEFAULTS,
     LOCAL_KEY_REASON,
@@ -169,7 +170,11 @@ ELASTIC_MAX_MEMBERSHIP_CHANGES = integer("tony.elastic.max-membership-changes", 
                                          "and go on without it (a container the cluster took back is not "
                                          "counted); past it, the failure rules apply", "10")
 
-KEYS: tuple[Key[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Key))
+#: Where the job came from (:mod:`tony_workflow.context`): set by the workflow front ends.
+CONTEXT_KEYS: tuple[Key[str | None], ...] = tuple(text(f.key, f.doc, "") for f in CONTEXT_FIELDS)
+
+KEYS: tuple[Key[Any], ...] = (tuple(v for v in list(globals().values()) if isinstance(v, Key))
+                              + CONTEXT_KEYS)
 _BY_NAME = {k.name: k for k in KEYS}
 assert len(_BY_NAME) == len(KEYS), "a key is in the table twice"
 

@@ -83,7 +83,30 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
 
     if check("tony.docker.enabled", parse_bool):
         issues.extend(_docker_problems(spec))
+    issues.extend(_tag_problems(spec))
     issues.extend(_check_tasks(spec, check, framework))
+    return issues
+
+
+def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
+    """The user's tags must fit YARN's limits beside TonY's own; the context's source must be one
+    a context is made of (:mod:`tony_workflow.context`)."""
+    from ..context import MAX_TAG_LENGTH, MAX_TAGS, SOURCES, TONY_TAGS
+    issues = []
+    tags = spec.tags
+    room = MAX_TAGS - TONY_TAGS
+    if len(tags) > room:
+        issues.append(spec.issue("tony.application.tags", ",".join(tags),
+                                 f"{len(tags)} tags; YARN takes at most {MAX_TAGS} per application and TonY "
+                                 f"uses {TONY_TAGS} of them (tony, the gang's, the context's): at most {room}"))
+    for tag in tags:
+        if len(tag) > MAX_TAG_LENGTH or not tag.isascii() or not tag.isprintable():
+            issues.append(spec.issue("tony.application.tags", tag, f"a tag is at most {MAX_TAG_LENGTH} "
+                                     "printable ASCII characters (YARN's limit)"))
+    source = (spec.get("tony.context.source") or "").strip()
+    if source and source not in SOURCES:
+        issues.append(spec.issue("tony.context.source", source, f"one of {', '.join(SOURCES)} (or empty: the "
+                                 "source whose tony.context.* keys are set)"))
     return issues
 
 

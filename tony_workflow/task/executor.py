@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 from ..archive import unsafe_entry
+from ..context import task_env
 from ..events import log_tail
 from ..frameworks import RANKED_TYPES, TaskContext, build_env, launch_command
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
@@ -261,6 +262,7 @@ class TaskExecutor:
         python_dir = os.path.dirname(self._python())
         if python_dir:
             env["PATH"] = os.pathsep.join([python_dir, env.get("PATH", os.defpath)])
+        env.update(task_env(spec.context))
         env.update(spec.execution_env)
         env.update(spec.shell_env)
         return env

@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from tony_workflow.context import describe as describe_context
 from tony_workflow.status import FINAL_STATES, check_application_id, progress_text
 
 __all__ = ["chart", "create_app"]
@@ -46,7 +47,7 @@ def _when(ts: float | None) -> str:
 
 
 def _render(name: str, **context: Any) -> HTMLResponse:
-    return HTMLResponse(_TEMPLATES.get_template(name).render(when=_when, **context))
+    return HTMLResponse(_TEMPLATES.get_template(name).render(when=_when, origin=describe_context, **context))
 
 
 def chart(title: str, t: list[float], lines: dict[str, list[float | None]], unit: str,

@@ -111,6 +111,56 @@ def test_killed_task_process_retries_and_reattaches_without_a_second_application
     assert TonyClient("local").attach(app_id).status().state == "SUCCEEDED"
 
 
+# The first try's process dies right after the submission returns, before Airflow records the
+# application id: the moment Airflow's own reconnection cannot cover.
+DIES_AFTER_SUBMITTING = """
+import os, signal
+from datetime import datetime, timedelta
+from airflow.sdk import DAG
+from airflow_provider.operators import TonyOperator
+
+
+class DiesAfterSubmitting(TonyOperator):
+    def submit_job(self, context):
+        app_id = super().submit_job(context)
+        if context["ti"].try_number == 1:
+            print("SUBMITTED", app_id, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return app_id
+
+
+with DAG("tony_gap", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    DiesAfterSubmitting(task_id="train", retries=1, retry_delay=timedelta(seconds=1), job_spec=%r,
+                        poll_interval=0.5, tensorboard_wait=0)
+"""
+
+
+def test_a_task_killed_between_submitting_and_recording_finds_its_application_by_context(api_server, tony_home,
+                                                                                          tmp_path):
+    from tests.airflow_provider.conftest import DAGS
+    job = {**JOB, "command": "sleep 15"}
+    dag = DAGS / "tony_gap.py"
+    dag.write_text(DIES_AFTER_SUBMITTING % (job,))
+    runner = start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)
+    try:
+        runner.wait(timeout=300)
+    finally:
+        stop(runner)
+    out = (tmp_path / "dag.log").read_text()
+    assert "DAGRUN success" in out, out[-4000:]
+    [app] = applications(tony_home)  # the retry followed the first try's job: no second application
+    run_id = out.split("DAGRUN success ", 1)[1].split()[0]
+    assert task_instance("tony_gap", run_id, "train").try_number == 2
+    status = TonyClient("local").attach(app.name).status()
+    assert status.state == "SUCCEEDED"
+    # The application is the first try's, and says so.
+    assert status.context["dag_id"] == "tony_gap" and status.context["dag_run_id"] == run_id
+    assert status.context["try_number"] == "1" and status.context["task_id"] == "train"
+    logs = "".join(p.read_text(errors="replace") for p in (AIRFLOW_HOME / "logs").rglob("attempt=2*.log")
+                   if "tony_gap" in str(p))
+    assert f"Application {app.name}, submitted earlier by this task run" in logs, logs[-3000:]
+
+
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_marking_the_running_task_failed_kills_the_application(api_server, tony_home, tmp_path, deferrable):
     dag_id = f"tony_mark_failed_{'deferrable' if deferrable else 'sync'}"

@@ -55,3 +55,22 @@ def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():
     assert "group shrank; left: worker:1" in page and "worker:1: exit code 137 (SIGKILL)" in page
     assert "task worker:1 left the elastic group; a replacement is asked for" in page   # the timeline
     assert "group shrank: 2 of 3 nodes train (round 1)" in page
+
+
+def test_a_jobs_page_and_the_list_say_where_the_job_came_from():
+    from airflow_provider.web import _render
+    from tony_workflow.history import build_record
+
+    context = {"source": "azkaban", "project": "ml", "flow_id": "nightly", "execution_id": "42", "job_id": "train",
+               "attempt": "0", "url": "https://az.example.com/executor?execid=42&x=<y>"}
+    status = {"application_id": "application_1_0008", "state": "SUCCEEDED", "tasks": [], "context": context}
+    record = build_record(status, [], user="u", conf={"tony.application.tags": "team-a"}, requested={})
+    assert record["context"] == context and "azkaban.flow.execid:42" in record["tags"] and "team-a" in record["tags"]
+    page = _render("job.html", r=record, live=False, charts=[], progress="", base="", conn_id="c").body.decode()
+    assert "<b>Started by</b> Azkaban project ml, flow nightly, execution 42, job train, attempt 0" in page
+    assert 'href="https://az.example.com/executor?execid=42&amp;x=&lt;y&gt;">the execution</a>' in page
+    listing = _render("jobs.html", running=[], ended=[record], conn_id="c", progress_text=str, base="").body.decode()
+    assert "Azkaban project ml, flow nightly, execution 42" in listing
+    bare = build_record({**status, "context": None}, [], user="u", conf={}, requested={})
+    assert "Started by" not in _render("job.html", r=bare, live=False, charts=[], progress="", base="",
+                                       conn_id="c").body.decode()

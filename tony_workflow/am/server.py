@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .. import protocol
+from ..context import describe as describe_context
 from ..protocol import TOKEN_HEADER, BadRequest, Handler
 
 __all__ = ["AMHttpServer", "Handler", "calm_collector", "render_log_index", "render_status_page"]
@@ -66,7 +67,7 @@ def _templates():
 
 def render_status_page(st: dict) -> str:
     """The job's tracking page for a ``JobStatus.to_dict()``."""
-    return _templates().get_template("status.html").render(st=st)
+    return _templates().get_template("status.html").render(st=st, origin=describe_context)
 
 
 def render_log_index(task_ids: list[str], base: str) -> str:

@@ -220,3 +220,16 @@ def test_the_tracking_page_shows_an_elastic_group_with_its_changes_and_escapes_t
     assert "group shrank; left: worker:1" in page and "worker:1: exit code 137 (SIGKILL)" in page
     assert "&lt;b&gt;el&lt;/b&gt;" in page
     assert "Elastic group" not in render_status_page(JobStatus("application_1_0003").to_dict())
+
+
+def test_the_tracking_page_says_where_the_job_came_from():
+    from tony_workflow.am.server import render_status_page
+    from tony_workflow.status import JobStatus
+
+    st = JobStatus("application_1_0004", state="RUNNING",
+                   context={"source": "airflow", "dag_id": "nightly", "dag_run_id": "manual__1", "task_id": "train",
+                            "try_number": "2", "url": "http://airflow/dags/nightly/runs/manual__1/tasks/train"})
+    page = render_status_page(st.to_dict())
+    assert "Started by Airflow DAG nightly, run manual__1, task train, try 2" in page
+    assert '<a href="http://airflow/dags/nightly/runs/manual__1/tasks/train">' in page
+    assert "Started by" not in render_status_page(JobStatus("application_1_0005").to_dict())

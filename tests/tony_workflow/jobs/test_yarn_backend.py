@@ -12,6 +12,7 @@ import requests
 
 from tests.conftest import REPO, run_tony, user_process, wait_for
 from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.context import identity_tag
 
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
 
@@ -176,10 +177,23 @@ def test_more_gpus_than_the_cluster_has_fails_at_once(cluster, yarn):
 
 
 def test_tony_kill_kills_the_yarn_application(cluster, yarn):
-    spec = load_job(str(MWMS), conf=SMALL, task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
+    # Also: where the job came from tags it within YARN's ten, is in its status, and finds it.
+    context = ["tony.context.dag-id=Nightly", "tony.context.dag-run-id=manual__7", "tony.context.task-id=train",
+               "tony.context.try-number=1", "tony.context.map-index=-1"]
+    spec = load_job(str(MWMS), conf=[*SMALL, *context, "tony.application.tags=a,b,c,d,e,f"],
+                    task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
     h = yarn.submit(spec)
-    wait_for(lambda: h.status().state == "RUNNING", timeout=240)
+    tags = set(requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}",
+                            timeout=30).json()["app"]["applicationTags"].split(","))
+    assert len(tags) == 10 and {"tony", identity_tag(spec.context), "a", "f", "airflow.dag_id:nightly"} <= tags
+    assert yarn.find_running(spec.context) == h.app_id  # from the submission on, before the AM says anything
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s, timeout=240)
+    assert st.context == spec.context
+    assert any("dag_run_id, task_id, try_number, map_index went untagged" in w for w in st.warnings), st.warnings
+    listed = run_tony("--backend", "yarn", "list", "--dag", "nightly", "--tag", "airflow.dag_id:nightly")
+    assert h.app_id in listed.stdout and "Airflow DAG Nightly, run manual__7" in listed.stdout, listed.stderr[-2000:]
     r = run_tony("--backend", "yarn", "kill", h.app_id)
     assert r.returncode == 0 and "KILLED" in r.stdout, r.stderr[-2000:]
     report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
     assert report["state"] in ("KILLED", "FINISHED") and report["finalStatus"] in ("KILLED",)
+    assert yarn.find_running(spec.context) is None

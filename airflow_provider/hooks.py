@@ -17,6 +17,7 @@ from tony_workflow.client import JobHandle, TonyClient
 from tony_workflow.client.follow import JobUpdate
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobStatus
+from tony_workflow.storage import qualified
 
 __all__ = ["TonyHook"]
 
@@ -88,6 +89,12 @@ class TonyHook(BaseHook):
                     kwargs = {k: str(self.fields[k]) for k in _YARN_FIELDS if self.fields.get(k)}
                 self._client = TonyClient(self.backend, **kwargs)
             return self._client
+
+    def qualify(self, location: str) -> str:
+        """``location`` as a full URI on this connection's cluster (``hdfs:///p`` gets the
+        NameNode of its ``fs.defaultFS``, a local path becomes ``file:///…``)."""
+        conf_dir = getattr(self.get_conn().backend, "conf_dir", None) if self.backend == "yarn" else None
+        return qualified(location, conf_dir)
 
     def connection_conf(self) -> dict[str, str]:
         """tony.* keys this connection sets on every job (queue, node label)."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk import Asset, BaseOperator, ResumableJobMixin
 from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -62,6 +62,14 @@ def task_context_conf(context: Context | Mapping[str, Any] | None) -> dict[str, 
     return {k: v for k, v in conf.items() if v}
 
 
+def model_event_extra(status: JobStatus) -> dict[str, Any]:
+    """The extra of a model asset's event: which job made the model, where it is, how it scored."""
+    progress = status.progress or {}
+    return {"application_id": status.application_id, "checkpoint_location": status.checkpoint_location,
+            "final_state": status.state, "step": progress.get("step"), "metrics": dict(progress.get("metrics") or {}),
+            "tracking_url": status.tracking_url, "context": dict(status.context or {})}
+
+
 def airflow_error(error: TonyError) -> AirflowException:
     """The Airflow exception the task raises for ``error``: the one place the operator maps the
     project's errors onto Airflow's conventions."""
@@ -91,6 +99,11 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     :param poll_interval: seconds between status checks.
     :param tensorboard_wait: seconds to wait after submission for TensorBoard's URL, so that the
         link is there while the job runs (the job keeps running either way).
+    :param model_asset: an Airflow asset standing for the trained model. It is one of the task's
+        outlets, and when the job succeeds its asset event's extra says which model this is:
+        ``application_id``, ``checkpoint_location`` (the URI of the job's checkpoints: the model),
+        the last reported ``step`` and ``metrics``, ``final_state``, ``tracking_url`` and where the
+        job came from (``context``). DAGs scheduled on the asset start with it.
     :param reattach: before submitting, look for an application this task run (DAG, run, task,
         map index; any try) submitted earlier and that still runs, by its context tag, and follow
         it instead of submitting a second one. That covers a worker lost between the submission
@@ -117,8 +130,11 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                  shell_env: Mapping[str, str] | None = None, tony_conn_id: str = TonyHook.default_conn_name,
                  deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval: float = 5.0, tensorboard_wait: float = 60.0, reattach: bool = True,
-                 **kwargs: Any) -> None:
+                 model_asset: Asset | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.model_asset = model_asset
+        if model_asset is not None and model_asset not in (self.outlets or []):
+            self.outlets = [*(self.outlets or []), model_asset]
         self.job_spec = job_spec
         self.conf = dict(conf or {})
         self.executes = executes
@@ -161,6 +177,15 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         except TonyError as e:
             raise airflow_error(e) from None
         return spec
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        # What the lineage start event describes, built now that the fields are rendered and while
+        # the task's process may still read its connection.
+        try:
+            self._rendered_spec = self.build_spec(context)
+        except Exception:  # noqa: BLE001 - a bad spec fails the task in execute, with its message
+            self._rendered_spec = None
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
@@ -244,8 +269,10 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self._finish(context, final if final is not None else self.hook.get_status(app_id))
 
     def get_job_result(self, external_id: Any, context: Context) -> dict:
-        status = self.hook.get_status(str(external_id))
+        status = self._final = self.hook.get_status(str(external_id))
         context["ti"].xcom_push(key="status", value=status.to_dict())
+        if status.succeeded and self.model_asset is not None:
+            context["outlet_events"][self.model_asset].extra = model_event_extra(status)
         return status.to_dict()
 
     def _report(self, context: Context, update: JobUpdate) -> None:
@@ -266,10 +293,13 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
             self.log.info("TensorBoard: %s", update.tensorboard_url)
 
     def _finish(self, context: Context, status: JobStatus) -> dict:
+        self._final = status
         context["ti"].xcom_push(key="status", value=status.to_dict())
         pushed = getattr(self, "_pushed", {})
         if (status.tensorboard_url, status.tracking_url) != (pushed.get("tensorboard_url"), pushed.get("tracking_url")):
             self._push_urls(context, status)
+        if status.succeeded and self.model_asset is not None:
+            context["outlet_events"][self.model_asset].extra = model_event_extra(status)
         if not status.succeeded:
             failed = [f"{t.task_id} {t.state} exit={t.exit_code} log={t.log_url}" for t in status.tasks
                       if t.state in ("FAILED", "LOST")]
@@ -288,6 +318,30 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         status = JobStatus.from_dict(event["job"])
         self.log.info("%s", status.summary())
         return self._finish(context, status)
+
+    # ------------------------------------------------------------------ OpenLineage
+    def _lineage(self, final: bool) -> Any:
+        """What the job reads and writes and the job itself (:mod:`airflow_provider.lineage`)."""
+        from airflow_provider.lineage import lineage
+
+        # The start event comes before execute, in a process forked off the task's: the spec as
+        # rendered, not anything that asks Airflow's metadata (a forked child must not).
+        spec = getattr(self, "_spec", None) or getattr(self, "_rendered_spec", None)
+        status = getattr(self, "_final", None) if final else None
+        if final and status is None and self.application_id:
+            with contextlib.suppress(TonyError):
+                status = self.hook.get_status(self.application_id)
+        return lineage(spec, self.hook.backend, qualify=self.hook.qualify, inlets=self.inlets or [],
+                       outlets=self.outlets or [], status=status)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._lineage(final=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._lineage(final=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._lineage(final=True)
 
     def on_kill(self) -> None:
         if self.application_id:

@@ -1,5 +1,9 @@
 """Prepare data, train MNIST with MultiWorkerMirroredStrategy under TonY, evaluate the checkpoint.
 
+The trained model is the asset ``tony_mnist_model``: each successful training publishes it, with
+the application, the checkpoints' location and the final metrics, and ``tony_mnist_deploy``
+(scheduled on the asset) deploys it.
+
 Runs on the embedded cluster with no configuration (the ``tony_default`` connection); point
 ``tony_default`` at a ``tony`` connection with backend ``yarn`` to run the same DAG on YARN.
 """
@@ -13,13 +17,15 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 
 from airflow_provider.operators import TonyOperator
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MNIST = EXAMPLES / "mnist_mwms"
 DATA_ROOT = Path(os.environ.get("TONY_WORKFLOW_DATA", Path.home() / "tony-workflow-data"))
+#: The trained model; tony_mnist_deploy is scheduled on it.
+MNIST_MODEL = Asset(name="tony_mnist_model", uri="tony://models/tony_mnist")
 
 
 def run_dir(run_id: str) -> Path:
@@ -57,6 +63,7 @@ with DAG(
             "tony.am.memory": "512m",
         },
         poll_interval=2,
+        model_asset=MNIST_MODEL,
     )
 
     @task

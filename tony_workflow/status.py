@@ -157,6 +157,9 @@ class JobStatus:
     #: (``source``, ``dag_id``, ``dag_run_id`` ... or ``project``, ``flow_id``, ``execution_id`` ...);
     #: None for a job submitted by hand
     context: dict[str, str] | None = None
+    #: where the job's checkpoints (its model) are kept, as a full URI: ``hdfs://namenode:port/…``
+    #: on YARN, ``file:///…`` on the embedded cluster (or tony.checkpoint.location's own)
+    checkpoint_location: str | None = None
 
     @property
     def is_final(self) -> bool:

@@ -33,6 +33,7 @@ from ..backends import ClusterManager, Container, NeverFits, Wait, gang_requests
 from ..events import log_tail
 from ..spec import JobSpec
 from ..status import JobState, TaskState, TaskStatus
+from ..storage import qualified
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
@@ -81,6 +82,7 @@ class ApplicationMaster(Regrouping):
         self.task_restarts: dict[str, int] = {}
         self.server: AMHttpServer | None = None
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
+        self.status.checkpoint_location = qualified(self.checkpoint_location)
         self.log_dir = cluster.log_dir(self.app_dir)
         self.retry_count = spec.retry_count
 

@@ -152,7 +152,7 @@ INSTANCES_KEY = re.compile(r"^tony\.(.+)\.instances$")
 RESERVED_TYPES = frozenset({
     "am", "application", "task", "container", "containers", "docker", "execution", "history", "yarn",
     "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
-    "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic", "context",
+    "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic", "context", "lineage",
 })
 
 #: TonY's keys that tony-default.xml does not list (its client and code read them), known so that

@@ -297,6 +297,8 @@ class JobSpec:
     reclaim_retry_count = field_of(table.RECLAIM_RETRY_COUNT)
     priority = field_of(table.PRIORITY)
     docker_mounts = field_of(table.DOCKER_MOUNTS)
+    lineage_inputs = field_of(table.LINEAGE_INPUTS)
+    lineage_outputs = field_of(table.LINEAGE_OUTPUTS)
 
     docker_enabled = field_of(table.DOCKER_ENABLED)
 

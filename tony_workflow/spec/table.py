@@ -172,6 +172,10 @@ ELASTIC_MAX_MEMBERSHIP_CHANGES = integer("tony.elastic.max-membership-changes", 
 
 #: Where the job came from (:mod:`tony_workflow.context`): set by the workflow front ends.
 CONTEXT_KEYS: tuple[Key[str | None], ...] = tuple(text(f.key, f.doc, "") for f in CONTEXT_FIELDS)
+LINEAGE_INPUTS = listing("tony.lineage.inputs", "what the job reads, for lineage (OpenLineage): URIs or paths "
+                         "(hdfs://namenode:port/data, /local/path)", "")
+LINEAGE_OUTPUTS = listing("tony.lineage.outputs", "what the job writes besides its checkpoints (always an output), "
+                          "for lineage: URIs or paths", "")
 
 KEYS: tuple[Key[Any], ...] = (tuple(v for v in list(globals().values()) if isinstance(v, Key))
                               + CONTEXT_KEYS)

@@ -18,7 +18,24 @@ from .base import Entry, Storage, is_temp, retry
 from .local import LocalStorage
 from .webhdfs import WebHDFSStorage, namenode_web_addresses
 
-__all__ = ["Entry", "LocalStorage", "Storage", "WebHDFSStorage", "is_temp", "open_storage", "retry"]
+__all__ = ["Entry", "LocalStorage", "Storage", "WebHDFSStorage", "is_temp", "open_storage", "qualified", "retry"]
+
+
+def qualified(location: str, hadoop_conf_dir: str | os.PathLike[str] | None = None) -> str:
+    """``location`` as a URI that names it from anywhere: a local path (or ``file:`` URI) becomes
+    ``file:///absolute/path``, ``hdfs:///path`` gets ``fs.defaultFS``'s NameNode from the Hadoop
+    configuration in ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``; left as it is without
+    one); any other URI stays as it is."""
+    if location.startswith("file:") or "://" not in location:
+        path = location.removeprefix("file://").removeprefix("file:")
+        return "file://" + os.path.abspath(path)
+    parts = urlsplit(location)
+    if parts.scheme.lower() == "hdfs" and not parts.netloc:
+        conf = read_conf(hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR"), ("core-site.xml",))
+        default = urlsplit(conf.get("fs.defaultFS", ""))
+        if default.scheme == "hdfs" and default.netloc:
+            return f"hdfs://{default.netloc}{parts.path}"
+    return location
 
 
 def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | None = None,

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import time
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -189,6 +190,9 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
     assert yarn.find_running(spec.context) == h.app_id  # from the submission on, before the AM says anything
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s, timeout=240)
     assert st.context == spec.context
+    # The checkpoints (the model, for lineage and assets) are named with the NameNode of fs.defaultFS.
+    namenode = urlsplit(cluster["fs_default"]).netloc
+    assert st.checkpoint_location == f"hdfs://{namenode}{app_hdfs_dir(h.app_id)}/checkpoints", st.checkpoint_location
     assert any("dag_run_id, task_id, try_number, map_index went untagged" in w for w in st.warnings), st.warnings
     listed = run_tony("--backend", "yarn", "list", "--dag", "nightly", "--tag", "airflow.dag_id:nightly")
     assert h.app_id in listed.stdout and "Airflow DAG Nightly, run manual__7" in listed.stdout, listed.stderr[-2000:]

@@ -1,154 +1,30 @@
-"""OpenLineage for :class:`~airflow_provider.operators.TonyOperator`: what a training job read,
-what it wrote, and the job itself, as the OpenLineage provider's operator hooks return them.
-
-- **Inputs**: the spec's ``tony.lineage.inputs`` and the operator's ``inlets`` (Airflow assets).
-- **Outputs**: the job's checkpoint directory, its model (known at the start only when
-  ``tony.checkpoint.location`` names it; at the end from the job's status), the spec's
-  ``tony.lineage.outputs`` and the operator's ``outlets``.
-- **Facets**: the job facet ``tony`` (:class:`TonyJobFacet`: framework, backend, queue, each
-  task type's instances and resources) and, at the end, the run facet ``tony``
-  (:class:`TonyRunFacet`: application id, final state, sessions, retries, reclaims, ApplicationMaster
-  attempts, the tracking and TensorBoard links, the checkpoint location and the last reported
-  step and metrics); a failed job adds OpenLineage's ``errorMessage`` with its diagnostics.
-
-Datasets are named by OpenLineage's naming rules: ``hdfs://namenode:port`` and the path for HDFS
-(an ``hdfs:///path`` is given the NameNode of the cluster's ``fs.defaultFS``), ``file`` and the
-absolute path for local files, ``s3://bucket`` (``gs://``...) and the key for object stores,
-``scheme://authority`` and the path otherwise.
+"""OpenLineage for :class:`~airflow_provider.operators.TonyOperator`: the job's lineage
+(:mod:`tony_workflow.lineage`) as the OpenLineage provider's operator hooks return it, with the
+operator's ``inlets`` and ``outlets`` (Airflow assets) among the inputs and outputs.
 
 Only the operator's hooks import this module, and only where the OpenLineage provider is
 installed (it is with the ``airflow`` extra).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
-import attr
-from openlineage.client.event_v2 import Dataset
-from openlineage.client.facet_v2 import JobFacet, RunFacet, error_message_run
+from airflow.providers.openlineage.extractors import OperatorLineage
 
+from tony_workflow.lineage import datasets, facets
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobStatus
 
-__all__ = ["TonyJobFacet", "TonyRunFacet", "dataset", "job_facet", "lineage", "run_facet"]
-
-#: Where the facets' schemas are described: this project's docs/openlineage/.
-_SCHEMA = "urn:tony-workflow:openlineage:{name}:1-0-0"
-_BUCKETS = {"s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "oss"}
+__all__ = ["lineage"]
 
 
-@attr.define
-class TonyJobFacet(JobFacet):
-    """The training job as submitted: ``framework``, ``backend``, ``queue`` (YARN), and ``tasks``:
-    each task type's ``instances`` (and ``minInstances`` when elastic), ``memoryMb``, ``vcores``
-    and ``gpus``; ``am``: the ApplicationMaster's resources."""
-
-    framework: str
-    backend: str
-    tasks: dict[str, dict[str, Any]]
-    am: dict[str, Any]
-    queue: str | None = attr.field(default=None)
-
-    @staticmethod
-    def _get_schema() -> str:
-        return _SCHEMA.format(name="TonyJobFacet")
-
-
-@attr.define
-class TonyRunFacet(RunFacet):
-    """One run of the job: ``applicationId``, ``finalState``, ``sessions`` started, ``retries`` and
-    ``reclaims`` spent, ``amAttempts``, ``trackingUrl``, ``tensorboardUrl``,
-    ``checkpointLocation``, and the last ``step`` and ``metrics`` the job reported."""
-
-    applicationId: str  # OpenLineage names facet fields in camel case
-    finalState: str
-    sessions: int
-    retries: int
-    reclaims: int
-    amAttempts: int
-    trackingUrl: str | None = attr.field(default=None)
-    tensorboardUrl: str | None = attr.field(default=None)
-    checkpointLocation: str | None = attr.field(default=None)
-    step: int | None = attr.field(default=None)
-    metrics: dict[str, Any] = attr.field(factory=dict)
-
-    @staticmethod
-    def _get_schema() -> str:
-        return _SCHEMA.format(name="TonyRunFacet")
-
-
-def dataset(location: str) -> Dataset:
-    """The OpenLineage dataset at ``location``, a URI or an absolute local path."""
-    if "://" not in location:
-        return Dataset(namespace="file", name=location)
-    parts = urlsplit(location)
-    scheme = parts.scheme.lower()
-    if scheme == "file":
-        return Dataset(namespace=f"file://{parts.netloc}" if parts.netloc else "file", name=parts.path)
-    if scheme in _BUCKETS:
-        return Dataset(namespace=f"{scheme}://{parts.netloc}", name=parts.path.lstrip("/"))
-    return Dataset(namespace=f"{scheme}://{parts.netloc}" if parts.netloc else scheme, name=parts.path or "/")
-
-
-def job_facet(spec: JobSpec, backend: str) -> TonyJobFacet:
-    tasks = {}
-    for name, task in spec.tasks.items():
-        r = task.resources
-        entry: dict[str, Any] = {"instances": task.instances, "memoryMb": r.memory_mb, "vcores": r.vcores,
-                                 "gpus": r.gpus}
-        if task.elastic:
-            entry["minInstances"] = task.min_instances
-        tasks[name] = entry
-    am = spec.am
-    return TonyJobFacet(framework=spec.framework, backend=backend, tasks=tasks,
-                        am={"memoryMb": am.memory_mb, "vcores": am.vcores, "gpus": am.gpus},
-                        queue=(spec.queue or "default") if backend == "yarn" else None)
-
-
-def run_facet(status: JobStatus) -> TonyRunFacet:
-    progress = status.progress or {}
-    step = progress.get("step")
-    return TonyRunFacet(applicationId=status.application_id, finalState=status.state,
-                        sessions=max(status.attempts, status.session_id + 1), retries=status.retries,
-                        reclaims=status.reclaims, amAttempts=status.am_attempt, trackingUrl=status.tracking_url,
-                        tensorboardUrl=status.tensorboard_url, checkpointLocation=status.checkpoint_location,
-                        step=int(step) if isinstance(step, (int, float)) else None,
-                        metrics=dict(progress.get("metrics") or {}))
-
-
-def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
-    seen, out = set(), []
-    for d in datasets:
-        if (d.namespace, d.name) not in seen:
-            seen.add((d.namespace, d.name))
-            out.append(d)
-    return out
-
-
-def lineage(spec: JobSpec | None, backend: str, *, qualify: Any, inlets: Iterable[Any] = (),
-            outlets: Iterable[Any] = (), status: JobStatus | None = None) -> Any:
+def lineage(spec: JobSpec | None, backend: str, *, qualify: Callable[[str], str], inlets: Iterable[Any] = (),
+            outlets: Iterable[Any] = (), status: JobStatus | None = None) -> OperatorLineage:
     """The ``OperatorLineage`` of a job: ``spec`` (None: it could not be read; only the operator's
     own inlets and outlets are known), ``qualify`` turning a location into a full URI on this
     cluster, and the job's final ``status`` once it has one."""
-    from airflow.providers.openlineage.extractors import OperatorLineage
-
-    inputs = [dataset(qualify(x)) for x in (spec.lineage_inputs if spec else [])]
-    inputs += [dataset(a.uri) for a in inlets if getattr(a, "uri", None)]
-    outputs = []
-    checkpoints = (status.checkpoint_location if status else None) or (spec.checkpoint_location if spec else None)
-    if checkpoints:
-        outputs.append(dataset(qualify(checkpoints)))
-    outputs += [dataset(qualify(x)) for x in (spec.lineage_outputs if spec else [])]
-    outputs += [dataset(a.uri) for a in outlets if getattr(a, "uri", None)]
-    job_facets: dict[str, Any] = {"tony": job_facet(spec, backend)} if spec else {}
-    run_facets: dict[str, Any] = {}
-    if status is not None:
-        run_facets["tony"] = run_facet(status)
-        if not status.succeeded:
-            run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-                message=status.diagnostics or f"the TonY application ended {status.state}",
-                programmingLanguage="python")
-    return OperatorLineage(inputs=_unique(inputs), outputs=_unique(outputs), run_facets=run_facets,
-                           job_facets=job_facets)
+    inputs, outputs = datasets(spec, status, qualify, inputs=[a.uri for a in inlets if getattr(a, "uri", None)],
+                               outputs=[a.uri for a in outlets if getattr(a, "uri", None)])
+    job_facets, run_facets = facets(spec, backend, status)
+    return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets, job_facets=job_facets)

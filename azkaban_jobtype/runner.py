@@ -18,7 +18,9 @@ it until it ends. Its output is the job's log in Azkaban, so it prints:
 * The tracking and TensorBoard URLs as soon as they are known, and a line on every change of state.
 
 It writes ``tony.application.id``, ``tony.final.status``, ``tony.tracking.url`` and
-``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (once on submission, again at the end, then
+``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (with ``tony.lineage.namespace``,
+``tony.lineage.job`` and ``tony.lineage.run-id`` where OpenLineage is configured: the run it
+reports, see :mod:`.lineage`; once on submission, again at the end, then
 with the final figures: ``tony.progress.step``, ``tony.progress.total``, ``tony.metric.<name>`` for
 each metric the training reported last, and ``tony.<type>.<index>.max_rss_mb`` /
 ``.gpu_util_percent`` per task), writes the final status, URLs and figures to the job's
@@ -142,13 +144,20 @@ def run(out: TextIO | None = None) -> int:
 
     # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
     say(f"Submitted application {handle.app_id}")
+    lineage = _lineage(spec, client, say)
+    linked = lineage.output_props() if lineage else {}
+    if lineage:
+        say(f"OpenLineage run {lineage.run_id} of job {lineage.job} (namespace {lineage.namespace})")
     output = env.get("JOB_OUTPUT_PROP_FILE")
     status = shown = None
     for update in handle.follow(poll_interval=POLL_INTERVAL, stop=lambda: stop.signum is not None):
         status = shown = update.status
         _show(update, say)
         if update.first:
-            _write_output(output, status)
+            _write_output(output, status, linked=linked)
+        # Once the AM says where the checkpoints go, the run's outputs are known.
+        if lineage and (status.checkpoint_location or status.is_final):
+            lineage.start(status)
     if status is None:
         status = handle.status()
     if stop.signum is not None and not status.is_final:
@@ -163,7 +172,9 @@ def run(out: TextIO | None = None) -> int:
         if update is not None:
             _show(update, say)
 
-    _write_output(output, status, final=True)
+    _write_output(output, status, final=True, linked=linked)
+    if lineage:
+        lineage.end(status)
     _write_attachment(resolved.get("azkaban.job.attachment.file"), status, say)
     say(f"Final status of {handle.app_id}: {status.state}")
     if status.diagnostics and not status.succeeded:
@@ -203,13 +214,31 @@ def _final_figures(status: JobStatus) -> dict[str, str]:
     return out
 
 
-def _write_output(path: str | None, status: JobStatus, final: bool = False) -> None:
+def _lineage(spec, client: TonyClient, say):
+    """The job's OpenLineage run (:mod:`.lineage`), where OpenLineage is configured; else None."""
+    from .lineage import configured
+    if not configured():
+        return None
+    try:
+        from tony_workflow.storage import qualified
+
+        from .lineage import Lineage
+        conf_dir = getattr(client.backend, "conf_dir", None)
+        return Lineage(spec, client.backend.name, lambda location: qualified(location, conf_dir), say)
+    except Exception as exc:  # noqa: BLE001 - no lineage is no reason to fail a training job
+        say(f"warning: OpenLineage is configured but cannot report this job: {exc}")
+        return None
+
+
+def _write_output(path: str | None, status: JobStatus, final: bool = False,
+                  linked: dict[str, str] | None = None) -> None:
     if not path:
         return
     # Azkaban turns every value into a string with toString(); a null would lose the whole
     # object, so missing URLs are empty strings.
     values = dict(zip(OUTPUT_KEYS, (status.application_id, status.state, status.tracking_url or "",
                                     status.tensorboard_url or "")))
+    values.update(linked or {})
     if final:
         values.update(_final_figures(status))
     Path(path).write_text(json.dumps(values, indent=1) + "\n", encoding="utf-8")

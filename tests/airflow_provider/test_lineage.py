@@ -104,7 +104,7 @@ def test_a_failed_training_reports_why(airflow_db, tony_home, tmp_path):
 
 
 def test_datasets_are_named_as_openlineage_names_them():
-    from airflow_provider.lineage import dataset
+    from tony_workflow.lineage import dataset
 
     assert (dataset("hdfs://nn:8020/data/x").namespace, dataset("hdfs://nn:8020/data/x").name) == ("hdfs://nn:8020",
                                                                                                  "/data/x")

@@ -143,6 +143,40 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     assert spec["src_dir"] == str(project / "src")
 
 
+def test_a_job_reports_its_openlineage_run_and_links_it_in_its_output(tony_home, tmp_path, monkeypatch):
+    pytest.importorskip("openlineage.client", reason="installed with the lineage (and airflow) extra: make test")
+    events_file = tmp_path / "lineage.jsonl"
+    # Configured as the OpenLineage client reads it: here the file transport, set the way an
+    # Azkaban job's env.NAME props set it.
+    for name, value in {"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__APPEND": "true",
+                        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(events_file),
+                        "OPENLINEAGE_NAMESPACE": "az-tests"}.items():
+        monkeypatch.setenv(name, value)
+    project = script_project(tmp_path / "project", "from tony_workflow import report\n"
+                                                   "report(step=3, total=3, accuracy=0.9)\n")
+    run = Execution(project, "job", job_props(project, **{"tony.lineage.inputs": "hdfs://nn.example:8020/data/x"}))
+    assert run.wait() == 0, run.log
+    [app_id] = run.application_ids()
+    output = run.output()
+    assert output["tony.lineage.namespace"] == "az-tests" and output["tony.lineage.job"] == "proj.flow.job"
+    run_id = output["tony.lineage.run-id"]
+    assert f"OpenLineage run {run_id} of job proj.flow.job (namespace az-tests)" in run.log
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    assert {e["run"]["runId"] for e in events} == {run_id}
+    assert {(e["job"]["namespace"], e["job"]["name"]) for e in events} == {("az-tests", "proj.flow.job")}
+    done = events[1]
+    parent = done["run"]["facets"]["parent"]
+    assert (parent["job"]["namespace"], parent["job"]["name"]) == ("az-tests", "proj.flow")
+    assert done["run"]["facets"]["tony"]["applicationId"] == app_id
+    assert done["run"]["facets"]["tony"]["metrics"] == {"accuracy": 0.9}
+    assert done["job"]["facets"]["tony"]["tasks"]["worker"]["instances"] == 1
+    checkpoints = json.loads(run_tony("status", app_id, "--json").stdout)["checkpoint_location"]
+    assert ("file", checkpoints.removeprefix("file://")) in {(d["namespace"], d["name"]) for d in done["outputs"]}
+    assert ("file", checkpoints.removeprefix("file://")) in {(d["namespace"], d["name"]) for d in events[0]["outputs"]}
+    assert {(d["namespace"], d["name"]) for d in done["inputs"]} == {("hdfs://nn.example:8020", "/data/x")}
+
+
 def test_a_failed_application_fails_the_job(tony_home, tmp_path):
     project = script_project(tmp_path / "project", "import sys\nprint('bad data', file=sys.stderr)\nsys.exit(3)\n")
     run = Execution(project, "job", job_props(project))

@@ -33,6 +33,10 @@ Azkaban cancels a job with SIGTERM and follows with SIGKILL 30 seconds later; on
 SIGINT) the runner kills the application, waiting at most :data:`KILL_TIMEOUT` seconds for it to
 stop, records the final status and exits.
 
+An application an earlier attempt of the same job in the same execution submitted and that still
+runs (its runner was killed without the chance to stop it) is followed instead of submitting a
+second one: it is found by the execution's context (:mod:`tony_workflow.context`).
+
 The backend is the props' ``tony.backend``, else ``$TONY_BACKEND``, else ``local``.
 """
 from __future__ import annotations
@@ -134,13 +138,25 @@ def run(out: TextIO | None = None) -> int:
     if stop.signum is not None:
         say(f"Received {signal.Signals(stop.signum).name} before submission: nothing was submitted")
         return 128 + stop.signum
-    say(f"Submitting {label} ({spec.name}) to the {backend} backend:")
-    for line in describe(spec):
-        say(line)
     try:
-        handle = client.submit(spec)
+        # An earlier attempt of this job in this execution whose runner died (an executor restarted)
+        # may have left its application running: follow that one rather than train twice.
+        running = client.find_running(spec.context)
     except TonyError as exc:
-        return refused(exc, f"{label} was refused", say)
+        say(f"warning: could not look for an application of an earlier attempt: {exc}")
+        running = None
+    if running:
+        say(f"Application {running}, submitted by an earlier attempt of {label} in this execution, still runs: "
+            "following it instead of submitting another")
+        handle = client.attach(running)
+    else:
+        say(f"Submitting {label} ({spec.name}) to the {backend} backend:")
+        for line in describe(spec):
+            say(line)
+        try:
+            handle = client.submit(spec)
+        except TonyError as exc:
+            return refused(exc, f"{label} was refused", say)
 
     # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
     say(f"Submitted application {handle.app_id}")

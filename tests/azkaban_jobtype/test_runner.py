@@ -240,6 +240,32 @@ def test_sigterm_kills_the_application_within_azkabans_grace(tony_home, tmp_path
     assert not container_processes(tony_home, app_id)
 
 
+def test_a_retry_after_its_runner_died_follows_the_running_application(tony_home, tmp_path):
+    # The first attempt's runner is killed outright (its executor died): the application runs on.
+    project = script_project(tmp_path / "project", "import os, time\n"
+                                                   "print('execution', os.environ['TONY_CONTEXT_EXECUTION_ID'],\n"
+                                                   "      'job', os.environ['TONY_CONTEXT_JOB_ID'], flush=True)\n"
+                                                   "time.sleep(6)\n")
+    first = Execution(project, "job", job_props(project))
+    first.wait_for(r"worker:0=RUNNING")
+    [app_id] = first.application_ids()
+    first.process.kill()
+    first.wait(30)
+    # Azkaban's retry: the same execution and job, the next attempt.
+    again = Execution(project, "job", job_props(project, **{"azkaban.job.attempt": "1"}))
+    assert again.wait() == 0, again.log
+    assert (f"Application {app_id}, submitted by an earlier attempt of job job in this execution, still runs: "
+            "following it instead of submitting another") in again.lines
+    assert again.output()["tony.application.id"] == app_id and again.output()["tony.final.status"] == "SUCCEEDED"
+    assert [p.name for p in (tony_home / "local" / "apps").glob("application_*")] == [app_id]
+    [stdout] = app_dir(tony_home, app_id).glob("containers/*/stdout")
+    assert "execution 7 job job" in stdout.read_text()
+    # Another execution of the same job is another run: it submits its own.
+    other = Execution(project, "job", job_props(project, **{"azkaban.flow.execid": "8"}))
+    assert other.wait() == 0, other.log
+    assert other.output()["tony.application.id"] != app_id
+
+
 @pytest.mark.frameworks
 @pytest.mark.parametrize("name, job, tag, steps", [("pytorch_ddp", "ddp_train", "[ddp] session=0 rank=0", 176),
                                                    ("jax", "jax_train", "[jax] session=0 process=0", 300)])

@@ -25,7 +25,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,9 +118,10 @@ HINTS = {"memory_mb": "tony.local.memory in $TONY_CONF_DIR/tony-site.xml",
 
 
 def wait_reason(requests: list[ContainerRequest], ahead: list[str], inv: Inventory, used_mem: int, used_vc: int,
-                 free_gpus: int, holders: list[str]) -> str:
+                 free_gpus: int, holders: Mapping[str, Mapping[str, Any]]) -> str:
     """Why a gang waits on the embedded cluster: jobs ahead (first come, first served), or the
-    resource that the jobs holding their gangs leave short."""
+    resource that the jobs holding their gangs leave short, naming the jobs that hold some of it
+    (``holders``: each job's allocation, its ``memory_mb``, ``vcores`` and ``gpus``)."""
     tasks = [r for r in requests if r.task_id != "am"] or requests
     ttype = max(tasks, key=lambda r: (r.gpus, r.memory_mb, r.vcores)).task_id.split(":")[0]
     of_type = [r for r in tasks if r.task_id.split(":")[0] == ttype]
@@ -131,17 +132,21 @@ def wait_reason(requests: list[ContainerRequest], ahead: list[str], inv: Invento
         shown = ", ".join(ahead[:3]) + (f" and {len(ahead) - 3} more" if len(ahead) > 3 else "")
         return head + f"{len(ahead)} job{'' if len(ahead) == 1 else 's'} ahead on the embedded cluster ({shown}), " \
                       "served first come, first served"
-    held = f", held by {', '.join(holders[:3])}" + (f" and {len(holders) - 3} more" if len(holders) > 3 else "") \
-        if holders else ""
+
+    def held(resource: str) -> str:
+        jobs = sorted(app for app, a in holders.items() if a.get(resource))
+        return (f", held by {', '.join(jobs[:3])}" + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+                if jobs else "")
     need_mem, need_vc = sum(q.memory_mb for q in requests), sum(q.vcores for q in requests)
     need_gpu = sum(q.gpus for q in requests)
     if need_gpu > free_gpus:
-        return head + f"GPUs: the gang needs {need_gpu} at once and {free_gpus} of {len(inv.gpus)} are free{held}"
+        return head + (f"GPUs: the gang needs {need_gpu} at once and {free_gpus} of {len(inv.gpus)} are free"
+                       f"{held('gpus')}")
     if used_mem + need_mem > inv.memory_mb:
         return head + (f"memory: the gang needs {need_mem} MB at once and {inv.memory_mb - used_mem} MB of "
-                       f"{inv.memory_mb} MB are free{held}")
+                       f"{inv.memory_mb} MB are free{held('memory_mb')}")
     return head + (f"vcores: the gang needs {need_vc} at once and {inv.vcores - used_vc} of {inv.vcores} are free"
-                   f"{held}")
+                   f"{held('vcores')}")
 
 
 def app_seq(app_id: str) -> tuple[int, int]:
@@ -209,7 +214,7 @@ class Ledger:
             queued = [q["app"] for q in L["queue"]]
             ahead = queued[:queued.index(self.app_id)]
             return None, Wait(wait_reason(requests, ahead, inv, used_mem, used_vc, len(free_gpu),
-                                          sorted(L["allocations"])), tuple(ahead))
+                                          L["allocations"]), tuple(ahead))
 
     def leave_queue(self) -> None:
         """Stops waiting (an allocation cancelled or failed)."""

@@ -91,6 +91,20 @@ def test_jobs_are_served_in_submission_order_and_a_small_one_does_not_pass_a_big
     assert small.take(gang(1)) == ([], None)
 
 
+def test_a_gang_waiting_for_a_gpu_names_the_jobs_that_hold_gpus_only(tony_home, holders):
+    # Seen on a one-GPU machine: a CPU-only job running beside the GPU's holder was named as well.
+    inv = Inventory(16384, 16, [0])
+    gpu_job = ledger("application_1_0001", holders(), inv)
+    cpu_job = ledger("application_1_0002", holders(), inv)
+    assert gpu_job.take(gang(1, gpus=1))[0] == [0]
+    assert cpu_job.take(gang(1))[0] == []
+    waiter = ledger("application_1_0003", holders(), inv)
+    join_queue(waiter.app_id, waiter.owner_pid)
+    gpus, wait = waiter.take(gang(1, gpus=1))
+    assert gpus is None and wait.reason.endswith(
+        "GPUs: the gang needs 1 at once and 0 of 1 are free, held by application_1_0001")
+
+
 def test_the_books_drop_holders_and_waiters_that_died(tony_home, holders):
     inv = Inventory(2048, 8, [0])
     dead_holder, dead_waiter = holders(), holders()

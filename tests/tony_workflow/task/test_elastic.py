@@ -40,21 +40,28 @@ def params(address: str, run_id: str = RUN) -> RendezvousParameters:
                                 join_timeout="30", last_call_timeout="1", keep_alive_interval="1")
 
 
-def test_two_agents_meet_in_the_ams_rendezvous_and_the_am_sees_the_group(am, monkeypatch):
-    state, address = am
+def agents(address: str, task_ids: tuple[str, ...], monkeypatch):
+    """Handlers as each task's agent creates them (in this order), what each one's join got and
+    the errors of those that failed, and the join itself, for threads."""
     monkeypatch.setenv("TONY_AM_TOKEN", "secret")
+    monkeypatch.setenv("SESSION_ID", "0")
     handlers = {}
-    for task_id in ("worker:0", "worker:1"):
+    for task_id in task_ids:
         monkeypatch.setenv("TONY_TASK_ID", task_id)
-        monkeypatch.setenv("SESSION_ID", "0")
         handlers[task_id] = elastic.create_tony_handler(params(address))
     infos, errors = {}, []
 
     def join(task_id):
         try:
             infos[task_id] = handlers[task_id].next_rendezvous()
-        except Exception as e:  # noqa: BLE001 - shown by the assertion below
-            errors.append(e)
+        except Exception as e:  # noqa: BLE001 - shown by the tests' assertions
+            errors.append((task_id, e))
+    return handlers, infos, errors, join
+
+
+def test_two_agents_meet_in_the_ams_rendezvous_and_the_am_sees_the_group(am, monkeypatch):
+    state, address = am
+    handlers, infos, errors, join = agents(address, ("worker:0", "worker:1"), monkeypatch)
     threads = [threading.Thread(target=join, args=(t,)) for t in handlers]
     for t in threads:
         t.start()
@@ -99,8 +106,6 @@ def test_a_rank_0_lost_before_it_starts_the_round_sends_the_others_to_the_next_r
     from torch.distributed.elastic.rendezvous import api as rdzv_api
 
     state, address = am
-    monkeypatch.setenv("TONY_AM_TOKEN", "secret")
-    monkeypatch.setenv("SESSION_ID", "0")
     release = th.Event()
     build = rdzv_api.RendezvousStoreInfo.build
 
@@ -110,17 +115,8 @@ def test_a_rank_0_lost_before_it_starts_the_round_sends_the_others_to_the_next_r
             raise RuntimeError("gone")
         return build(rank, store, *args, **kwargs)
     monkeypatch.setattr(rdzv_api.RendezvousStoreInfo, "build", staticmethod(dies_in_build))
-    handlers = {}
-    for task_id in ("worker:1", "worker:0", "worker:2"):  # created first, worker:1 sorts first: rank 0
-        monkeypatch.setenv("TONY_TASK_ID", task_id)
-        handlers[task_id] = elastic.create_tony_handler(params(address))
-    infos, errors = {}, []
-
-    def join(task_id):
-        try:
-            infos[task_id] = handlers[task_id].next_rendezvous()
-        except Exception as e:  # noqa: BLE001 - shown by the assertions below
-            errors.append((task_id, e))
+    # Created first, worker:1 sorts first: rank 0.
+    handlers, infos, errors, join = agents(address, ("worker:1", "worker:0", "worker:2"), monkeypatch)
     doomed = th.Thread(target=join, args=("worker:1",), name="doomed")
     survivor = th.Thread(target=join, args=("worker:0",))
     doomed.start()

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, app_processes, wait_for
+from tests.conftest import REPO, app_processes, sleeper_job, wait_for
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = pytest.mark.frameworks
@@ -116,15 +116,34 @@ def backend(request):
     return request.param
 
 
+def lasting(status) -> set[tuple[int, float]]:
+    """A sleeper job's executor and its user process (not the helpers they start for a moment)."""
+    tree = container_tree(status, "worker:0")
+    # On the embedded cluster the executor is the container's first process (forked, it keeps its
+    # parent's command line); on YARN it is the one started as the executor.
+    return {(p.pid, p.create_time()) for i, p in enumerate(tree)
+            if (i == 0 and status.backend == "local") or "tony_workflow.task.executor" in " ".join(p.cmdline())
+            or Path(p.cmdline()[0]).name == "sleep"}
+
+
 def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend):
+    # A job of another user's beside it, on the same cluster, all along.
+    neighbour = TonyClient(backend).submit(load_job(sleeper_job("neighbour", seconds=90, memory="512m")))
     h = submit(backend=backend)
     st = running_at(h, 15)
+    beside = wait_for(lambda: (s := neighbour.status()).state == "RUNNING" and s.tasks[0].state == "RUNNING" and s,
+                      timeout=120)
+    neighbours_processes = lasting(beside)
     survivors = {t: keepers(st, t) for t in ("worker:0", "worker:2")}
     first_trainers = {t: trainers(st, t) for t in survivors}
     assert all(survivors.values()) and all(first_trainers.values())
     kill_container(st, "worker:1")
     back = regrown(h, st.elastic["round"])
     assert not back.is_final, back.diagnostics
+    # The neighbour noticed nothing: the same processes, no restart, the same session.
+    now = neighbour.status()
+    assert lasting(now) == neighbours_processes and len(neighbours_processes) >= 2
+    assert now.state == "RUNNING" and now.session_id == 0 and now.tasks[0].restarts == 0
     # The others' executors and agents are the very processes they were; their trainers are new
     # (the agent restarted them in the re-formed group).
     assert {t: keepers(back, t) for t in survivors} == survivors
@@ -143,6 +162,8 @@ def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend
     what = [t["what"] for t in record["timeline"]]
     assert "task worker:1 left the elastic group; a replacement is asked for" in what, what
     assert any(w.startswith(("group grew: 3 of 3", "group re-formed: 3 of 3")) for w in what), what
+    alone = finished(neighbour)
+    assert alone.state == "SUCCEEDED" and alone.session_id == 0 and alone.tasks[0].restarts == 0, alone.diagnostics
 
 
 def test_rank_zeros_container_killed(backend):

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.airflow_provider.conftest import AIRFLOW_HOME, task_instance, write_dag
-from tests.conftest import wait_for
+from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient
 
 pytestmark = pytest.mark.tf
@@ -159,6 +159,7 @@ def test_a_task_killed_between_submitting_and_recording_finds_its_application_by
     logs = "".join(p.read_text(errors="replace") for p in (AIRFLOW_HOME / "logs").rglob("attempt=2*.log")
                    if "tony_gap" in str(p))
     assert f"Application {app.name}, submitted earlier by this task run" in logs, logs[-3000:]
+    wait_for(lambda: not app_processes(app.name), timeout=60)  # nothing of it outlives it
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])

@@ -18,7 +18,7 @@ from azkaban_jobtype.flow import load_project
 from azkaban_jobtype.plugin import runner_command
 from azkaban_jobtype.props import dump_properties, resolve
 from azkaban_jobtype.runner import KILL_TIMEOUT, OUTPUT_KEYS
-from tests.conftest import run_tony
+from tests.conftest import app_processes, run_tony, wait_for
 
 from .conftest import EXAMPLE, partition_command_line
 
@@ -264,6 +264,9 @@ def test_a_retry_after_its_runner_died_follows_the_running_application(tony_home
     other = Execution(project, "job", job_props(project, **{"azkaban.flow.execid": "8"}))
     assert other.wait() == 0, other.log
     assert other.output()["tony.application.id"] != app_id
+    # Nothing of either application outlives it, the one the killed runner left included.
+    for done in (app_id, other.output()["tony.application.id"]):
+        wait_for(lambda done=done: not app_processes(done), timeout=60)
 
 
 @pytest.mark.frameworks

@@ -106,7 +106,6 @@ FIELDS: tuple[Field, ...] = (
     Field("url", "tony.context.url", None, None, None, "the link back to the run that submitted the job"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
-BY_KEY = {f.key: f for f in FIELDS}
 
 #: The fields whose values name one run of one workflow task (the try is not one of them).
 _IDENTITY = {"airflow": ("dag_id", "dag_run_id", "task_id", "map_index"),

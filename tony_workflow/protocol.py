@@ -20,6 +20,8 @@ This module is imported by every executor: standard library only, nothing at imp
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -35,6 +37,7 @@ __all__ = [
     "HEARTBEAT",
     "KILL",
     "OWNER_ENV",
+    "RDZV_GROUP",
     "RDZV_ROUND",
     "RDZV_SET_STATE",
     "RDZV_STATE",
@@ -54,6 +57,8 @@ __all__ = [
     "ClusterSpecReply",
     "Field",
     "Go",
+    "GroupReply",
+    "GroupRequest",
     "Heartbeat",
     "Kill",
     "NoFields",
@@ -70,6 +75,7 @@ __all__ = [
     "StoreOp",
     "StoreReply",
     "TensorBoard",
+    "group_token",
     "route_for",
 ]
 
@@ -199,6 +205,22 @@ class RendezvousRound:
 
 
 @dataclass(frozen=True)
+class GroupRequest:
+    """A trainer regrouping in place (``tony.elastic.regroup=in-place``): ``op`` ``join`` asks for
+    its place in the first generation after ``generation`` (waiting up to ``wait`` seconds);
+    ``watch`` waits up to ``wait`` seconds for generation ``generation`` to need re-forming.
+    ``node`` names the trainer (task id, host and process)."""
+
+    task_id: str
+    session_id: int
+    run_id: str
+    node: str
+    op: str = "join"
+    generation: int = -1
+    wait: float = 0.0
+
+
+@dataclass(frozen=True)
 class NoFields:
     """A route that takes nothing."""
 
@@ -246,6 +268,21 @@ class StoreReply(TypedDict):
     values: list[str | None]
     count: int
     ok: bool
+    dead: list[str]
+
+
+class GroupReply(TypedDict, total=False):
+    """``join``: ``formed`` (False: none yet, ask again) and the trainer's place: ``generation``,
+    ``rank``, ``world_size``, ``members`` (nodes in rank order). ``watch``: ``changed``, the newest
+    ``generation``, newcomers ``joining``, the generation's members named ``dead``."""
+
+    formed: bool
+    generation: int
+    rank: int
+    world_size: int
+    members: list[str]
+    changed: bool
+    joining: list[str]
     dead: list[str]
 
 
@@ -332,6 +369,8 @@ class Route:
     reply: Any = dict
     #: also answers the read-only view token
     view: bool = False
+    #: also answers the group token an in-place elastic job's trainers hold (:func:`group_token`)
+    group: bool = False
 
     @cached_property
     def fields(self) -> tuple[Field, ...]:
@@ -392,11 +431,21 @@ KILL = Route("kill", "POST", "/v1/kill", Kill, Ack)
 # An elastic job's rendezvous (the executors' token only).
 RDZV_STATE = Route("rdzv_state", "GET", "/v1/rendezvous/state", StateQuery, RendezvousState | Stop)
 RDZV_SET_STATE = Route("rdzv_set_state", "POST", "/v1/rendezvous/state", SetState, RendezvousState | Stop)
-RDZV_STORE = Route("rdzv_store", "POST", "/v1/rendezvous/store", StoreOp, StoreReply | Problem | Stop)
+RDZV_STORE = Route("rdzv_store", "POST", "/v1/rendezvous/store", StoreOp, StoreReply | Problem | Stop, group=True)
 RDZV_ROUND = Route("rdzv_round", "POST", "/v1/rendezvous/round", RendezvousRound, Ack | Stop)
+# An in-place elastic job's generations: its trainers' own route, with the store's.
+RDZV_GROUP = Route("rdzv_group", "POST", "/v1/rendezvous/group", GroupRequest, GroupReply | Problem | Stop,
+                   group=True)
 
 ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL,
-                             RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND)
+                             RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND, RDZV_GROUP)
+
+
+def group_token(token: str) -> str:
+    """The token an in-place elastic job's trainers hold: derived from the job's, it opens only
+    the routes marked ``group`` (the generations and the store of the job's open rendezvous), so
+    user code never holds the executors' secret."""
+    return hmac.new(token.encode(), b"tony-elastic-group", hashlib.sha256).hexdigest()
 _BY_REQUEST = {(r.method, r.path): r for r in ROUTES}
 
 #: A route's handler: its request object in, (HTTP status, reply or None) out.

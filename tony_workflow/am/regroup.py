@@ -54,7 +54,8 @@ class Regrouping(AMState):
             self.status.reclaims += 1
             self.events.emit("container_reclaimed", task=task.id, session=task.session_id, cause=cause)
         # Its agent's node leaves the round now, not when its keep-alives lapse.
-        self.rendezvous.departed(self.elastic_joined.get(task.container.id, ""))
+        self.rendezvous.departed(self.elastic_joined.get(task.container.id, "")
+                                 or self.group_nodes.get(task.container.id, ""))
         state = TaskState.KILLED if reclaimed else TaskState.LOST if code == LOST_EXIT_CODE else TaskState.FAILED
         self.set_task_state(task, state, exit_code=code, diagnostics=diagnostics[-2000:])
         self.events.emit("elastic_member_lost", task=task.id, session=task.session_id, exit_code=code, cause=why,

@@ -20,12 +20,23 @@ AM records the group's new size and members.
 When the AM learns that a member's task is gone, it names that member's node dead
 (:meth:`Rendezvous.departed`), and every answer about the state carries the dead nodes' names: the
 agents drop them from the round at once instead of waiting for their keep-alives to lapse.
+
+A job with ``tony.elastic.regroup=in-place`` has no agents: its trainers keep their processes and
+re-form their process group themselves (:mod:`tony_workflow.torch_elastic`), in *generations*
+decided here (:meth:`Rendezvous.gather`). A trainer asks to be in the generation after the one it
+knows; a generation forms when every surviving member of the current one has asked (any
+newcomers waiting then are in it too) and there are at least the group's minimum, or, for the
+first one, when the whole group has asked (or the minimum, after :data:`FIRST_LAST_CALL_S`).
+Survivors keep their order (rank 0 stays rank 0 while it lives); newcomers come after them. Each
+generation is a :class:`Formed` round like an agent's, for the job's status. Trainers watch for a
+change (:meth:`Rendezvous.watch`: a member dead, or a newcomer waiting) between their steps.
 """
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["Formed", "Rendezvous", "RendezvousClosed", "StoreError"]
 
@@ -35,6 +46,9 @@ __all__ = ["Formed", "Rendezvous", "RendezvousClosed", "StoreError"]
 MAX_STORE_BYTES = 16 * 1024 * 1024
 #: The longest one blocking read waits in the AM before answering (the caller asks again).
 MAX_WAIT_S = 30.0
+#: In-place regrouping: how long the first generation waits for the whole group once the
+#: minimum has asked (a task that never comes is replaced; the others need not wait for it).
+FIRST_LAST_CALL_S = 30.0
 
 
 class RendezvousClosed(Exception):
@@ -76,14 +90,19 @@ class Rendezvous:
         self._bytes = 0
         self._rounds: dict[int, _Round] = {}
         self._dead: set[str] = set()
+        self.minimum, self.target = 1, 1
+        self._gens = _Generations()
 
     # ------------------------------------------------------------------ lifecycle
-    def open(self, run_id: str) -> None:
-        """Opens ``run_id``'s rendezvous, empty; whatever another one held is dropped."""
+    def open(self, run_id: str, minimum: int = 1, target: int = 1) -> None:
+        """Opens ``run_id``'s rendezvous, empty; whatever another one held is dropped. A group
+        regrouping in place has between ``minimum`` and ``target`` members."""
         with self._cond:
             self.run_id = run_id
             self._state, self._token = None, 0
             self._store, self._bytes, self._rounds, self._dead = {}, 0, {}, set()
+            self.minimum, self.target = max(1, minimum), max(1, minimum, target)
+            self._gens = _Generations()
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -107,8 +126,11 @@ class Rendezvous:
         with self._cond:
             if node and node not in self._dead:
                 self._dead.add(node)
+                self._gens.waiting.pop(node, None)
                 # A get waiting for a key the dead node would have written ends now, with the
-                # news: its caller decides whether to wait on.
+                # news: its caller decides whether to wait on. The survivors of a generation may
+                # all be waiting for the next one already.
+                self._form(time.monotonic())
                 self._cond.notify_all()
 
     def dead(self, run_id: str) -> list[str]:
@@ -221,3 +243,116 @@ class Rendezvous:
                 return None
             r.formed = True
             return Formed(round_, dict(sorted(r.members.items(), key=lambda kv: kv[1])))
+
+    # ------------------------------------------------------------------ in-place generations
+    def gather(self, run_id: str, task_id: str, node: str, after: int, wait: float) -> tuple[dict[str, Any] | None, bool]:
+        """``node`` (of ``task_id``) asks to be in a generation after ``after``: (its place in the
+        first such generation: ``generation``, ``rank``, ``world_size``, ``members``; None when
+        none formed within ``wait`` seconds), and whether that call formed it (the caller records
+        it). Raises :class:`RendezvousClosed` for another session's, :class:`StoreError` for a
+        node named dead: a trainer the AM gave up on takes no part any more."""
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
+        with self._cond:
+            self._check(run_id)
+            if node in self._dead:
+                raise StoreError(f"{node} was named gone: it takes no part in the group any more")
+            g = self._gens
+            place = g.places.get(node)
+            if (place is None or place["generation"] <= after) and node not in g.waiting:
+                g.waiting[node] = (task_id, time.monotonic())
+                if g.first_wait is None:
+                    g.first_wait = time.monotonic()
+                self._cond.notify_all()  # the current generation's watchers: someone waits for the next
+            formed = self._form(time.monotonic())
+            while True:
+                place = g.places.get(node)
+                if place is not None and place["generation"] > after:
+                    return dict(place), formed
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None, False
+                self._cond.wait(min(remaining, 1.0))
+                self._check(run_id)
+                if node in self._dead:
+                    raise StoreError(f"{node} was named gone: it takes no part in the group any more")
+                # A first generation's last call ends by time, not by a request.
+                formed = self._form(time.monotonic()) or formed
+
+    def watch(self, run_id: str, generation: int, wait: float) -> dict[str, Any]:
+        """Waits up to ``wait`` seconds for generation ``generation`` to need re-forming: a member
+        named dead, a member or a newcomer waiting for the next one, or a later generation.
+        Returns ``changed`` and what: ``generation`` (the newest), ``joining`` (newcomers
+        waiting), ``dead`` (its members named gone)."""
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
+        with self._cond:
+            while True:
+                self._check(run_id)
+                g = self._gens
+                members = g.members if g.generation == generation else []
+                dead = sorted(m for m in members if m in self._dead)
+                joining = sorted(n for n in g.waiting if n not in members)
+                again = sorted(n for n in g.waiting if n in members)
+                changed = g.generation != generation or bool(dead or joining or again)
+                remaining = deadline - time.monotonic()
+                if changed or remaining <= 0:
+                    return {"changed": changed, "generation": g.generation, "joining": joining, "dead": dead}
+                self._cond.wait(remaining)
+
+    def _form(self, now: float) -> bool:
+        """Forms the next generation if it is due (see the module docstring). Called with the
+        condition held; True when it formed one (its round is queued for :meth:`formed_rounds`)."""
+        g = self._gens
+        if not g.waiting:
+            return False
+        if g.generation < 0:
+            due = len(g.waiting) >= self.target or (
+                len(g.waiting) >= self.minimum and g.first_wait is not None
+                and now - g.first_wait >= FIRST_LAST_CALL_S)
+        else:
+            survivors = [m for m in g.members if m not in self._dead]
+            due = all(m in g.waiting for m in survivors) and len(g.waiting) >= self.minimum
+        if not due:
+            return False
+        kept = [m for m in g.members if m in g.waiting]
+        newcomers = sorted((n for n in g.waiting if n not in kept), key=lambda n: (_order(g.waiting[n][0]), n))
+        order = (kept + newcomers)[:self.target]
+        g.generation += 1
+        g.members = order
+        tasks = {n: g.waiting[n][0] for n in order}
+        for rank, n in enumerate(order):
+            g.places[n] = {"generation": g.generation, "rank": rank, "world_size": len(order),
+                           "members": list(order)}
+            del g.waiting[n]
+        g.unreported.append(Formed(g.generation, {tasks[n]: r for r, n in enumerate(order)}))
+        self._cond.notify_all()
+        return True
+
+    def formed_rounds(self) -> list[Formed]:
+        """The generations formed since this was last asked, oldest first (for the job's status)."""
+        with self._cond:
+            out, self._gens.unreported = self._gens.unreported, []
+            return out
+
+    @property
+    def generation(self) -> int:
+        with self._cond:
+            return self._gens.generation
+
+
+@dataclass
+class _Generations:
+    """The in-place group's generations: the newest, its members (node names) in rank order, each
+    node's place in the newest generation it is in, and the nodes waiting for the next one."""
+
+    generation: int = -1
+    members: list[str] = field(default_factory=list)
+    places: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: node -> (task id, since when)
+    waiting: dict[str, tuple[str, float]] = field(default_factory=dict)
+    first_wait: float | None = None
+    unreported: list[Formed] = field(default_factory=list)
+
+
+def _order(task_id: str) -> tuple[str, int]:
+    ttype, _, index = task_id.partition(":")
+    return ttype, int(index) if index.isdigit() else 0

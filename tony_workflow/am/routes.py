@@ -27,6 +27,8 @@ from ..protocol import (
     ClusterSpecQuery,
     ClusterSpecReply,
     Go,
+    GroupReply,
+    GroupRequest,
     Handler,
     Heartbeat,
     Kill,
@@ -78,6 +80,7 @@ class AMRoutes:
             protocol.RDZV_SET_STATE.name: self.rdzv_set_state,
             protocol.RDZV_STORE.name: self.rdzv_store,
             protocol.RDZV_ROUND.name: self.rdzv_round,
+            protocol.RDZV_GROUP.name: self.rdzv_group,
         }
 
     def _task_for(self, task_id: str, session_id: int, container_id: str | None = None) -> Task | tuple[int, Stop]:
@@ -238,6 +241,37 @@ class AMRoutes:
         with s.lock:
             s.group_joined(task, formed, req.node)
         return 200, _ACK
+
+    def rdzv_group(self, req: GroupRequest) -> tuple[int, GroupReply | Problem | Stop]:
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
+            if req.op == "join":  # named before it has a place: if it dies waiting, it leaves the queue
+                s.group_nodes[task.container.id] = req.node
+        try:
+            if req.op == "watch":
+                return 200, s.rendezvous.watch(req.run_id, req.generation, req.wait)  # type: ignore[return-value]
+            if req.op != "join":
+                return 400, {"error": f"unknown group operation {req.op!r}: join or watch"}
+            place, _ = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
+        except RendezvousClosed as e:
+            return _stop(str(e))
+        except StoreError as e:
+            return _stop(str(e))
+        with s.lock:
+            if place is None:
+                return 200, {"formed": False}
+            # Recorded by whichever member's answer comes first: the group's size from now on, and
+            # every member as joined (the others' answers are on their way).
+            for formed in s.rendezvous.formed_rounds():
+                for member in formed.members:
+                    if (t := s.tasks.get(member)) is not None and t.container.id in s.group_nodes:
+                        s.elastic_joined[t.container.id] = s.group_nodes[t.container.id]
+                s.group_joined(task, formed, req.node)
+            s.group_joined(task, None, req.node)
+        return 200, {"formed": True, **place}  # type: ignore[return-value]
 
     # ---------------------------------------------------------------- the chief and clients
     def tensorboard(self, req: TensorBoard) -> tuple[int, Ack | Problem]:

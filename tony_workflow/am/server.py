@@ -8,7 +8,8 @@ set of handlers (a test's, a benchmark's).
 Authentication: every API request carries a token in ``X-Tony-Token``. The full token (the
 executors' secret) opens every route; the read-only view token opens only the routes the protocol
 marks ``view`` (the status) and the tracking pages, which carry it in their path, so that a
-workflow UI can link to them without holding the executors' secret. Tokens are compared with
+workflow UI can link to them without holding the executors' secret. The group token (derived from
+the full one) opens only the routes marked ``group``: those an in-place elastic job's trainers use. Tokens are compared with
 :func:`hmac.compare_digest`, whose time does not depend on where the strings differ.
 
 Tracking pages, under ``/ui/<view token>``: the job page (HTML, refreshed every 5 s),
@@ -112,6 +113,7 @@ class AMHttpServer:
             raise ValueError(f"no handler for route(s) {', '.join(missing)}")
         self.host = host
         self.token, self.view_token = token, view_token
+        self.group_token = protocol.group_token(token)
         self.handlers = dict(handlers)
         self.status = status
         self.task_logs = task_logs
@@ -232,11 +234,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         # The request's body is left unread, so this connection cannot carry another request.
         self._refuse(HTTPStatus.UNAUTHORIZED, "missing or wrong token")
 
-    def _authorized(self, allow_view: bool) -> bool:
+    def _authorized(self, allow_view: bool, allow_group: bool = False) -> bool:
         app = self.server.app
         given = self.headers.get(TOKEN_HEADER, "").encode()
         ok = hmac.compare_digest(given, app.token.encode()) or (
-            allow_view and hmac.compare_digest(given, app.view_token.encode()))
+            allow_view and hmac.compare_digest(given, app.view_token.encode())) or (
+            allow_group and hmac.compare_digest(given, app.group_token.encode()))
         if not ok:
             self._unauthorized()
         return ok
@@ -263,7 +266,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if method == "GET" and url.path.startswith("/ui/"):
             return self._ui(url.path)
         route = protocol.route_for(method, url.path)
-        if not self._authorized(allow_view=route is not None and route.view):
+        if not self._authorized(allow_view=route is not None and route.view,
+                                allow_group=route is not None and route.group):
             return
         try:
             # The body is read even for an unknown route: the connection is kept alive.

@@ -111,6 +111,8 @@ class AMState:
     #: the containers whose agent has joined a round of the current session's rendezvous, with its
     #: node's name in torch's rendezvous
     elastic_joined: dict[str, str]
+    #: in-place regrouping: the containers whose trainer asked for a place, with its node's name
+    group_nodes: dict[str, str]
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
                  resume: Resume | None = None):
@@ -145,6 +147,7 @@ class AMState:
         self.rendezvous = Rendezvous()
         self.elastic = ElasticGroup.from_spec(spec)
         self.elastic_joined = {}
+        self.group_nodes = {}
 
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:

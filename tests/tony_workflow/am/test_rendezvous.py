@@ -148,3 +148,114 @@ def test_a_round_is_formed_once_every_node_has_joined_it(rdzv):
     assert rdzv.joined("app-0", 1, "worker:0", 0, 1) == Formed(1, {"worker:0": 0})
     with pytest.raises(StoreError, match="rank 3 is not a node of a world of 2"):
         rdzv.joined("app-0", 2, "worker:0", 3, 2)
+
+
+# ---------------------------------------------------------------- in-place generations
+def _gather_all(rdzv: Rendezvous, joins: dict[str, tuple[str, int]], wait: float = 5.0) -> dict[str, dict]:
+    """Each node (-> (task id, after)) asks for its place at once, on threads of their own."""
+    places: dict[str, dict] = {}
+
+    def ask(node: str, task: str, after: int) -> None:
+        place, _ = rdzv.gather("app-0", task, node, after, wait)
+        places[node] = place
+
+    threads = [threading.Thread(target=ask, args=(n, t, a)) for n, (t, a) in joins.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return places
+
+
+@pytest.fixture
+def group() -> Rendezvous:
+    r = Rendezvous()
+    r.open("app-0", minimum=2, target=3)
+    return r
+
+
+def test_the_first_generation_waits_for_the_whole_group(group):
+    # Two of three asking: no generation yet (the last call is far off).
+    assert group.gather("app-0", "worker:0", "w0", -1, 0.2) == (None, False)
+    places = _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    assert {n: (p["generation"], p["rank"], p["world_size"]) for n, p in places.items()} == {
+        "w0": (0, 0, 3), "w1": (0, 1, 3), "w2": (0, 2, 3)}
+    assert places["w1"]["members"] == ["w0", "w1", "w2"]
+    assert group.formed_rounds() == [Formed(0, {"worker:0": 0, "worker:1": 1, "worker:2": 2})]
+    assert group.formed_rounds() == []  # each generation is reported once
+
+
+def test_a_lost_member_s_survivors_re_form_without_it_keeping_their_order(group):
+    _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    group.formed_rounds()
+    # worker:0 (rank 0) dies; the survivors asking for generation 1 must not wait for it.
+    assert group.watch("app-0", 0, 0.0)["changed"] is False
+    group.departed("w0")
+    seen = group.watch("app-0", 0, 0.0)
+    assert seen["changed"] is True and seen["dead"] == ["w0"]
+    places = _gather_all(group, {"w1": ("worker:1", 0), "w2": ("worker:2", 0)})
+    assert {n: (p["generation"], p["rank"], p["world_size"]) for n, p in places.items()} == {
+        "w1": (1, 0, 2), "w2": (1, 1, 2)}
+    assert group.formed_rounds() == [Formed(1, {"worker:1": 0, "worker:2": 1})]
+    # A trainer named dead takes no part any more.
+    with pytest.raises(StoreError, match="named gone"):
+        group.gather("app-0", "worker:0", "w0", 0, 0.1)
+
+
+def test_a_newcomer_is_watched_for_and_joins_after_the_survivors(group):
+    _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    group.departed("w1")
+    _gather_all(group, {"w0": ("worker:0", 0), "w2": ("worker:2", 0)})
+    group.formed_rounds()
+    # Generation 1's members watch; the replacement asks, which wakes them (not their wait's end).
+    seen: dict[str, dict] = {}
+    watcher = threading.Thread(target=lambda: seen.setdefault("w0", group.watch("app-0", 1, 30.0)))
+    watcher.start()
+    time.sleep(0.2)
+    waiting: dict[str, dict | None] = {}
+    newcomer = threading.Thread(target=lambda: waiting.setdefault(
+        "w1b", group.gather("app-0", "worker:1", "w1b", -1, 5.0)[0]))
+    newcomer.start()
+    watcher.join(timeout=10.0)
+    assert not watcher.is_alive(), "a newcomer asking did not wake the watchers"
+    assert seen["w0"]["changed"] is True and seen["w0"]["joining"] == ["w1b"]
+    places = _gather_all(group, {"w0": ("worker:0", 1), "w2": ("worker:2", 1)})
+    newcomer.join()
+    places.update(waiting)
+    assert {n: (p["generation"], p["rank"], p["world_size"]) for n, p in places.items()} == {
+        "w0": (2, 0, 3), "w2": (2, 1, 3), "w1b": (2, 2, 3)}
+    assert group.formed_rounds() == [Formed(2, {"worker:0": 0, "worker:2": 1, "worker:1": 2})]
+
+
+def test_below_the_minimum_no_generation_forms(group):
+    _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    group.departed("w1")
+    group.departed("w2")
+    assert group.gather("app-0", "worker:0", "w0", 0, 0.3) == (None, False)
+    assert group.generation == 0
+    # A replacement brings it back to the minimum: the survivor and it form generation 1.
+    places = _gather_all(group, {"w0": ("worker:0", 0), "w1b": ("worker:1", -1)})
+    assert {n: p["rank"] for n, p in places.items()} == {"w0": 0, "w1b": 1}
+
+
+def test_a_member_dying_while_the_others_wait_completes_the_generation(group):
+    _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    result: dict[str, dict | None] = {}
+    threads = [threading.Thread(target=lambda n=n, t=t: result.setdefault(n, group.gather("app-0", t, n, 0, 5.0)[0]))
+               for n, t in (("w0", "worker:0"), ("w1", "worker:1"))]
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    assert not result  # they wait for w2, still a member
+    group.departed("w2")
+    for th in threads:
+        th.join()
+    assert {n: (p["generation"], p["world_size"]) for n, p in result.items()} == {"w0": (1, 2), "w1": (1, 2)}
+
+
+def test_a_new_session_starts_its_generations_afresh(group):
+    _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
+    group.open("app-1", minimum=2, target=3)
+    assert group.generation == -1
+    with pytest.raises(RendezvousClosed):
+        group.gather("app-0", "worker:0", "w0", 0, 0.1)

@@ -146,7 +146,9 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
            "rdzv_state": {"run_id": "r-0"}, "rdzv_set_state": {"run_id": "r-0", "state": "AAE="},
            "rdzv_store": {"run_id": "r-0", "op": "set", "keys": ["k"], "values": ["AAE="]},
            "rdzv_round": {"task_id": "worker:0", "session_id": 0, "run_id": "r-0", "round": 0, "rank": 0,
-                          "world_size": 1}}
+                          "world_size": 1},
+           "rdzv_group": {"task_id": "worker:0", "session_id": 0, "run_id": "r-0", "node": "worker:0@h:1",
+                          "op": "join"}}
 
 
 @pytest.mark.parametrize("route", protocol.ROUTES, ids=lambda r: r.name)
@@ -224,3 +226,32 @@ def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):
     # A report from a task of an ended session changes nothing.
     code, _ = routes.rdzv_round(protocol.RendezvousRound("worker:0", 3, run, 1, 0, 1))
     assert code == 409 and state.status.elastic["round"] == 0
+
+
+def test_the_group_route_gives_places_records_each_generation_and_stops_the_dead(tmp_path):
+    state = elastic_state(tmp_path)  # worker:0 and worker:1, min-instances 1
+    state.rendezvous.open("application_1_0001-0", minimum=1, target=2)
+    routes = AMRoutes(state)
+    run = "application_1_0001-0"
+
+    def ask(task_id, node, op="join", generation=-1, wait=0.0):
+        return routes.rdzv_group(protocol.GroupRequest(task_id, 0, run, node, op, generation, wait))
+
+    assert ask("worker:0", "w0") == (200, {"formed": False})
+    code, place = ask("worker:1", "w1")
+    assert code == 200 and place == {"formed": True, "generation": 0, "rank": 1, "world_size": 2,
+                                     "members": ["w0", "w1"]}
+    assert state.status.elastic["size"] == 2 and state.status.elastic["waiting"] == []
+    assert ask("worker:0", "w0")[1]["rank"] == 0  # its place, asked again
+    assert ask("worker:0", "w0", "watch", 0)[1] == {"changed": False, "generation": 0, "joining": [], "dead": []}
+    # worker:1's task is lost: the AM names its trainer's node, which it learned from its request.
+    assert state.group_nodes == {"c-worker:0": "w0", "c-worker:1": "w1"}
+    state.rendezvous.departed(state.group_nodes["c-worker:1"])
+    assert ask("worker:0", "w0", "watch", 0)[1]["dead"] == ["w1"]
+    assert ask("worker:0", "w0", generation=0)[1]["world_size"] == 1
+    assert [h["event"] for h in state.status.elastic["history"] if "round" in h] == ["group formed", "group shrank"]
+    code, reply = ask("worker:1", "w1", generation=0)
+    assert code == 409 and reply["action"] == "stop" and "named gone" in reply["error"]
+    assert ask("worker:0", "w0", "leave")[0] == 400
+    code, reply = routes.rdzv_group(protocol.GroupRequest("worker:0", 0, "application_1_0001-9", "w0"))
+    assert code == 409 and reply["action"] == "stop"

@@ -197,6 +197,26 @@ def test_tokens_open_only_their_routes(server):
     assert got[0][0] == 404
 
 
+def test_the_group_token_opens_only_the_generations_and_the_store(server):
+    # What an in-place elastic job's trainers hold: derived from the job's token, not the token.
+    group = protocol.group_token(TOKEN)
+    assert group not in (TOKEN, VIEW) and group == protocol.group_token(TOKEN)
+    trainer = AMClient(server["address"], group, timeout=5)
+    join = trainer._call(protocol.RDZV_GROUP, task_id="worker:0", session_id=0, run_id="r", node="n", op="join")
+    assert join["route"] == "rdzv_group"
+    assert trainer._call(protocol.RDZV_STORE, run_id="r", op="count")["route"] == "rdzv_store"
+    refused = [lambda: trainer.heartbeat("worker:0", 0), trainer.status, lambda: trainer.kill("no"),
+               lambda: trainer._call(protocol.RDZV_STATE, run_id="r")]
+    for call in refused:
+        with pytest.raises(AMError) as e:
+            call()
+        assert e.value.status == 401
+    # The view token opens neither.
+    with pytest.raises(AMError) as e:
+        AMClient(server["address"], VIEW, timeout=5)._call(protocol.RDZV_STORE, run_id="r", op="count")
+    assert e.value.status == 401
+
+
 def test_the_tracking_page_escapes_what_the_job_says(server):
     got = replies(raw(server, f"GET /ui/{VIEW} HTTP/1.1\r\nConnection: close\r\n\r\n".encode()))
     assert got[0][0] == 200 and got[0][1]["content-type"].startswith("text/html")

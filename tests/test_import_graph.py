@@ -146,7 +146,7 @@ def test_no_import_cycle():
 # submits through a backend; the workflow front ends sit on top of the client.
 LAYERS = (
     ("the base", ()),
-    ("the task side", ("tony_workflow.task", "tony_workflow.keras")),
+    ("the task side", ("tony_workflow.task", "tony_workflow.keras", "tony_workflow.torch_elastic")),
     ("the backends", ("tony_workflow.backends",)),
     ("the ApplicationMaster", ("tony_workflow.am",)),
     ("the client", ("tony_workflow.client",)),

@@ -8,6 +8,7 @@ user's command (PyTorch's elastic agent, for several processes per container) ad
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,10 +18,13 @@ from typing import TypedDict
 __all__ = [
     "BUILDERS",
     "CAVEATS",
+    "IN_PLACE_VARIABLES",
     "LAUNCHERS",
+    "PLACE_VARIABLES",
     "RANKED_TYPES",
     "TaskContext",
     "build_env",
+    "in_place_env",
     "launch_command",
     "tf_config",
 ]
@@ -195,6 +199,35 @@ def _elastic_torchrun(ctx: TaskContext, command: str, python: str) -> str:
     if ctx.host:
         argv += ["--local-addr", ctx.host]
     return shlex.join([*argv, "--no-python", "bash", "-c", command])
+
+
+#: torchrun's variables that say a process's place in a group; a trainer regrouping in place
+#: learns its place from each generation instead (:mod:`tony_workflow.torch_elastic`).
+PLACE_VARIABLES = ("RANK", "WORLD_SIZE", "WORLD", "GROUP_RANK", "NODE_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                   "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "INIT_METHOD")
+#: The variables of a trainer regrouping in place.
+IN_PLACE_VARIABLES = ("TONY_ELASTIC_REGROUP", "TONY_ELASTIC_ENDPOINT", "TONY_ELASTIC_RUN_ID", "TONY_ELASTIC_TOKEN",
+                      "TONY_ELASTIC_MIN", "TONY_ELASTIC_MAX", "TONY_ELASTIC_HOST")
+
+
+def in_place_env(env: dict[str, str], ctx: TaskContext, token: str) -> None:
+    """Makes ``env`` (a ranked task's) that of a trainer regrouping in place: no place (no RANK,
+    WORLD_SIZE, MASTER_ADDR: a script that does not train through
+    :func:`tony_workflow.torch_elastic.run` must not train alone unnoticed, see that module); the
+    AM's address and the group token, the session's rendezvous, the group's bounds; and, for an
+    interpreter that does not have it installed, the directory tony_workflow is imported from,
+    after the script's own path."""
+    assert ctx.elastic is not None
+    lo, hi = ctx.elastic
+    for name in PLACE_VARIABLES:
+        env.pop(name, None)
+    env.update({"TONY_ELASTIC_REGROUP": "in-place", "TONY_ELASTIC_ENDPOINT": ctx.rendezvous,
+                "TONY_ELASTIC_RUN_ID": ctx.run_id, "TONY_ELASTIC_TOKEN": token, "TONY_ELASTIC_MIN": str(lo),
+                "TONY_ELASTIC_MAX": str(hi), "TONY_ELASTIC_HOST": ctx.host, "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1"})
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if _PACKAGE_ROOT not in path:
+        env["PYTHONPATH"] = os.pathsep.join([*path, _PACKAGE_ROOT])
 
 
 def _horovod(ctx: TaskContext) -> dict[str, str]:

@@ -1,22 +1,26 @@
 """Data-parallel training with PyTorch DistributedDataParallel, written for torchrun.
 
-Every process runs this same script and learns its place from torchrun's
-variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), which the
-runtime sets exactly as torchrun does: one process per container, or several
-under torch's own agent (tony.<type>.processes). The process group uses NCCL
-on GPUs and gloo on CPUs.
+The script trains through tony_workflow.torch_elastic.run, which gives it its
+place in the group: from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT), which the runtime sets exactly as torchrun does (one
+process per container, or several under torch's own agent with
+tony.<type>.processes), or, in an elastic job that regroups in place
+(tony.elastic.regroup=in-place), from each generation of the group: a lost
+worker's survivors keep their processes and their state in memory, re-form the
+group without it and train on, and the replacement joins at a later step and is
+handed the state. The process group uses NCCL on GPUs and gloo on CPUs.
 
 Every rank saves the training state every --save-every steps into its
 $TONY_CHECKPOINT_DIR (the replicas are identical, so any copy will do); the
 runtime mirrors the chief's to the job's checkpoint store and restores it into
-every container of a relaunched session. On start, the ranks compare their
-copies and the newest is handed to every rank, so all replicas continue from
-the same step with the same weights and optimizer state: after a relaunch, and
-as well when an elastic job's group re-forms with other ranks, a replacement
-in it, whose copies differ. At the end every rank evaluates the model on the
-held-out test set and writes final/model.pt and final/metrics.json (rank 0
-prints the evaluation); every rank prints a digest of its parameters, which
-are identical across replicas.
+every container of a relaunched session. When a group forms, the ranks compare
+their steps and the newest state is handed to every rank, so all replicas
+continue from the same step with the same weights and optimizer state: after a
+relaunch, and as well when an elastic job's group re-forms with other ranks, a
+replacement in it. At the end every rank evaluates the model on the held-out
+test set and writes final/model.pt and final/metrics.json (rank 0 prints the
+evaluation); every rank prints a digest of its parameters, which are identical
+across replicas.
 
 The same script runs unchanged in a fixed job and in an elastic one
 (tony.worker.min-instances): its --batch-size must then divide by every world
@@ -35,16 +39,13 @@ import time
 
 import digits
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-try:  # progress for the job's status, progress bar and hang detection
-    from tony_workflow import report
-except ImportError:  # run outside tony-workflow
-    def report(**_):
-        pass
+# Progress for the job's status, progress bar and hang detection; the group, fixed or elastic.
+from tony_workflow import report
+from tony_workflow.torch_elastic import State, run
 
 TAG = "[ddp]"
 SEED = 7
@@ -69,20 +70,10 @@ def log(message):
     print(f"{TAG} {message}", flush=True)
 
 
-def setup():
-    """(rank, world size, device), joining the process group when there is one."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return 0, 1, torch.device("cpu")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+def device_of_process():
     if torch.cuda.is_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    # env:// reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.
-    dist.init_process_group(backend, init_method="env://")
-    return rank, world, device
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0))
+    return torch.device("cpu")
 
 
 def save_atomically(state, path):
@@ -92,23 +83,6 @@ def save_atomically(state, path):
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(state, tmp)
     os.replace(tmp, path)
-
-
-def load_state(checkpoint_dir, rank, world, device):
-    """The newest state any rank saved, broadcast from that rank to every rank
-    (the containers' copies of the checkpoint directory need not agree), or None."""
-    path = os.path.join(checkpoint_dir, CHECKPOINT)
-    state = torch.load(path, map_location="cpu", weights_only=False) if os.path.exists(path) else None
-    if world == 1:
-        return state
-    steps = [None] * world
-    dist.all_gather_object(steps, -1 if state is None else state["step"])
-    newest = max(range(world), key=lambda r: (steps[r], -r))
-    if steps[newest] < 0:
-        return None
-    box = [state if rank == newest else None]
-    dist.broadcast_object_list(box, src=newest, device=device if device.type == "cuda" else None)
-    return box[0]
 
 
 class Summaries:
@@ -153,62 +127,70 @@ def main(argv=None):
     checkpoint_dir = os.environ.get("TONY_CHECKPOINT_DIR") or os.path.join(
         tempfile.gettempdir(), "pytorch_ddp_checkpoints")
     os.makedirs(checkpoint_dir, exist_ok=True)
-    rank, world, device = setup()
-    if args.batch_size % world:
-        raise SystemExit(f"--batch-size {args.batch_size} does not split evenly over {world} ranks")
+    checkpoint = os.path.join(checkpoint_dir, CHECKPOINT)
 
     (train_x, train_y), (test_x, test_y) = digits.arrays()
     dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
-    # The same seed everywhere: every rank starts from the same weights (DDP
-    # checks) and shards the same shuffled order.
+    device = device_of_process()
+    # The same seed everywhere: every rank starts from the same weights (DDP checks).
     torch.manual_seed(SEED)
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED,
-                                 drop_last=True)
-    loader = DataLoader(dataset, batch_size=args.batch_size // world, sampler=sampler, drop_last=True)
-    steps_per_epoch = len(loader)
-    total = args.epochs * steps_per_epoch
-
     model = digits.build_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    step = 0
-    state = load_state(checkpoint_dir, rank, world, device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
-    log(f"session={session} rank={rank} world={world} start_step={step}")
-    ddp = DistributedDataParallel(model) if world > 1 else model
-
-    # Rank 0 writes TensorBoard summaries. The writer's import pulls in TensorFlow when that is
-    # installed (seconds), so it is opened beside training rather than before it: a restart
-    # (a relaunch, an elastic group re-forming) trains again as soon as the group is back.
-    summaries = Summaries(os.environ.get("TONY_LOG_DIR") if rank == 0 else None)
-
+    state = State(model=model, optimizer=optimizer, step=0)
+    if os.path.exists(checkpoint):
+        # This container's copy; the group hands every rank the newest copy any rank has.
+        state.load_state_dict(torch.load(checkpoint, map_location=device, weights_only=False))
+    summaries = None
     loss_fn = torch.nn.CrossEntropyLoss()
     started = time.time()
-    while step < total:
-        epoch, skip = divmod(step, steps_per_epoch)
-        sampler.set_epoch(epoch)
-        for i, (x, y) in enumerate(loader):
-            if i < skip:  # resuming mid-epoch: these batches were trained before the relaunch
-                continue
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad()
-            loss = loss_fn(ddp(x), y)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if rank == 0:
-                value = loss.item()
-                report(step=step, total=total, loss=value)
-                if step % 10 == 0:
-                    log(f"session={session} step={step} loss={value:.4f}")
-                    summaries.scalar("loss", value, step)
-            if step % args.save_every == 0 or step == total:
-                save_atomically({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                 "step": step}, os.path.join(checkpoint_dir, CHECKPOINT))
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
+
+    def train(state, group):
+        nonlocal summaries
+        rank, world = group.rank, group.world_size
+        if args.batch_size % world:
+            raise SystemExit(f"--batch-size {args.batch_size} does not split evenly over {world} ranks")
+        # Every rank shards the same shuffled order.
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED,
+                                     drop_last=True)
+        loader = DataLoader(dataset, batch_size=args.batch_size // world, sampler=sampler, drop_last=True)
+        steps_per_epoch = len(loader)
+        total = args.epochs * steps_per_epoch
+        log(f"session={session} rank={rank} world={world} start_step={state.step}")
+        ddp = DistributedDataParallel(state.model) if world > 1 else state.model
+        if rank == 0 and summaries is None:
+            # Rank 0 writes TensorBoard summaries. The writer's import pulls in TensorFlow when
+            # that is installed (seconds), so it is opened beside training rather than before it.
+            summaries = Summaries(os.environ.get("TONY_LOG_DIR"))
+        while state.step < total:
+            epoch, skip = divmod(state.step, steps_per_epoch)
+            sampler.set_epoch(epoch)
+            for i, (x, y) in enumerate(loader):
+                if i < skip:  # resuming mid-epoch: these batches were trained before
+                    continue
+                x, y = x.to(device), y.to(device)
+                state.optimizer.zero_grad()
+                loss = loss_fn(ddp(x), y)
+                loss.backward()
+                state.optimizer.step()
+                state.step += 1
+                step = state.step
+                if rank == 0:
+                    value = loss.item()
+                    report(step=step, total=total, loss=value)
+                    if step % 10 == 0:
+                        log(f"session={session} step={step} loss={value:.4f}")
+                        if summaries is not None:
+                            summaries.scalar("loss", value, step)
+                if step % args.save_every == 0 or step == total:
+                    save_atomically(state.state_dict(), checkpoint)
+                if args.step_sleep:
+                    time.sleep(args.step_sleep)
+                # Where a change of the group (an elastic job's) takes effect.
+                state.commit()
+        return rank, world
+
+    rank, world = run(train, state)
+    step = state.step
     log(f"session={session} rank={rank} done steps={step} params={digest(model)}")
 
     # Every rank: whichever container the job's store mirrors holds the final model.
@@ -224,11 +206,10 @@ def main(argv=None):
     os.replace(tmp, os.path.join(final, "metrics.json"))
     if rank == 0:
         log(f"evaluation: {json.dumps(metrics)}")
-        summaries.scalar("test_accuracy", test_accuracy, step)
-    summaries.close()
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
+        if summaries is not None:
+            summaries.scalar("test_accuracy", test_accuracy, step)
+    if summaries is not None:
+        summaries.close()
 
 
 if __name__ == "__main__":

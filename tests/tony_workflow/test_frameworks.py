@@ -2,7 +2,15 @@ import json
 import shlex
 from pathlib import Path
 
-from tony_workflow.frameworks import ELASTIC_RDZV_CONF, TaskContext, build_env, launch_command, tf_config
+from tony_workflow.frameworks import (
+    ELASTIC_RDZV_CONF,
+    PLACE_VARIABLES,
+    TaskContext,
+    build_env,
+    in_place_env,
+    launch_command,
+    tf_config,
+)
 
 CLUSTER = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"], "tensorboard": ["h4:5"]}
 
@@ -104,6 +112,26 @@ def test_an_elastic_job_runs_torchs_agent_in_the_ams_rendezvous_between_its_boun
     sidecar = TaskContext("pytorch", {**cluster, "tensorboard": ["h9:9"]}, "tensorboard", 0, False, agent=True,
                           elastic=(3, 4), rendezvous="am-host:7000", run_id="r")
     assert launch_command(sidecar, "tensorboard --logdir x", "python") == "tensorboard --logdir x"
+
+
+def test_a_trainer_regrouping_in_place_runs_as_it_is_with_no_place_but_the_group_s_address():
+    cluster = {"worker": ["h1:1", "h2:2", "h3:3"]}
+    ctx = TaskContext("pytorch", cluster, "worker", 1, False, elastic=(2, 3), rendezvous="am-host:7000",
+                      run_id="application_1_0002-0", host="h2")
+    assert launch_command(ctx, "python train.py", "python") == "python train.py"  # no agent
+    env = build_env(ctx)
+    assert env["RANK"] == "1" and env["MASTER_ADDR"] == "h1"  # what a fixed job gets ...
+    env["PYTHONPATH"] = "/job/src"
+    in_place_env(env, ctx, "group-token")
+    assert not set(PLACE_VARIABLES) & set(env)  # ... is taken away: each generation gives the place
+    assert {k: env[k] for k in env if k.startswith("TONY_ELASTIC_")} == {
+        "TONY_ELASTIC_REGROUP": "in-place", "TONY_ELASTIC_ENDPOINT": "am-host:7000",
+        "TONY_ELASTIC_RUN_ID": "application_1_0002-0", "TONY_ELASTIC_TOKEN": "group-token",
+        "TONY_ELASTIC_MIN": "2", "TONY_ELASTIC_MAX": "3", "TONY_ELASTIC_HOST": "h2"}
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("0", "1")
+    # The script's own path first; tony_workflow's after it, for an interpreter without it installed.
+    first, package = env["PYTHONPATH"].split(":")
+    assert first == "/job/src" and (Path(package) / "tony_workflow" / "torch_elastic.py").exists()
 
 
 def test_only_horovod_and_mxnet_jobs_carry_a_caveat():

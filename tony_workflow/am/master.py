@@ -180,8 +180,8 @@ class ApplicationMaster(Regrouping):
             self.gang_ready = threading.Event()
             if self.elastic is not None:
                 # A session's agents meet in a rendezvous of its own: those of an ended session are refused.
-                self.rendezvous.open(f"{self.app_id}-{session_id}")
-                self.elastic_joined = {}
+                self.rendezvous.open(f"{self.app_id}-{session_id}", self.elastic.minimum, self.elastic.target)
+                self.elastic_joined, self.group_nodes = {}, {}
                 self.elastic.begin(session_id, time.time())
             chief = f"{self.chief[0]}:{self.chief[1]}"
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
@@ -252,9 +252,22 @@ class ApplicationMaster(Regrouping):
         task.status.exit_code = code
         if task.stopping:
             return self.set_task_state(task, TaskState.KILLED, exit_code=code)
-        if code == 0:
-            if self.elastic is not None and self.elastic.is_elastic(task.status.type):
+        if code == 0 and self.elastic is not None and self.elastic.is_elastic(task.status.type):
+            if (self.spec.regroup_in_place and not self.elastic.finished
+                    and task.container.id not in self.group_nodes):
+                # It trained outside the group (a script that does not train through
+                # tony_workflow.torch_elastic.run sees no RANK and trains alone): not a success.
+                code, diagnostics = 1, (
+                    "with tony.elastic.regroup=in-place the training command must train through "
+                    "tony_workflow.torch_elastic.run, which gives it its place in the group; this one ended "
+                    "without ever asking for one. Use that function, or set tony.elastic.regroup=restart "
+                    "(torch's elastic agent) for a plain torchrun script")
+                self.set_task_state(task, TaskState.FAILED, exit_code=code, diagnostics=diagnostics)
+                raise SessionEnd(JobState.FAILED, f"{task.id}: {diagnostics}", retryable=False)
+            else:
                 self.elastic.finished = True  # the group's training is over: no more replacements
+                return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
+        elif code == 0:
             return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
         cause = self.cluster.reclaimed(task.container)
         elastic = self.elastic is not None and self.elastic.is_elastic(task.status.type)

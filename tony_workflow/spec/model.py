@@ -401,7 +401,13 @@ class JobSpec:
         """Whether a PyTorch job's tasks run under torch's elastic agent: when some type runs more
         than one process per container, or the job is elastic. The agents of all containers
         rendezvous together, so then every task of the job's ranked types runs under one."""
-        return self.framework == "pytorch" and (any(t.processes > 1 for t in self.tasks.values()) or self.elastic)
+        return self.framework == "pytorch" and (any(t.processes > 1 for t in self.tasks.values())
+                                                or (self.elastic and not self.regroup_in_place))
+
+    @property
+    def regroup_in_place(self) -> bool:
+        """An elastic job whose trainers re-form their group themselves (tony.elastic.regroup)."""
+        return self.elastic and self.elastic_regroup == "in-place"
 
     @cached_property
     def elastic_types(self) -> list[str]:
@@ -425,6 +431,7 @@ class JobSpec:
 
     elastic_fallback_timeout_ms = field_of(table.ELASTIC_FALLBACK_TIMEOUT_MS)
     elastic_max_membership_changes = field_of(table.ELASTIC_MAX_MEMBERSHIP_CHANGES)
+    elastic_regroup = field_of(table.ELASTIC_REGROUP)
 
     def _active_types(self) -> list[str]:
         """Types with instances > 0, skipping unreadable counts (validate() reports those)."""

@@ -30,7 +30,7 @@ from .keys import (
     TASK_FIELDS,
     TONY_XML_DEFAULTS,
 )
-from .values import parse_bool, parse_env, parse_int, parse_list, parse_store_failure
+from .values import parse_bool, parse_env, parse_int, parse_list, parse_regroup, parse_store_failure
 
 __all__ = [
     "KEYS",
@@ -169,6 +169,11 @@ ELASTIC_MAX_MEMBERSHIP_CHANGES = integer("tony.elastic.max-membership-changes", 
                                          "elastic PyTorch jobs: how many times a session's group may lose a task "
                                          "and go on without it (a container the cluster took back is not "
                                          "counted); past it, the failure rules apply", "10")
+ELASTIC_REGROUP = Key("tony.elastic.regroup", parse_regroup,
+                      "elastic PyTorch jobs: how the group changes: restart (torch's elastic agent restarts "
+                      "every trainer, which restores its checkpoint) or in-place (the trainers keep their "
+                      "processes and state and re-form their process group; the script trains through "
+                      "tony_workflow.torch_elastic.run)", "restart", kind="restart or in-place")
 
 #: Where the job came from (:mod:`tony_workflow.context`): set by the workflow front ends.
 CONTEXT_KEYS: tuple[Key[str | None], ...] = tuple(text(f.key, f.doc, "") for f in CONTEXT_FIELDS)

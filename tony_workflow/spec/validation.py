@@ -222,6 +222,11 @@ def _elastic_problems(spec: JobSpec, check: _Check, task_type: str, instances: i
         return [spec.issue(key, value, f"'{task_type}' is a stop-on-failure type "
                            "(tony.application.stop-on-failure-jobtypes): its failure always ends the session, "
                            "so it cannot be elastic")]
+    processes = (spec.get(task_key(task_type, "processes")) or "1").strip()
+    if processes != "1" and (spec.get("tony.elastic.regroup") or "").strip().lower() == "in-place":
+        return [spec.issue("tony.elastic.regroup", "in-place", f"a trainer regrouping in place is the only process "
+                           f"of its container, and tony.{task_type}.processes is {processes}: set it to 1, or "
+                           "tony.elastic.regroup to restart")]
     if (spec.get(task_key(task_type, "restart-policy")) or "").strip().lower() == "task":
         return [spec.issue(key, value, f"an elastic type replaces a lost task itself; tony.{task_type}.restart-policy "
                            "'task' (relaunch at the same address) does not apply: remove one of the two")]

@@ -132,6 +132,15 @@ def parse_store_failure(value: str) -> str:
     return text
 
 
+def parse_regroup(value: str) -> str:
+    text = str(value).strip().lower()
+    if text not in ("restart", "in-place"):
+        raise ValueError("must be 'restart' (torch's elastic agent restarts every trainer when the group changes) "
+                         "or 'in-place' (the trainers keep their processes and re-form their group: the script "
+                         "trains through tony_workflow.torch_elastic.run)")
+    return text
+
+
 def parse_oversubscription(value: str) -> float:
     try:
         number = float(value)

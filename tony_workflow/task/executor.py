@@ -26,9 +26,9 @@ from pathlib import Path
 from ..archive import unsafe_entry
 from ..context import task_env
 from ..events import log_tail
-from ..frameworks import RANKED_TYPES, TaskContext, build_env, launch_command
+from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
-from ..protocol import RESULT_FILE
+from ..protocol import RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .metrics import GpuSampler, TaskSampler, visible_gpus
@@ -242,11 +242,13 @@ class TaskExecutor:
     def _user_env(self, ctx: TaskContext, tb_port: int | None) -> dict[str, str]:
         spec = self.spec
         env = {k: v for k, v in self.env.items() if k not in ("TONY_AM_TOKEN",)}
-        if ctx.elastic and ctx.task_type in RANKED_TYPES:
+        if ctx.elastic and ctx.task_type in RANKED_TYPES and not spec.regroup_in_place:
             # The elastic agent's rendezvous is the AM's: the agent takes the token out of its
             # environment before it starts the user's processes.
             env["TONY_AM_TOKEN"] = self.env["TONY_AM_TOKEN"]
         env.update(build_env(ctx))
+        if ctx.elastic and spec.regroup_in_place and ctx.task_type in RANKED_TYPES:
+            in_place_env(env, ctx, group_token(self.env["TONY_AM_TOKEN"]))
         env.update({
             "SESSION_ID": str(self.session_id),
             "TONY_APPLICATION_ID": self.app_id,

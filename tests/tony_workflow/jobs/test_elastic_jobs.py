@@ -1,9 +1,11 @@
 """Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster and
-on the Hadoop mini cluster: a worker's whole container is killed mid-run (its executor, torch's agent and the trainer, as when
-its machine dies) and the others train on, their executors and agents the same processes before
-and after, in the same session; the replacement joins and the replicas end identical. Also rank
-0's container, two losses in a row, and too few left for too long (the session is relaunched
-whole). Processes are found and killed by scanning the machine; what is checked comes from the
+on the Hadoop mini cluster: a worker's whole container is killed mid-run (its executor and the
+trainer, as when its machine dies) and the others train on in the same session: regrouping in
+place (the example's tony.elastic.regroup), their executors and trainers are the very processes
+they were; under torch's agent (restart), their executors and agents are, and the trainers are
+restarted. The replacement joins and the replicas end identical. Also rank 0's container, two
+losses in a row, too few left for too long (the session is relaunched whole), and a script that
+does not train through tony_workflow.torch_elastic in a job that regroups in place. Processes are found and killed by scanning the machine; what is checked comes from the
 trainers' own output and the process table, besides the job's status and record."""
 from __future__ import annotations
 
@@ -68,8 +70,9 @@ def trainers(status, task_id: str) -> set[int]:
     return {p.pid for p in container_tree(status, task_id) if _is_trainer(p)}
 
 
-def submit(conf: list[str] | None = None, backend: str = "local"):
-    spec = load_job(str(ELASTIC), conf=[*SMALL, *(conf or [])], task_params=PARAMS)
+def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place"):
+    spec = load_job(str(ELASTIC), conf=[*SMALL, f"tony.elastic.regroup={regroup}", *(conf or [])],
+                    task_params=PARAMS)
     return TonyClient(backend).submit(spec)
 
 
@@ -127,9 +130,17 @@ def lasting(status) -> set[tuple[int, float]]:
 
 
 def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend):
+    lose_a_worker(backend, "in-place")
+
+
+def test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_their_containers(tony_home):
+    lose_a_worker("local", "restart")
+
+
+def lose_a_worker(backend: str, regroup: str) -> None:
     # A job of another user's beside it, on the same cluster, all along.
     neighbour = TonyClient(backend).submit(load_job(sleeper_job("neighbour", seconds=90, memory="512m")))
-    h = submit(backend=backend)
+    h = submit(backend=backend, regroup=regroup)
     st = running_at(h, 15)
     beside = wait_for(lambda: (s := neighbour.status()).state == "RUNNING" and s.tasks[0].state == "RUNNING" and s,
                       timeout=120)
@@ -144,10 +155,13 @@ def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend
     now = neighbour.status()
     assert lasting(now) == neighbours_processes and len(neighbours_processes) >= 2
     assert now.state == "RUNNING" and now.session_id == 0 and now.tasks[0].restarts == 0
-    # The others' executors and agents are the very processes they were; their trainers are new
-    # (the agent restarted them in the re-formed group).
+    # The others' executors (and agents) are the very processes they were. Regrouping in place,
+    # so are their trainers; under torch's agent the trainers are new (restarted in the new round).
     assert {t: keepers(back, t) for t in survivors} == survivors
-    assert all(trainers(back, t) and not trainers(back, t) & first_trainers[t] for t in survivors)
+    if regroup == "in-place":
+        assert {t: trainers(back, t) for t in survivors} == first_trainers
+    else:
+        assert all(trainers(back, t) and not trainers(back, t) & first_trainers[t] for t in survivors)
     final = finished(h)
     assert final.state == "SUCCEEDED", final.diagnostics
     assert final.session_id == 0 and final.attempts == 1 and final.retries == 0
@@ -155,7 +169,7 @@ def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend
     assert final.elastic["changes"] == 1
     out = stdout(h)
     identical_replicas(out)
-    # Only the first round started from scratch: every trainer of a later one resumed from a checkpoint.
+    # Only the first group started from scratch: every later one went on from where training was.
     starts = [int(s) for s in re.findall(r"session=0 rank=\d world=[23] start_step=(\d+)", out)]
     assert starts.count(0) == 3 and len(starts) > 3, out[-3000:]
     record = TonyClient(backend).record(h.app_id)
@@ -226,3 +240,24 @@ def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
     assert len(seen) == 2
     for names in seen:
         assert "TONY_AM_TOKEN" not in names and "TORCHELASTIC_RUN_ID" in names and "RANK" in names
+
+
+def test_regrouping_in_place_the_trainers_hold_only_the_group_token_and_must_use_it(tony_home, tmp_path):
+    # A script that does not train through tony_workflow.torch_elastic.run gets no place (no RANK):
+    # it would train alone. Its ending is not taken for success: the job fails, saying what to do.
+    dump = tmp_path / "env"
+    job = {"name": "in-place-env", "framework": "pytorch",
+           "command": f"python -c \"import os; open('{dump}-' + os.environ['TONY_TASK_ID'].replace(':', '-'), 'w')"
+                      ".write(repr(sorted(os.environ)))\"",
+           "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "512m"}},
+           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false",
+                    "tony.elastic.regroup": "in-place", "tony.am.retry-count": "2"}}
+    h = TonyClient("local").submit(load_job(job))
+    st = finished(h)
+    assert st.state == "FAILED" and st.retries == 0, (st.state, st.retries)
+    assert "tony_workflow.torch_elastic.run" in st.diagnostics and "tony.elastic.regroup=restart" in st.diagnostics
+    seen = [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
+    assert seen
+    for names in seen:
+        assert "TONY_AM_TOKEN" not in names and "TONY_ELASTIC_TOKEN" in names
+        assert "RANK" not in names and "MASTER_ADDR" not in names and "TORCHELASTIC_RUN_ID" not in names

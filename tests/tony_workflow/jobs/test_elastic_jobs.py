@@ -23,8 +23,10 @@ pytestmark = pytest.mark.frameworks
 
 ELASTIC = REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"
 SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.enabled=false"]
-# Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps.
-PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep 0.15"
+# Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps. On YARN a
+# replacement is granted and started in about 15 s, while the survivors train on: slower steps.
+PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep {sleep}"
+STEP_SLEEP = {"local": 0.15, "yarn": 0.6}
 
 
 def container_tree(status, task_id: str) -> list[psutil.Process]:
@@ -72,7 +74,7 @@ def trainers(status, task_id: str) -> set[int]:
 
 def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place"):
     spec = load_job(str(ELASTIC), conf=[*SMALL, f"tony.elastic.regroup={regroup}", *(conf or [])],
-                    task_params=PARAMS)
+                    task_params=PARAMS.format(sleep=STEP_SLEEP[backend]))
     return TonyClient(backend).submit(spec)
 
 

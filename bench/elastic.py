@@ -4,13 +4,15 @@ The job is the PyTorch DDP example (``examples/pytorch_ddp/train.py``, unchanged
 workers, gloo on CPU, saving every 5 steps, with a pause per step so that a run lasts about a
 minute of training. Two forms of the same job run side by side in each repetition:
 
-* **elastic**: ``tony.worker.min-instances=2``: the killed worker is replaced while the other two
-  re-form their group and train on; the replacement joins at the next rendezvous;
+* **elastic**: ``tony.worker.min-instances=2``, ``tony.elastic.regroup=in-place``: the killed
+  worker is replaced while the other two keep their processes, re-form their group and train on;
+  the replacement joins at a later step and is handed the state (``TONY_BENCH_REGROUP=restart``
+  measures torch's agent instead, which restarts every trainer at each change);
 * **relaunch**: the fixed job (today's path, ``tony.am.retry-count=1``): the session is torn down
   and relaunched whole, every task restoring the last checkpoint.
 
 Each form runs once undisturbed (its floor) and once with worker:1's whole container SIGKILLed
-(executor, torch's agent and trainer, as when its machine dies) once training passes step
+(executor and trainer, as when its machine dies) once training passes step
 ``KILL_AT``. Progress is read from the job's status ten times a second; rank 0 reports every step
 and the executors beat every 100 ms, so a step's time is known to about a tenth of a second.
 Reported per form: the training time lost (wall time with the kill minus the undisturbed run's),
@@ -37,17 +39,21 @@ GOAL_RATIO = 0.5
 KILL_AT = 25
 EPOCHS, STEP_SLEEP = 6, 0.25
 DDP = common.EXAMPLES / "pytorch_ddp"
+#: How the elastic form's group changes (tony.elastic.regroup): its trainers keep their processes.
+REGROUP = os.environ.get("TONY_BENCH_REGROUP", "in-place")
 
 
 def job(elastic: bool, epochs: int, memory: str) -> dict:
     worker: dict[str, Any] = {"instances": 3, "memory": memory, "vcores": 1}
+    conf = {**common.LOCAL_CONF, "tony.am.retry-count": "1", "tony.task.heartbeat-interval-ms": "100"}
     if elastic:
         worker["min_instances"] = 2
+        conf["tony.elastic.regroup"] = REGROUP
     return {"name": f"bench-elastic-{'elastic' if elastic else 'relaunch'}", "framework": "pytorch",
             "executes": "train.py", "src_dir": str(DDP),
             "task_params": f"--epochs {epochs} --save-every 5 --batch-size 96 --step-sleep {STEP_SLEEP}",
             "am": {"memory": "512m"}, "tasks": {"worker": worker},
-            "conf": {**common.LOCAL_CONF, "tony.am.retry-count": "1", "tony.task.heartbeat-interval-ms": "100"}}
+            "conf": conf}
 
 
 def kill_container(backend: str, h, task_id: str) -> None:
@@ -141,7 +147,8 @@ def result_of(backend: str, run: dict[str, Any], reps: int) -> dict[str, Any]:
             "value": run["elastic_lost_s_median"], "floor": run["relaunch_lost_s_median"], "ratio": run["ratio"],
             "goal": f"no training < {GOAL_GAP_S:g} s; elastic loses <= {GOAL_RATIO} x the relaunch's",
             "goal_met": bool(met) if backend == "local" else None, **run,
-            "params": {"workers": 3, "min_instances": 2, "kill_at_step": KILL_AT, "step_sleep_s": STEP_SLEEP,
+            "params": {"workers": 3, "min_instances": 2, "regroup": REGROUP, "kill_at_step": KILL_AT,
+                       "step_sleep_s": STEP_SLEEP,
                        "reps": reps}}
 
 

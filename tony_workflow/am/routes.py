@@ -256,9 +256,7 @@ class AMRoutes:
             if req.op != "join":
                 return 400, {"error": f"unknown group operation {req.op!r}: join or watch"}
             place, _ = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
-        except RendezvousClosed as e:
-            return _stop(str(e))
-        except StoreError as e:
+        except (RendezvousClosed, StoreError) as e:  # another session's, or a trainer named gone
             return _stop(str(e))
         with s.lock:
             if place is None:

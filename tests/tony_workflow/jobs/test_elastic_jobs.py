@@ -228,17 +228,22 @@ def test_too_few_left_for_too_long_relaunches_the_session_whole(backend):
     identical_replicas(stdout(h), session=1)
 
 
-def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
+def env_names_job(tmp_path, **conf: str):
+    """A job of two workers (one enough) whose command writes the names in its environment to a
+    file per task, and its state when it ends with the lists of names it wrote."""
     dump = tmp_path / "env"
     job = {"name": "elastic-env", "framework": "pytorch",
            "command": f"python -c \"import os; open('{dump}-' + os.environ['TONY_TASK_ID'].replace(':', '-'), 'w')"
                       ".write(repr(sorted(os.environ)))\"",
            "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "512m"}},
-           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
-    h = TonyClient("local").submit(load_job(job))
-    st = finished(h)
+           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", **conf}}
+    st = finished(TonyClient("local").submit(load_job(job)))
+    return st, [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
+
+
+def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
+    st, seen = env_names_job(tmp_path)
     assert st.state == "SUCCEEDED", st.diagnostics
-    seen = [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
     assert len(seen) == 2
     for names in seen:
         assert "TONY_AM_TOKEN" not in names and "TORCHELASTIC_RUN_ID" in names and "RANK" in names
@@ -247,18 +252,9 @@ def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
 def test_regrouping_in_place_the_trainers_hold_only_the_group_token_and_must_use_it(tony_home, tmp_path):
     # A script that does not train through tony_workflow.torch_elastic.run gets no place (no RANK):
     # it would train alone. Its ending is not taken for success: the job fails, saying what to do.
-    dump = tmp_path / "env"
-    job = {"name": "in-place-env", "framework": "pytorch",
-           "command": f"python -c \"import os; open('{dump}-' + os.environ['TONY_TASK_ID'].replace(':', '-'), 'w')"
-                      ".write(repr(sorted(os.environ)))\"",
-           "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "512m"}},
-           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false",
-                    "tony.elastic.regroup": "in-place", "tony.am.retry-count": "2"}}
-    h = TonyClient("local").submit(load_job(job))
-    st = finished(h)
+    st, seen = env_names_job(tmp_path, **{"tony.elastic.regroup": "in-place", "tony.am.retry-count": "2"})
     assert st.state == "FAILED" and st.retries == 0, (st.state, st.retries)
     assert "tony_workflow.torch_elastic.run" in st.diagnostics and "tony.elastic.regroup=restart" in st.diagnostics
-    seen = [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
     assert seen
     for names in seen:
         assert "TONY_AM_TOKEN" not in names and "TONY_ELASTIC_TOKEN" in names

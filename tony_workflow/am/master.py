@@ -558,7 +558,10 @@ def main(argv: list[str] | None = None) -> int:
                            resume=resume_point(app_dir))
 
     def on_term(signum: int, frame: Any) -> None:
-        am.kill({"reason": f"ApplicationMaster received {signal.Signals(signum).name}"})
+        # The job is being killed (its supervisor forwards its own SIGTERM): the monitor stops the
+        # tasks and writes KILLED.
+        with am.lock:
+            am.request_kill(f"ApplicationMaster received {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, on_term)
     return am.run()

@@ -13,10 +13,14 @@ says which NodeManagers were stopped.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 from pathlib import Path
+
+import psutil
 
 from .build import MiniClusterError
 from .cluster import _default_dir, _get_json, _running, rm_nodes
@@ -76,6 +80,10 @@ def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int
         raise MiniClusterError(f"no NodeManager {index!r}: this cluster's are numbered 0 to {len(nodes) - 1}")
     if nodes[index]["stopped"]:
         raise MiniClusterError(f"NodeManager {index} ({nodes[index]['node_id']}) is already stopped")
+    # A machine that dies runs nothing more: its containers' processes are frozen before the
+    # NodeManager stops, so that its SIGTERM (the graceful stop a NodeManager gives its containers)
+    # is never handled, and killed once it has stopped.
+    frozen = _signal_containers(nodes[index]["node_id"], signal.SIGSTOP)
     control = d / "run" / "control"
     request, done = control / f"stop-nodemanager-{index}", control / f"stop-nodemanager-{index}.done"
     done.unlink(missing_ok=True)
@@ -89,6 +97,9 @@ def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int
             raise MiniClusterError(f"NodeManager {index} did not stop within {timeout:.0f} s; see {info['log']}")
         time.sleep(0.2)
     outcome = done.read_text().strip()
+    for proc in frozen:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
     if not outcome.startswith("stopped "):
         raise MiniClusterError(f"NodeManager {index} could not be stopped: {outcome}")
     nodes[index]["stopped"] = True
@@ -109,3 +120,19 @@ def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int
                     f"(tony minicluster start --node-expiry-s)")
             time.sleep(0.5)
     return nodes[index]
+
+
+def _signal_containers(node_id: str, sig: int) -> list[psutil.Process]:
+    """Sends ``sig`` to every process a container of the NodeManager ``node_id`` (``host:port``)
+    started and returns them. YARN names the NodeManager in each container's environment; its
+    port alone tells this cluster's NodeManagers apart (their host names may be aliases)."""
+    port = node_id.rpartition(":")[2]
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("NM_PORT") == port:
+                proc.send_signal(sig)
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found

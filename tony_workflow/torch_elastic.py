@@ -197,9 +197,7 @@ def run(train: Callable[[State, Group], Any], state: State) -> Any:
             state.sync(group)
             _log(f"generation {group.generation}: rank {group.rank} of {group.world_size}, step "
                  f"{state._values.get('step', '-')}")
-            result = train(state, group)
-            coordinator.done()
-            return result
+            return train(state, group)
         except Regroup as e:
             _log(f"{e}: regrouping")
         except Exception as e:
@@ -349,6 +347,3 @@ class _Coordinator:
                 return True
             if time.monotonic() >= deadline:
                 return False
-
-    def done(self) -> None:
-        self.stop_watching()

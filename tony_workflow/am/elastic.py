@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .rendezvous import Formed
+from .rendezvous import Formed, task_order
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -104,10 +104,10 @@ class ElasticGroup:
         the event log), or None for a round older than the one recorded."""
         if f.round <= self.round:
             return None
-        left = sorted(set(self.members) - set(f.members), key=_order)
-        joined = sorted(set(f.members) - set(self.members), key=_order)
+        left = sorted(set(self.members) - set(f.members), key=task_order)
+        joined = sorted(set(f.members) - set(self.members), key=task_order)
         # A task that left and whose replacement joined under the same id appears in neither set.
-        replaced = sorted(set(self.departures) & set(f.members) & set(self.members), key=_order)
+        replaced = sorted(set(self.departures) & set(f.members) & set(self.members), key=task_order)
         causes = {t: self.departures.pop(t) for t in [*left, *replaced] if t in self.departures}
         if self.round < 0:
             event = "group formed"
@@ -156,8 +156,3 @@ class ElasticGroup:
             "changes": self.changes, "max_changes": self.max_changes, "waiting": waiting,
             "below_min_since": self.below_since, "history": [dict(h) for h in self.history],
         }
-
-
-def _order(task_id: str) -> tuple[str, int]:
-    ttype, _, index = task_id.partition(":")
-    return ttype, int(index) if index.isdigit() else 0

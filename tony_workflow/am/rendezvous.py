@@ -245,11 +245,11 @@ class Rendezvous:
             return Formed(round_, dict(sorted(r.members.items(), key=lambda kv: kv[1])))
 
     # ------------------------------------------------------------------ in-place generations
-    def gather(self, run_id: str, task_id: str, node: str, after: int, wait: float) -> tuple[dict[str, Any] | None, bool]:
-        """``node`` (of ``task_id``) asks to be in a generation after ``after``: (its place in the
-        first such generation: ``generation``, ``rank``, ``world_size``, ``members``; None when
-        none formed within ``wait`` seconds), and whether that call formed it (the caller records
-        it). Raises :class:`RendezvousClosed` for another session's, :class:`StoreError` for a
+    def gather(self, run_id: str, task_id: str, node: str, after: int, wait: float) -> dict[str, Any] | None:
+        """``node`` (of ``task_id``) asks to be in a generation after ``after``: its place in the
+        first such generation (``generation``, ``rank``, ``world_size``, ``members``), or None when
+        none formed within ``wait`` seconds (formed generations wait in :meth:`formed_rounds`
+        for the caller to record). Raises :class:`RendezvousClosed` for another session's, :class:`StoreError` for a
         node named dead: a trainer the AM gave up on takes no part any more."""
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
         with self._cond:
@@ -263,20 +263,20 @@ class Rendezvous:
                 if g.first_wait is None:
                     g.first_wait = time.monotonic()
                 self._cond.notify_all()  # the current generation's watchers: someone waits for the next
-            formed = self._form(time.monotonic())
+            self._form(time.monotonic())
             while True:
                 place = g.places.get(node)
                 if place is not None and place["generation"] > after:
-                    return dict(place), formed
+                    return dict(place)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return None, False
+                    return None
                 self._cond.wait(min(remaining, 1.0))
                 self._check(run_id)
                 if node in self._dead:
                     raise StoreError(f"{node} was named gone: it takes no part in the group any more")
                 # A first generation's last call ends by time, not by a request.
-                formed = self._form(time.monotonic()) or formed
+                self._form(time.monotonic())
 
     def watch(self, run_id: str, generation: int, wait: float) -> dict[str, Any]:
         """Waits up to ``wait`` seconds for generation ``generation`` to need re-forming: a member
@@ -314,7 +314,7 @@ class Rendezvous:
         if not due:
             return False
         kept = [m for m in g.members if m in g.waiting]
-        newcomers = sorted((n for n in g.waiting if n not in kept), key=lambda n: (_order(g.waiting[n][0]), n))
+        newcomers = sorted((n for n in g.waiting if n not in kept), key=lambda n: (task_order(g.waiting[n][0]), n))
         order = (kept + newcomers)[:self.target]
         g.generation += 1
         g.members = order
@@ -353,6 +353,7 @@ class _Generations:
     unreported: list[Formed] = field(default_factory=list)
 
 
-def _order(task_id: str) -> tuple[str, int]:
+def task_order(task_id: str) -> tuple[str, int]:
+    """``type:index`` task ids in type, then index order."""
     ttype, _, index = task_id.partition(":")
     return ttype, int(index) if index.isdigit() else 0

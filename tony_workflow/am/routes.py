@@ -255,7 +255,7 @@ class AMRoutes:
                 return 200, s.rendezvous.watch(req.run_id, req.generation, req.wait)  # type: ignore[return-value]
             if req.op != "join":
                 return 400, {"error": f"unknown group operation {req.op!r}: join or watch"}
-            place, _ = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
+            place = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
         except (RendezvousClosed, StoreError) as e:  # another session's, or a trainer named gone
             return _stop(str(e))
         with s.lock:

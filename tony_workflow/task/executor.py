@@ -242,12 +242,13 @@ class TaskExecutor:
     def _user_env(self, ctx: TaskContext, tb_port: int | None) -> dict[str, str]:
         spec = self.spec
         env = {k: v for k, v in self.env.items() if k not in ("TONY_AM_TOKEN",)}
-        if ctx.elastic and ctx.task_type in RANKED_TYPES and not spec.regroup_in_place:
+        ranked_elastic = bool(ctx.elastic) and ctx.task_type in RANKED_TYPES
+        if ranked_elastic and not spec.regroup_in_place:
             # The elastic agent's rendezvous is the AM's: the agent takes the token out of its
             # environment before it starts the user's processes.
             env["TONY_AM_TOKEN"] = self.env["TONY_AM_TOKEN"]
         env.update(build_env(ctx))
-        if ctx.elastic and spec.regroup_in_place and ctx.task_type in RANKED_TYPES:
+        if ranked_elastic and spec.regroup_in_place:  # the trainers hold the group token only
             in_place_env(env, ctx, group_token(self.env["TONY_AM_TOKEN"]))
         env.update({
             "SESSION_ID": str(self.session_id),

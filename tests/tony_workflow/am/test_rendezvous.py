@@ -156,7 +156,7 @@ def _gather_all(rdzv: Rendezvous, joins: dict[str, tuple[str, int]], wait: float
     places: dict[str, dict] = {}
 
     def ask(node: str, task: str, after: int) -> None:
-        place, _ = rdzv.gather("app-0", task, node, after, wait)
+        place = rdzv.gather("app-0", task, node, after, wait)
         places[node] = place
 
     threads = [threading.Thread(target=ask, args=(n, t, a)) for n, (t, a) in joins.items()]
@@ -176,7 +176,7 @@ def group() -> Rendezvous:
 
 def test_the_first_generation_waits_for_the_whole_group(group):
     # Two of three asking: no generation yet (the last call is far off).
-    assert group.gather("app-0", "worker:0", "w0", -1, 0.2) == (None, False)
+    assert group.gather("app-0", "worker:0", "w0", -1, 0.2) is None
     places = _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
     assert {n: (p["generation"], p["rank"], p["world_size"]) for n, p in places.items()} == {
         "w0": (0, 0, 3), "w1": (0, 1, 3), "w2": (0, 2, 3)}
@@ -214,7 +214,7 @@ def test_a_newcomer_is_watched_for_and_joins_after_the_survivors(group):
     time.sleep(0.2)
     waiting: dict[str, dict | None] = {}
     newcomer = threading.Thread(target=lambda: waiting.setdefault(
-        "w1b", group.gather("app-0", "worker:1", "w1b", -1, 5.0)[0]))
+        "w1b", group.gather("app-0", "worker:1", "w1b", -1, 5.0)))
     newcomer.start()
     watcher.join(timeout=10.0)
     assert not watcher.is_alive(), "a newcomer asking did not wake the watchers"
@@ -231,7 +231,7 @@ def test_below_the_minimum_no_generation_forms(group):
     _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
     group.departed("w1")
     group.departed("w2")
-    assert group.gather("app-0", "worker:0", "w0", 0, 0.3) == (None, False)
+    assert group.gather("app-0", "worker:0", "w0", 0, 0.3) is None
     assert group.generation == 0
     # A replacement brings it back to the minimum: the survivor and it form generation 1.
     places = _gather_all(group, {"w0": ("worker:0", 0), "w1b": ("worker:1", -1)})
@@ -241,7 +241,7 @@ def test_below_the_minimum_no_generation_forms(group):
 def test_a_member_dying_while_the_others_wait_completes_the_generation(group):
     _gather_all(group, {"w0": ("worker:0", -1), "w1": ("worker:1", -1), "w2": ("worker:2", -1)})
     result: dict[str, dict | None] = {}
-    threads = [threading.Thread(target=lambda n=n, t=t: result.setdefault(n, group.gather("app-0", t, n, 0, 5.0)[0]))
+    threads = [threading.Thread(target=lambda n=n, t=t: result.setdefault(n, group.gather("app-0", t, n, 0, 5.0)))
                for n, t in (("w0", "worker:0"), ("w1", "worker:1"))]
     for th in threads:
         th.start()

@@ -31,7 +31,8 @@ from ..errors import ClusterError
 from ..kerberos import Login, LoginError, is_secure, read_token_file
 from ..process import user_name
 
-__all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm", "node_totals", "resource_manager"]
+__all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm", "node_totals", "outstanding_asks",
+           "resource_manager"]
 
 _TIMEOUT = 30
 
@@ -81,6 +82,9 @@ class AppReport:
     #: its live containers, skein's master included; None when the ResourceManager does not show
     #: them (before its master runs, or to a user without the right to view the application)
     running_containers: int | None = None
+    #: containers it has asked for and not been given yet, as the ResourceManager holds its asks
+    #: (``resourceRequests``, each priority's request for any node): 0 when it holds none
+    asks: int = 0
 
     @classmethod
     def from_json(cls, app: dict[str, Any]) -> AppReport:
@@ -97,7 +101,18 @@ class AppReport:
                    am_rpc_address=address if address and not address.startswith("N/A") else None,
                    priority=int(app.get("priority") or 0), tags=tags,
                    log_aggregation=app.get("logAggregationStatus") or "",
-                   running_containers=running if (running := int(app.get("runningContainers", -1))) >= 0 else None)
+                   running_containers=running if (running := int(app.get("runningContainers", -1))) >= 0 else None,
+                   asks=outstanding_asks(app.get("resourceRequests")))
+
+
+def outstanding_asks(requests_: Any) -> int:
+    """How many containers an application's asks still want, from the ResourceManager's
+    ``resourceRequests`` (one entry per priority and place; those for any node, ``*``, count each
+    container once)."""
+    if isinstance(requests_, dict):  # some versions wrap the list: {"resourceRequest": [...]}
+        requests_ = requests_.get("resourceRequest")
+    return sum(int(r.get("numContainers") or 0) for r in requests_ or []
+               if isinstance(r, dict) and r.get("resourceName", "*") == "*")
 
 
 class ResourceManager:

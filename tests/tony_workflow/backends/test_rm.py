@@ -28,6 +28,18 @@ def test_an_application_report_reads_yarns_fields():
     assert AppReport.from_json({"id": "application_1_0002", "runningContainers": -1}).running_containers is None
 
 
+def test_the_asks_the_resource_manager_holds_count_each_container_once():
+    # One request per priority for any node ("*"), and the node and rack requests of the same
+    # containers beside it: only the first kind counts.
+    asks = [{"priority": 1, "resourceName": "*", "numContainers": 2},
+            {"priority": 1, "resourceName": "node-1", "numContainers": 2},
+            {"priority": 3, "resourceName": "*", "numContainers": 1},
+            {"priority": 4, "resourceName": "*", "numContainers": 0}]
+    assert AppReport.from_json({"id": "application_1_0001", "resourceRequests": asks}).asks == 3
+    assert AppReport.from_json({"id": "application_1_0001", "resourceRequests": {"resourceRequest": asks}}).asks == 3
+    assert AppReport.from_json({"id": "application_1_0001"}).asks == 0  # none listed: none held
+
+
 @pytest.mark.yarn
 def test_a_real_resource_manager_is_read_and_refuses_clearly(yarn_cluster):
     rm = container_rm()

@@ -74,3 +74,21 @@ class Storage:
 
     def delete(self, key: str) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        """Whether a file ``key`` is there."""
+        return key.rsplit("/", 1)[-1] in self.list(key.rsplit("/", 1)[0] if "/" in key else "")
+
+    def publish(self, local: Path, key: str) -> bool:  # pragma: no cover - interface
+        """Puts ``local`` at ``key`` unless a file is there already, which is then kept as it is
+        (readers may hold on to it): True when this call published it."""
+        raise NotImplementedError
+
+    def touch(self, key: str) -> None:  # pragma: no cover - interface
+        """Creates ``key`` as an empty file (a marker whose name says it all: no data to wait for)."""
+        raise NotImplementedError
+
+    def shared_dir(self, key: str) -> None:  # pragma: no cover - interface
+        """Makes directory ``key`` (with its parents) one where every user may add files and only
+        remove their own, as ``/tmp`` is (mode 1777); a directory that exists is left as it is."""
+        raise NotImplementedError

@@ -60,3 +60,32 @@ class LocalStorage(Storage):
             self._path(key).unlink()
         except FileNotFoundError:
             pass
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def publish(self, local: Path, key: str) -> bool:
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(f"{dest.name}.{os.getpid()}.tony-part")
+        try:
+            shutil.copyfile(local, part)
+            os.link(part, dest)  # fails, keeping the one there, if another writer came first
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            part.unlink(missing_ok=True)
+
+    def touch(self, key: str) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+    def shared_dir(self, key: str) -> None:
+        path = self._path(key)
+        missing = [d for d in (path, *path.parents) if not d.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        for d in missing:
+            with contextlib.suppress(OSError):  # made at the same moment by another user
+                os.chmod(d, 0o1777)

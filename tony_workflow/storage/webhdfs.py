@@ -242,6 +242,58 @@ class WebHDFSStorage(Storage):
         path = self._path(key)
         self._call(f"delete {path}", lambda: self.client.delete(path))  # False when already gone
 
+    def exists(self, key: str) -> bool:
+        return self._exists(self._path(key))
+
+    def publish(self, local: Path, key: str) -> bool:
+        dest = self._path(key)
+        part = f"{dest}.{uuid.uuid4().hex[:12]}.tony-part"
+
+        def upload() -> bool:
+            with open(local, "rb") as f:
+                self.client.create(part, f, overwrite=True)
+            # Without OVERWRITE, a rename onto a file that is there fails and leaves it be.
+            return bool(self.client.rename(part, dest))
+
+        published = False
+        try:
+            published = self._call(f"publish {dest}", upload)
+            return published
+        finally:
+            if not published:
+                with contextlib.suppress(Exception):  # the copy that lost, or a failed upload's part
+                    self.client.delete(part)
+
+    def touch(self, key: str) -> None:
+        path = self._path(key)
+        # An empty file has no block for the NameNode to wait on as it is closed: one quick round.
+        self._call(f"create {path}", lambda: self.client.create(path, b"", overwrite=True))
+
+    def shared_dir(self, key: str) -> None:
+        path = self._path(key)
+        missing = []
+        parent = path
+        while parent != "/" and not self._exists(parent):
+            missing.append(parent)
+            parent = posixpath.dirname(parent)
+        if not missing:
+            return
+        self._call(f"mkdirs {path}", lambda: self.client.mkdirs(path))
+        # MKDIRS applies the NameNode's umask; a permission set afterwards does not. Another
+        # user who made one of them at the same moment owns it, and keeps it as they made it.
+        for d in reversed(missing):
+            def chmod(d: str = d) -> None:
+                self.client.set_permission(d, permission="1777")
+            with contextlib.suppress(PermissionError, StoreError):
+                self._call(f"chmod {d}", chmod)
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self._call(f"stat {path}", lambda: self.client.get_file_status(path))
+            return True
+        except FileNotFoundError:
+            return False
+
 
 def namenode_web_addresses(authority: str, conf: dict[str, str], https: bool = False) -> list[str]:
     """WebHDFS addresses of the NameNode(s) of ``hdfs://authority``, where Hadoop's configuration

@@ -54,3 +54,29 @@ def test_an_unknown_scheme_is_refused_naming_what_is_allowed():
 
     with pytest.raises(ConfigError, match="use a local path, file://, hdfs:// or webhdfs://"):
         open_storage("s3://bucket/x")
+
+
+def test_a_file_is_published_once_and_never_replaced(tmp_path):
+    store = LocalStorage(tmp_path / "store")
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.write_text("first")
+    second.write_text("second")
+    assert not store.exists("cache/x/conf.zip")
+    assert store.publish(first, "cache/x/conf.zip") is True
+    mtime = (tmp_path / "store/cache/x/conf.zip").stat().st_mtime_ns
+    # A reader may hold the first copy (a NodeManager checks its time): a second writer keeps it.
+    assert store.publish(second, "cache/x/conf.zip") is False
+    assert (tmp_path / "store/cache/x/conf.zip").read_text() == "first"
+    assert (tmp_path / "store/cache/x/conf.zip").stat().st_mtime_ns == mtime
+    assert store.exists("cache/x/conf.zip") and set(store.list("cache")) == {"x/conf.zip"}
+
+
+def test_a_shared_directory_lets_everyone_add_files_and_a_marker_is_an_empty_file(tmp_path):
+    store = LocalStorage(tmp_path / "store")
+    store.shared_dir("line/root.default")
+    for d in (tmp_path / "store", tmp_path / "store/line", tmp_path / "store/line/root.default"):
+        assert d.stat().st_mode & 0o7777 == 0o1777, d
+    store.touch("line/root.default/intent-1")
+    assert store.list("line") == {"root.default/intent-1": store.list("line")["root.default/intent-1"]}
+    assert store.list("line")["root.default/intent-1"].size == 0
+    store.shared_dir("line/root.default")  # there already: left as it is

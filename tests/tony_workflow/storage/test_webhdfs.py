@@ -179,6 +179,25 @@ def test_round_trip_on_real_hdfs(store, tmp_path):
 
 
 @pytest.mark.yarn
+def test_published_files_are_never_replaced_and_shared_directories_are_sticky(store, tmp_path):
+    assert not store.exists("cache/d1/conf.zip")
+    assert store.publish(write(tmp_path / "a", "first"), "cache/d1/conf.zip") is True
+    before = store.list("cache")["d1/conf.zip"]
+    assert store.publish(write(tmp_path / "b", "second"), "cache/d1/conf.zip") is False
+    store.get("cache/d1/conf.zip", tmp_path / "back")
+    assert (tmp_path / "back").read_text() == "first" and store.list("cache")["d1/conf.zip"] == before
+    assert store.exists("cache/d1/conf.zip") and sorted(store.list("cache")) == ["d1/conf.zip"]  # no part left
+
+    store.shared_dir("line/root.default")
+    for d in ("", "/line", "/line/root.default"):
+        status = store.client.get_file_status(f"{store.root}{d}")
+        assert status.type == "DIRECTORY" and status.permission == "1777", (d, status)
+    store.touch("line/root.default/intent-7")
+    assert store.list("line") == {"root.default/intent-7": store.list("line")["root.default/intent-7"]}
+    assert store.list("line")["root.default/intent-7"].size == 0
+
+
+@pytest.mark.yarn
 def test_readers_never_see_a_partial_file(store, tmp_path):
     data = os.urandom(24 << 20)
     src = write(tmp_path / "ckpt.data", data)

@@ -126,6 +126,10 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
             detail += "".join(f"; {t}: {why}" for t, why in causes.items())
             timeline.append({"ts": ts, "what": f"{e.get('what')}: {e.get('size')} of {e.get('target')} nodes train "
                              f"(round {e.get('round')})", "detail": detail.strip("; ")[:500]})
+        elif kind == "requests_lost":
+            timeline.append({"ts": ts, "what": f"the ResourceManager held no request for {', '.join(e.get('tasks') or [])}: "
+                             "asked again", "detail": f"it held {e.get('asks_held')} of the job's "
+                                                      f"{e.get('requested')} requests"})
         elif kind == "task_restarted":
             timeline.append({"ts": ts, "what": f"task {e['task']} relaunched alone"})
         elif kind == "gang_formed" and e.get("waited_s"):

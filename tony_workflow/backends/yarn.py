@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secur
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..status import JobState, JobStatus
-from ..storage import open_storage
+from ..storage import open_storage, qualified
 from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
@@ -61,6 +61,7 @@ from .yarn_am import YarnClusterManager
 from .yarn_attempts import am_restarts
 from .yarn_containers import (
     AM_SERVICE,
+    ASKED_ENV,
     KV_ADDRESS,
     KV_GATE,
     KV_TOKEN,
@@ -68,11 +69,26 @@ from .yarn_containers import (
     MASTER_MEMORY_MB,
     MASTER_VCORES,
     app_store,
+    decode_asked,
+    encode_asked,
     master_request,
     service_name,
 )
-from .yarn_gang import gang_tag, minimum_allocation, nodes_from, parse_gang_tag, refuse_never_fits, shape_of
+from .yarn_gang import (
+    Node,
+    Shape,
+    asked_at_start,
+    gang_tag,
+    minimum_allocation,
+    nodes_from,
+    parse_gang_tag,
+    refuse_never_fits,
+    shape_of,
+)
+from .yarn_gate import asked_first
+from .yarn_ship import Cache, deterministic_zip, script_prelude, spec_env
 from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
+from .yarn_start import StartPlan, plan_start
 
 __all__ = ["AM_SERVICE", "YarnBackend", "YarnClusterManager", "close_drivers", "docker_env", "service_name", "shared_driver"]
 
@@ -139,14 +155,18 @@ def _keytab_settings(get) -> dict[str, str]:
             if (v := (get(k) or "").strip()) and v != TONY_XML_DEFAULTS[k]}
 
 
-def _zip_dir(src: Path, dest: Path) -> Path:
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as zf:
-        for root, dirs, files in os.walk(src, followlinks=True):
-            dirs[:] = [d for d in dirs if d not in ("__pycache__", ".git", ".venv")]
-            for name in files:
-                path = Path(root) / name
-                zf.write(path, path.relative_to(src).as_posix())
-    return dest
+@dataclass(frozen=True)
+class _Gang:
+    """A job's gang as YARN will grant it (skein's master, then each container's task type and
+    shape), and what the ResourceManager said of its queue (its name there, its scheduler entry)
+    and of the nodes (running ones, and the list as given)."""
+
+    master: Shape
+    shapes: list[tuple[str, Shape]]
+    queue: str
+    queue_info: dict[str, Any] | None
+    nodes: list[Node]
+    listed: list[dict[str, Any]]
 
 
 class YarnBackend(Backend):
@@ -258,25 +278,43 @@ class YarnBackend(Backend):
                 total[key] += value
         return biggest, total
 
-    def check_fits(self, spec: JobSpec, rm=None) -> str:
+    def check_fits(self, spec: JobSpec, rm=None) -> _Gang:
         """Raises NeverFits when the job's gang can never be placed (YARN would keep it waiting
-        forever): see :func:`.yarn_gang.refuse_never_fits`. Returns the application tag that
-        names the gang for the other jobs of its queue (:func:`.yarn_gang.gang_tag`)."""
+        forever): see :func:`.yarn_gang.refuse_never_fits`. Returns the gang as YARN will grant
+        it, with what the ResourceManager said of the queue and the nodes."""
         rm = rm or self.rm
         queue_name = spec.queue or "default"
         queue = rm.queue(queue_name)
         requests_ = gang_requests(spec)
         master = master_request(spec)
-        nodes = nodes_from(rm.nodes())
+        listed = rm.nodes()
+        nodes = nodes_from(listed)
         refuse_never_fits(requests_, master, nodes, queue, queue_name,
                           lambda task_id: label_key(spec, task_id))
         minimum = minimum_allocation(queue)
         shape = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)
-        return gang_tag(shape(master), [shape(r) for r in requests_])
+        return _Gang(shape(master), [(r.task_id.split(":")[0], shape(r)) for r in requests_],
+                     str((queue or {}).get("queuePath") or queue_name), queue, nodes, listed)
+
+    def _start_plan(self, spec: JobSpec, rm, gang: _Gang, login: Login | None) -> StartPlan:
+        """Whether skein's master asks for the whole gang as the application starts (:mod:`.yarn_start`)."""
+        tasks = [] if any(t.spread for t in spec.tasks.values()) else asked_first(spec, gang_requests(spec))
+        store = None
+        if tasks and spec.gang_line_dir:
+            location = spec.gang_line_dir if "://" in spec.gang_line_dir else f"hdfs://{spec.gang_line_dir}"
+            try:
+                store = open_storage(location, hadoop_conf_dir=str(self.conf_dir), login=login)
+            except (ConfigError, OSError) as e:
+                log.info("tony.gang.line-dir %s cannot be opened (%s)", spec.gang_line_dir, e)
+        try:
+            reports = rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")) if tasks and store else []
+        except RMError as e:
+            return StartPlan([], f"the ResourceManager's applications cannot be read: {e}")
+        return plan_start(tasks, gang.shapes, gang.master, spec.priority, gang.queue, gang.queue_info, gang.nodes,
+                          reports, store)
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:
-        import skein
         own = job_login(spec)  # its keys are checked on any cluster, and used on a Kerberized one
         login = (own or self.login) if self.login is not None else None
         try:
@@ -284,42 +322,63 @@ class YarnBackend(Backend):
         except LoginError as e:
             raise LoginError(f"{e}; nothing was submitted") from None
         gang = self.check_fits(spec, rm)
+        plan = self._start_plan(spec, rm, gang, login)
+        try:
+            return self._submit(spec, rm, gang, plan, login)
+        finally:
+            plan.done()
+
+    def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
+        import skein
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
-        (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
+        cache = self._cache(login)
         task_files: dict[str, Any] = {}
         if spec.src_dir:
-            task_files["src"] = skein.File(str(_zip_dir(Path(spec.src_dir), staging / "src.zip")), type="archive")
+            task_files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")), type="archive")
         if spec.python_venv:
             venv = Path(spec.python_venv)
-            archive = venv if venv.is_file() else _zip_dir(venv, staging / "venv.zip")
+            archive = venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")
             task_files["venv"] = skein.File(str(archive), type="archive")
-        spec_file = skein.File(str(staging / "spec.json"), type="file")
+        # The spec travels in the containers' environment, or as a file when it is too large for it.
+        carried = spec_env(spec.to_dict())
+        spec_files: dict[str, Any] = {}
+        if carried is None:
+            (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
+            spec_files["spec.json"] = skein.File(str(staging / "spec.json"), type="file")
         # The containers read HDFS with the configuration this client used, shipped along: it may
         # have been written from a connection's addresses and exist only on this machine.
-        conf_files = {"hadoop-conf": skein.File(str(_zip_dir(self.conf_dir, staging / "hadoop-conf.zip")),
-                                                type="archive")}
+        conf_files = {"hadoop-conf": self._shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
+                                                   "archive")}
         python = spec.yarn_python or self.python
-        base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1"}
+        base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", **(carried or {})}
         am_env = {**base_env, **docker_env(spec.docker_image("am"), spec.docker_mounts)}
-        conf_env = 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; '
+        conf_env = script_prelude("hadoop-conf", carried is not None)
         services, spread = {}, {}
-        nodes = rm.nodes() if any(t.spread for t in spec.tasks.values()) else []
+        # The tasks skein's master asks for as the application starts, with the AM: the whole gang
+        # in one round when the queue has room for it now (yarn_start); none, and the gate asks
+        # once the job's turn has come, otherwise.
+        at_start = plan.tasks
+        log.debug("%s: %s", spec.name, plan.why)
+        started = {t: sum(1 for a in at_start if a.startswith(f"{t}:")) for t in spec.tasks}
+        if at_start:
+            am_env[ASKED_ENV] = encode_asked(at_start)
         for ttype, task in spec.tasks.items():
-            def task_service(task=task, **locality) -> skein.Service:
+            def task_service(task=task, instances=0, **locality) -> skein.Service:
                 return skein.Service(
                     resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
                                               gpus=task.resources.gpus),
-                    script=f"{conf_env}exec {python} -m tony_workflow.task.executor",
-                    files={"spec.json": spec_file, **conf_files, **task_files},
+                    # The executor, once the container knows its task (yarn_boot).
+                    script=f"{conf_env}exec {python} -m tony_workflow.backends.yarn_boot",
+                    files={**spec_files, **conf_files, **task_files},
                     env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
                          **docker_env(task.docker_image, spec.docker_mounts)},
-                    instances=0, max_restarts=0,
+                    instances=instances, max_restarts=0,
                     # The AM decides what a failed task means; skein must not fail the application.
                     allow_failures=True, node_label=task.node_label or "", **locality)
-            services[service_name(ttype)] = task_service()
+            services[service_name(ttype)] = task_service(instances=started[ttype])
             if task.spread:  # one service per node the type may use (yarn_spread)
                 r = task.resources
-                spread[ttype] = spread_hosts(nodes, task.node_label or spec.node_label or "", r.memory_mb, r.vcores,
+                spread[ttype] = spread_hosts(gang.listed, task.node_label or spec.node_label or "", r.memory_mb, r.vcores,
                                              r.gpus, task.instances)
                 for k, host in enumerate(spread[ttype]):
                     services[spread_service(ttype, k)] = task_service(nodes=[host], relax_locality=False)
@@ -329,19 +388,20 @@ class YarnBackend(Backend):
             resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
             # The supervisor runs the AM's attempts in this container (tony_workflow.am.supervisor).
             script=f"{conf_env}exec {python} -m tony_workflow.am.supervisor --backend yarn --app-dir .",
-            files={"spec.json": spec_file, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
+            files={**spec_files, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
             # A container lost whole (its node) is started again elsewhere (yarn_attempts).
             max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),
-            # The gate in skein's master adds it once the job's turn has come (yarn_gate).
-            instances=0)
+            # Asked for as the application starts, or by the gate once the job's turn has come (yarn_gate).
+            instances=1 if at_start else 0)
         # skein ends the application when the master's script ends: after the gate it sleeps, and
         # the AM ends the application. A gate that cannot start fails the job at once.
+        gate = "" if at_start else f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . && "
         master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY_MB, vcores=MASTER_VCORES),
-                              script=(f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . "
-                                      "&& exec sleep 2147483647"),
-                              files={"spec.json": spec_file, **conf_files}, env=base_env)
+                              script=f"{gate}exec sleep 2147483647",
+                              files={**spec_files, **conf_files}, env=base_env)
         # TonY's tags, the user's, then where the job came from, as many as YARN takes.
-        tags, _ = application_tags(["tony", gang], spec.tags, spec.context)
+        tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(at_start))],
+                                   spec.tags, spec.context)
         app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
                                     tags=set(tags), max_attempts=1,
                                     node_label=spec.node_label or "")
@@ -352,6 +412,27 @@ class YarnBackend(Backend):
             self._logins[app_id] = login
         self._apply_limits(app_id, spec)
         return app_id
+
+    def _cache(self, login: Login | None) -> Cache | None:
+        """The user's cache of shipped files in HDFS (:mod:`.yarn_ship`); None when HDFS cannot be
+        reached (every file is then uploaded with the application, as skein does)."""
+        try:
+            return Cache(open_storage("hdfs:///", hadoop_conf_dir=str(self.conf_dir), login=login),
+                         qualified("hdfs:///", self.conf_dir))
+        except (ConfigError, OSError) as e:
+            log.info("no cache of shipped files (%s): they are uploaded with each job", e)
+            return None
+
+    @staticmethod
+    def _shipped(cache: Cache | None, path: Path, kind: str) -> Any:
+        """skein's File for local ``path``: its copy in the cache (uploaded once), else the file."""
+        import skein
+        if cache is not None:
+            try:
+                return skein.File(cache.ship(path, path.name), type=kind, visibility="private")
+            except OSError as e:
+                log.info("%s not cached (%s): it is uploaded with the job", path.name, e)
+        return skein.File(str(path), type=kind)
 
     def _apply_limits(self, app_id: str, spec: JobSpec) -> None:
         """What skein's application spec cannot say, set through the ResourceManager as soon as the
@@ -420,8 +501,11 @@ class YarnBackend(Backend):
         tagged = parse_gang_tag(report.tags)
         status.containers_wanted = int(gate.get("wanted") or (len(tagged[1]) if tagged else 0))
         status.jobs_ahead = list(gate.get("ahead") or [])
+        asked = len(decode_asked(str(gate.get("asked") or "")))
         status.waiting_reason = gate.get("reason") or (
-            "its turn has come: the ApplicationMaster's container is asked for" if gate.get("admitted")
+            f"its turn has come: the ApplicationMaster's container{f' and {asked} task containers are' if asked else ' is'}"
+            " asked for" if gate.get("admitted")
+            else "skein's master asks for the whole gang as the application starts" if asked_at_start(report.tags)
             else "waiting for its turn in the queue")
 
     def _saved_status(self, app_id: str) -> JobStatus | None:

@@ -6,8 +6,12 @@ service, with the task's identity in the container's environment, watches and ki
 skein's ApplicationClient, and says which ones YARN took back (preempted, lost with their node).
 Before it asks for the tasks' containers it waits for the job's turn in its queue (:mod:`.yarn_line`,
 :mod:`.yarn_gang`): YARN grants containers one by one, and jobs that each hold part of a gang would
-wait for each other forever. While they come it says which are still missing and why, and whether
-an older job needs the room it holds (:meth:`YarnClusterManager.forming`).
+wait for each other forever. The first session's containers are usually asked for before the AM
+runs, with its own (by skein's master as the application starts, or by the gate,
+:mod:`.yarn_gate`): the AM adopts them, and gives each its launch order through skein's key-value
+store (:mod:`.yarn_boot`). While containers come it says which are still missing and why, with what
+the ResourceManager holds of its asks, whether an older job needs the room it holds
+(:meth:`YarnClusterManager.forming`), and asks again for any request the ResourceManager lost.
 It also publishes the AM's address and tokens in skein's key-value store, puts the AM's page and
 TensorBoard behind the ResourceManager's proxy, keeps what a later AM container needs
 (:mod:`.yarn_attempts`), places spread task types on distinct nodes (:mod:`.yarn_spread`), and
@@ -26,12 +30,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import hadoop
 from ..status import JobState
 from ..storage import open_storage
 from .base import ClusterManager, Container, ContainerRequest, Wait
-from .rm import container_rm
+from .rm import AppReport, container_rm
 from .yarn_attempts import EventsCopy, save_state
-from .yarn_containers import AM_SERVICE, KV_ADDRESS, KV_GATE, KV_TOKEN, KV_VIEW, app_store, reclaim_cause, service_name
+from .yarn_containers import (
+    AM_SERVICE,
+    ASKED_ENV,
+    KV_ADDRESS,
+    KV_GATE,
+    KV_TOKEN,
+    KV_VIEW,
+    app_store,
+    decode_asked,
+    first_container,
+    launch_key,
+    reclaim_cause,
+    service_name,
+)
 from .yarn_gate import wait_turn
 from .yarn_line import Line
 from .yarn_spread import Placement
@@ -41,6 +59,25 @@ __all__ = ["YarnClusterManager"]
 log = logging.getLogger("tony.yarn")
 
 _SKEIN_FINAL = {JobState.SUCCEEDED: "SUCCEEDED", JobState.FAILED: "FAILED", JobState.KILLED: "KILLED"}
+
+
+def idle_heartbeat_s(conf: dict[str, str]) -> float:
+    """How long skein's master waits between its requests to the ResourceManager while it has no
+    request outstanding: half of ``yarn.am.liveness-monitor.expiry-interval-ms``, at most 5 s.
+    Containers asked for then go out at its next one; with requests outstanding, within a second."""
+    try:
+        expiry_ms = int(conf.get("yarn.am.liveness-monitor.expiry-interval-ms") or 600000)
+    except ValueError:
+        expiry_ms = 600000
+    return min(5.0, max(0.0, expiry_ms / 2000.0))
+
+
+#: Past skein's next heartbeat, how long the ResourceManager may take to show an ask it was sent.
+_RM_SLACK_S = 2.5
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 class YarnClusterManager(ClusterManager):
@@ -68,17 +105,46 @@ class YarnClusterManager(ClusterManager):
         self.line = Line(self.app_id, container_rm())
         self._requests: dict[str, ContainerRequest] = {}  # task id -> what its container asks for
         self._looked: tuple[float, Wait | None] = (0.0, None)
+        self._first = True  # the first allocation of the first attempt may adopt what was asked before
+        self._adopt: dict[str, str] = {}  # our container id -> the skein container asked before the AM ran
+        self._envs: dict[str, dict[str, str]] = {}  # our container id -> its launch environment
+        self._asked: dict[str, float] = {}  # our container id -> when it was last asked for (monotonic)
+        self.idle_heartbeat_s = idle_heartbeat_s(hadoop.read_conf(os.environ.get("HADOOP_CONF_DIR")))
 
     def allocate(self, requests_: list[ContainerRequest], cancel: threading.Event) -> list[Container]:
         """Waits for the job's turn in its queue (every older job's gang and this one's fit in
         what is free), then returns the containers to ask for. The AM's own container is held
-        already: it runs this."""
+        already: it runs this. The first time, the containers asked for before the AM ran (as the
+        application started, or by the gate once the job's turn had come) are adopted instead:
+        the turn was waited for then."""
         self._requests = {r.task_id: r for r in requests_}
-        wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
-        if cancel.is_set():
-            raise InterruptedError("allocation cancelled")
+        asked = set(self._asked_before()) if self._first else set()
+        self._first = False
+        if not asked:
+            wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
+            if cancel.is_set():
+                raise InterruptedError("allocation cancelled")
         self._looked = (time.monotonic(), None)
-        return [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
+        containers = [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
+        for c in containers:
+            if c.task_id in asked:
+                self._adopt[c.id] = first_container(c.task_id)
+        self._asked.clear()  # containers of an earlier session are gone
+        if asked:
+            self.note("adopted", tasks=sorted(asked))
+        return containers
+
+    def _asked_before(self) -> list[str]:
+        """The tasks whose containers were asked for before the AM ran: by skein's master as the
+        application started (:data:`ASKED_ENV`), else by the gate (its word in :data:`KV_GATE`)."""
+        if os.environ.get(ASKED_ENV):
+            return decode_asked(os.environ[ASKED_ENV])
+        try:
+            raw = self.app.kv.get(KV_GATE)
+            gate = json.loads(raw) if raw else {}
+        except Exception:  # noqa: BLE001 - the store's errors: without the gate's word, ask anew
+            return []
+        return decode_asked(str(gate.get("asked") or ""))
 
     def waited_since(self) -> float | None:
         """Since when the job waited for its turn at the gate in skein's master (:mod:`.yarn_gate`),
@@ -100,9 +166,11 @@ class YarnClusterManager(ClusterManager):
         return str(c.state) not in ("WAITING", "REQUESTED")
 
     def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
-        """Why ``pending`` are not granted yet, looked up every couple of seconds: room that is
-        free (YARN is placing them), or what blocks them; with ``release`` when an older job of
-        the queue cannot place what it still lacks, part of which this job holds."""
+        """Why ``pending`` are not granted yet, looked up every couple of seconds: what blocks
+        them, or that the room is free and YARN is placing them, always with how many asks the
+        ResourceManager holds; with ``release`` when an older job of the queue cannot place what it
+        still lacks, part of which this job holds. A request the ResourceManager lost is asked
+        for again (:meth:`_lost`)."""
         at, last = self._looked
         if time.monotonic() - at < self.line.look_every_s:
             return last
@@ -114,20 +182,74 @@ class YarnClusterManager(ClusterManager):
         asked = [self._requests.get(c.task_id) or ContainerRequest(c.task_id, c.memory_mb, c.vcores,
                                                                      len(c.gpu_indices)) for c in pending]
         v = self.line.look(asked, counts)
-        me = self.line.me
-        if v is not None and me is not None and (me.running_containers or 0) - 1 >= 1 + len(pending) + len(granted):
+        me = self.line.me if v is not None else None
+        lost = self._lost(pending, me)
+        ttype = pending[0].task_id.split(":")[0] if pending else "?"
+        held, wanted = counts.get(ttype, (0, 0))
+        granted_line = f"{ttype}: {held} of {wanted} containers granted"
+        if me is not None and (me.running_containers or 0) - 1 >= 1 + len(pending) + len(granted):
             # YARN placed them all (skein's master aside); skein has not said so yet
             wait = Wait(f"all {len(pending) + len(granted)} task containers are placed by YARN and starting")
-        elif v is None or v.go:
-            ttype = pending[0].task_id.split(":")[0] if pending else "?"
-            held, wanted = counts.get(ttype, (0, 0))
-            why = (f"{ttype}: {held} of {wanted} containers granted; YARN is placing the rest"
-                   + (" (the room is free)" if v is not None else f" ({self.line.unreadable})"))
-            wait = Wait(why, v.ahead if v is not None else ())
+        elif lost:
+            wait = Wait(f"{granted_line}; the ResourceManager held no request for {len(lost)} of them "
+                        "(lost on the way): asked again", v.ahead if v is not None else ())
+        elif v is None:
+            wait = Wait(f"{granted_line}; YARN is placing the rest ({self.line.unreadable})")
+        elif v.go:
+            wait = Wait(f"{granted_line}; {self._asks_held(me)}, and the room is free: YARN is placing them", v.ahead)
         else:
-            wait = Wait(v.reason or "", v.ahead, release=v.elders_blocked)
+            wait = Wait(f"{v.reason}; {self._asks_held(me)}", v.ahead, release=v.elders_blocked)
         self._looked = (time.monotonic(), wait)
         return wait
+
+    @staticmethod
+    def _asks_held(me: AppReport | None) -> str:
+        """What the ResourceManager holds of the job's asks, in words."""
+        if me is None or not me.asks:
+            return "the ResourceManager holds no request of the job's yet"
+        return f"the ResourceManager holds {_plural(me.asks, 'request')} of the job's"
+
+    def _lost(self, pending: list[Container], me: AppReport | None) -> list[Container]:
+        """The containers of ``pending`` whose requests the ResourceManager does not hold (``me``:
+        its report of the application, with its asks and running containers), asked for again.
+
+        A request is lost once the ResourceManager should have it and does not: a little after
+        skein's master sent it, which is known to have happened when the ResourceManager holds
+        some of the job's asks or granted a container asked for with it; else, a little after the
+        master's next heartbeat could have carried it (:func:`idle_heartbeat_s`)."""
+        states = self._states()
+        requested = [c for c in pending if (sid := self._containers.get(c.id)) and sid in states
+                     and str(states[sid].state) == "REQUESTED"]
+        if not requested or me is None or me.running_containers is None:
+            return []
+        # Granted by the ResourceManager, not yet heard of by skein: not lost.
+        unseen = max(0, me.running_containers - 1 - sum(str(c.state) == "RUNNING" for c in states.values()))
+        missing = len(requested) - me.asks - unseen
+        if missing <= 0:
+            return []
+        now = time.monotonic()
+
+        def sent(asked: float) -> bool:
+            return me.asks > 0 or any(
+                t >= asked - 1.0 and (sid := self._containers.get(cid)) in states
+                and str(states[sid].state) not in ("WAITING", "REQUESTED") for cid, t in self._asked.items())
+
+        due = [c for c in requested
+               if now >= (t := self._asked.get(c.id, now)) + (1.0 if sent(t) else self.idle_heartbeat_s) + _RM_SLACK_S]
+        # Those not due yet may be what the ResourceManager lacks; of the rest, the earliest asked
+        # (the numbers skein reused first).
+        lost = due[:max(0, missing - (len(requested) - len(due)))]
+        for c in lost:
+            old = self._containers[c.id]
+            with contextlib.suppress(Exception):  # withdraws skein's own record of the request
+                self.app.kill_container(old)
+            self._containers[c.id] = self.app.add_container(old.rpartition("_")[0], env=self._envs.get(c.id)).id
+            self._asked[c.id] = time.monotonic()
+        if lost:
+            self._cache = (0.0, {})
+            log.warning("the ResourceManager held no request for %s: asked again", ", ".join(c.task_id for c in lost))
+            self.note("requests_lost", tasks=[c.task_id for c in lost], asks_held=me.asks, requested=len(requested))
+        return lost
 
     def _make(self, task_id: str, memory_mb: int, vcores: int, gpus: int) -> Container:
         with self._lock:
@@ -141,8 +263,17 @@ class YarnClusterManager(ClusterManager):
 
     def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
         env = {k: str(v) for k, v in env.items()}
-        service, _ = self.placement.choose(container.id, container.task_id.split(":")[0], env, time.monotonic())
-        self._containers[container.id] = self.app.add_container(service, env=env).id
+        env["TONY_SPEC_FILE"] = "spec.json"  # every container has the job's spec in its own directory
+        self._envs[container.id] = env
+        adopted = self._adopt.pop(container.id, None)
+        if adopted is not None:
+            # Asked for before the AM ran: it waits for this launch order (yarn_boot).
+            self.app.kv[launch_key(adopted)] = json.dumps(env).encode()
+            self._containers[container.id] = adopted
+        else:
+            service, _ = self.placement.choose(container.id, container.task_id.split(":")[0], env, time.monotonic())
+            self._containers[container.id] = self.app.add_container(service, env=env).id
+        self._asked[container.id] = time.monotonic()
         self._cache = (0.0, {})
 
     def _placed(self, container: Container, c: Any) -> Any:
@@ -242,7 +373,9 @@ class YarnClusterManager(ClusterManager):
 
     def recover(self) -> None:
         """A later AM attempt's first step: the task containers an earlier attempt started (the
-        services still run them) are killed, so that the new session does not train beside them."""
+        services still run them) are killed, so that the new session does not train beside them.
+        Nothing asked for before the first attempt ran is adopted any more: it is killed too."""
+        self._first = False
         for c in self.app.get_containers(states=["WAITING", "REQUESTED", "RUNNING"]):
             if c.service_name == AM_SERVICE:
                 continue

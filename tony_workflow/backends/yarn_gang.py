@@ -16,7 +16,9 @@ Every job sees what the others still need without talking to them: at submission
 the application with the shape of its gang (:func:`gang_tag`: skein's master container, then each
 container of the gang), and the ResourceManager lists every application's tags, state, priority
 and running containers. What a job still lacks is its gang less the containers it runs; which of
-its containers are missing is not reported, so the largest are assumed missing.
+its containers are missing is not reported, so the largest are assumed missing. A job that asks
+for its whole gang as its application starts says so in its tag (:func:`asked_at_start`): from its
+submission on, before YARN even starts its master, its gang counts as asked for.
 
 This module is pure: the snapshot comes from the ResourceManager (:mod:`.rm`, read by
 :mod:`.yarn_am` and :mod:`.yarn_gate`), and the verdict is a function of it, tested as tables.
@@ -24,6 +26,7 @@ This module is pure: the snapshot comes from the ResourceManager (:mod:`.rm`, re
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +40,7 @@ __all__ = [
     "Node",
     "Shape",
     "Verdict",
+    "asked_at_start",
     "gang_tag",
     "headroom_from",
     "maximum_from",
@@ -54,7 +58,11 @@ __all__ = [
 GANG_TAG_PREFIX = "tony-gang:"
 #: YARN refuses application tags longer than this.
 _TAG_MAX = 100
-_SHAPE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:@([a-z0-9_-]+))?(?:\*(\d+))?$")
+_SHAPE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:@([a-z0-9_-]+))?(?:\*(\d+))?(!)?$")
+#: How long after its submission a job that asks for its gang at start counts as asking while YARN
+#: has not started its master: past it, the queue's share for ApplicationMasters is what holds it
+#: back, and it must not hold back the jobs already started.
+START_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -105,20 +113,28 @@ def minimum_allocation(queue: dict[str, Any] | None) -> tuple[int, int]:
     return (1, 1)
 
 
-def gang_tag(master: Shape, gang: Sequence[Shape]) -> str:
+def gang_tag(master: Shape, gang: Sequence[Shape], at_start: bool = False) -> str:
     """The application tag naming skein's master container and every container of the gang (the
-    ApplicationMaster's and the tasks'). YARN lowercases tags and keeps at most 100 characters:
-    a gang with too many distinct shapes is written as that many of the largest (asks too much of
-    the others' patience, never too little)."""
+    ApplicationMaster's and the tasks'), the master's marked ``!`` when skein's master asks for
+    the whole gang as the application starts (``at_start``). YARN lowercases tags and keeps at
+    most 100 characters: a gang with too many distinct shapes is written as that many of the
+    largest (asks too much of the others' patience, never too little)."""
     counts: dict[Shape, int] = {}
     for s in gang:
         counts[s] = counts.get(s, 0) + 1
+    head = master._code() + ("!" if at_start else "")
     body = "/".join(f"{s._code()}*{n}" for s, n in sorted(counts.items(), key=lambda kv: kv[0].size, reverse=True))
-    tag = f"{GANG_TAG_PREFIX}{master._code()}/{body}"
+    tag = f"{GANG_TAG_PREFIX}{head}/{body}"
     if len(tag) > _TAG_MAX:
         big = Shape(max(s.memory_mb for s in gang), max(s.vcores for s in gang), max(s.gpus for s in gang))
-        tag = f"{GANG_TAG_PREFIX}{master._code()}/{big._code()}*{len(gang)}"
+        tag = f"{GANG_TAG_PREFIX}{head}/{big._code()}*{len(gang)}"
     return tag.lower()
+
+
+def asked_at_start(tags: Iterable[str]) -> bool:
+    """Whether the gang tag among ``tags`` says its job asks for its whole gang as it starts."""
+    return any(t.startswith(GANG_TAG_PREFIX) and t[len(GANG_TAG_PREFIX):].split("/")[0].endswith("!")
+               for t in tags)
 
 
 def parse_gang_tag(tags: Iterable[str]) -> tuple[Shape, tuple[Shape, ...]] | None:
@@ -164,14 +180,18 @@ class Member:
     master: Shape
     gang: tuple[Shape, ...]
     held: int | None
+    #: it asks for its whole gang as its master starts, which YARN has not yet done (within
+    #: :data:`START_GRACE_S` of its submission)
+    starting: bool = False
 
     def remaining(self) -> list[Shape]:
         """What it still lacks, largest first: its whole gang unless it runs part of it. Nothing
-        before YARN starts its master: YARN decides when (the queue's share for ApplicationMasters
-        may hold it back), and a job waiting for that must not hold back those already started."""
+        before YARN starts its master (YARN decides when: the queue's share for ApplicationMasters
+        may hold it back, and a job waiting for that must not hold back those already started),
+        unless its master will ask for the whole gang as it starts."""
         ordered = sorted(self.gang, key=lambda s: s.size, reverse=True)
         if self.state != "RUNNING":
-            return []
+            return ordered if self.starting else []
         if self.held is None:
             return ordered
         return ordered[:max(0, len(self.gang) - self.held)]
@@ -398,9 +418,11 @@ def headroom_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
     return out
 
 
-def members_from(reports: Iterable[AppReport], queue: str) -> list[Member]:
+def members_from(reports: Iterable[AppReport], queue: str, now: float | None = None) -> list[Member]:
     """The TonY jobs with a gang tag in ``queue`` (as the ResourceManager names it, e.g.
-    ``root.default``) that YARN has accepted or runs."""
+    ``root.default``) that YARN has accepted or runs (``now``: the time, for jobs that ask at
+    start and wait for their master; default the clock's)."""
+    now = time.time() if now is None else now
     out = []
     for r in reports:
         if r.queue != queue or r.state not in ("ACCEPTED", "RUNNING"):
@@ -409,7 +431,9 @@ def members_from(reports: Iterable[AppReport], queue: str) -> list[Member]:
         if parsed is None:
             continue
         held = None if r.state != "RUNNING" or r.running_containers is None else max(0, r.running_containers - 1)
-        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held))
+        starting = (r.state != "RUNNING" and asked_at_start(r.tags)
+                    and now - (r.started_at or now) < START_GRACE_S)
+        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, starting))
     return out
 
 

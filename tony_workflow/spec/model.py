@@ -335,6 +335,7 @@ class JobSpec:
     allocation_timeout_ms = field_of(table.ALLOCATION_TIMEOUT_MS)
     gang_hold_timeout_ms = field_of(table.GANG_HOLD_TIMEOUT_MS)
     gang_backoff_ms = field_of(table.GANG_BACKOFF_MS)
+    gang_line_dir = field_of(table.GANG_LINE_DIR)
     registration_timeout_ms = field_of(table.REGISTRATION_TIMEOUT_MS)
     container_command = field_of(table.CONTAINER_COMMAND)
     container_env = field_of(table.CONTAINER_ENV)

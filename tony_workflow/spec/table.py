@@ -159,6 +159,11 @@ PROGRESS_TIMEOUT_MS = integer("tony.task.progress-timeout-ms", 0,
 GANG_HOLD_TIMEOUT_MS = integer("tony.gang.hold-timeout-ms", 0,
                                "how long part of a gang may be held before it is given back and asked for again, "
                                "keeping the job's place; 0: held on", "60000")
+GANG_LINE_DIR = text("tony.gang.line-dir", "on YARN, the directory (HDFS unless a URI says otherwise) where "
+                     "jobs being submitted announce themselves to the others of their queue, so that a job "
+                     "submitted to a queue with room asks for its whole gang as its application starts; the same "
+                     "for every job of the cluster (tony-site.xml); empty: every job waits for its turn in "
+                     "skein's master", "/tmp/tony-gang")
 GANG_BACKOFF_MS = integer("tony.gang.backoff-ms", 0,
                           "after a give-back, the wait before asking again: random between half and one and a "
                           "half times this, doubling up to eight times", "5000")

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from tony_workflow.backends.yarn_containers import app_store, master_request, reclaim_cause, service_name
+from tony_workflow.backends.yarn_containers import (
+    app_store,
+    decode_asked,
+    encode_asked,
+    first_container,
+    launch_key,
+    master_request,
+    reclaim_cause,
+    service_name,
+)
 from tony_workflow.spec import load_job
 
 
@@ -33,3 +42,14 @@ def test_what_yarn_took_back_is_told_from_what_failed(message, cause):
 def test_the_jobs_hdfs_directory_is_under_the_users_home(monkeypatch):
     monkeypatch.setenv("HADOOP_USER_NAME", "etl")
     assert app_store("application_1_0001") == "hdfs:///user/etl/.tony/application_1_0001"
+
+
+def test_tasks_asked_for_before_the_am_are_named_shortly_and_found_as_their_services_first_containers():
+    asked = ["ps:0", "worker:0", "worker:1", "worker:2"]
+    assert encode_asked(asked) == "ps*1;worker*3"
+    assert decode_asked(encode_asked(asked)) == asked
+    assert decode_asked("") == [] and encode_asked([]) == ""
+    # A thousand tasks still fit in a line of a few characters.
+    assert len(encode_asked([f"worker:{i}" for i in range(1000)])) < 20
+    assert first_container("worker:2") == "tony-worker_2"
+    assert launch_key(first_container("ps:0")) == "tony.launch.tony-ps_0"

@@ -5,7 +5,19 @@ from __future__ import annotations
 import pytest
 
 from tony_workflow.backends.base import Capacity
-from tony_workflow.backends.yarn_gang import Member, Node, Shape, gang_tag, parse_gang_tag, queue_order, verdict
+from tony_workflow.backends.rm import AppReport
+from tony_workflow.backends.yarn_gang import (
+    START_GRACE_S,
+    Member,
+    Node,
+    Shape,
+    asked_at_start,
+    gang_tag,
+    members_from,
+    parse_gang_tag,
+    queue_order,
+    verdict,
+)
 
 MASTER = Shape(512, 1)
 AM = Shape(512, 1)
@@ -39,6 +51,25 @@ def test_a_gang_of_many_shapes_is_tagged_as_that_many_of_the_largest_within_yarn
     assert len(tag) <= 100
     _, read = parse_gang_tag([tag])
     assert len(read) == 12 and all(s == Shape(1011, 3, 1) for s in read)
+
+
+def test_a_job_that_asks_at_start_says_so_in_its_tag_and_counts_from_its_submission():
+    tag = gang_tag(MASTER, [AM, W, W, W], at_start=True)
+    assert tag == "tony-gang:512.1.0!/1536.1.0*3/512.1.0*1"
+    assert asked_at_start(["tony", tag]) and not asked_at_start(["tony", gang_tag(MASTER, [AM, W])])
+    assert parse_gang_tag([tag]) == parse_gang_tag([gang_tag(MASTER, [AM, W, W, W])])
+
+    def report(tags, started_at):
+        return AppReport(id="application_1_0001", name="j", user="u", queue="root.default", state="ACCEPTED",
+                         final_status="UNDEFINED", diagnostics="", started_at=started_at, finished_at=None,
+                         am_rpc_address=None, priority=0, tags=frozenset({"tony", *tags}))
+    now = 1000.0
+    [starting] = members_from([report([tag], now - 5)], "root.default", now=now)
+    assert starting.starting and starting.remaining() == [W, W, W, AM]  # its whole gang, before its master runs
+    [late] = members_from([report([tag], now - START_GRACE_S - 1)], "root.default", now=now)
+    assert not late.starting and late.remaining() == []  # YARN holds it back: it must not hold others
+    [gated] = members_from([report([gang_tag(MASTER, [AM, W])], now - 5)], "root.default", now=now)
+    assert not gated.starting and gated.remaining() == []
 
 
 def test_member_lacks_its_largest_containers_until_it_holds_them():

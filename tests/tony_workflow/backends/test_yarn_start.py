@@ -1,0 +1,106 @@
+"""Whether a job asks for its whole gang as its application starts (:mod:`tony_workflow.backends.yarn_start`):
+alone on a queue with room it does; two submitted at the same moment see each other's intent and
+only both ask at start when both fit; a job already submitted to ask at start counts before YARN
+starts its master; anything unusable means the gate's way. The line directory is a local one here;
+on HDFS, tests/tony_workflow/jobs/test_yarn_gangs.py submits real jobs together."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tony_workflow.backends.rm import AppReport
+from tony_workflow.backends.yarn_gang import Node, Shape, gang_tag
+from tony_workflow.backends.yarn_start import INTENT_TTL_S, intent_name, parse_intent, plan_start, queue_dir
+from tony_workflow.storage import LocalStorage
+
+QUEUE = "root.default"
+MASTER = Shape(512, 1)
+NODES = [Node("nm-0", "", (8192, 8, 0), (8192, 8, 0))]  # one node, 8 GB free
+QUEUE_INFO = None  # the scheduler says nothing of the queue: the nodes decide
+
+
+def gang(workers: int, memory: int = 1536) -> list[tuple[str, Shape]]:
+    return [("am", Shape(512, 1)), *(("worker", Shape(memory, 1)) for _ in range(workers))]
+
+
+def tasks(workers: int) -> list[str]:
+    return [f"worker:{i}" for i in range(workers)]
+
+
+def plan(store, workers: int = 3, reports=(), nodes=NODES):
+    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, list(reports), store)
+
+
+def intents(store) -> list[str]:
+    return sorted(store.list(queue_dir(QUEUE)))
+
+
+def test_alone_on_a_queue_with_room_the_gang_is_asked_for_at_start_and_the_intent_goes_once_submitted(tmp_path):
+    store = LocalStorage(tmp_path)
+    p = plan(store)
+    assert p.tasks == tasks(3) and "room" in p.why
+    assert [n.startswith("intent-") for n in intents(store)] == [True]  # there until the job is submitted
+    p.done()
+    assert intents(store) == []
+
+
+def test_two_submissions_at_once_see_each_other_and_only_both_start_asking_when_both_fit(tmp_path):
+    store = LocalStorage(tmp_path)
+    # 512 + 3 x 1536 = 5 GB each, 8 GB free: the first announced sees nobody; the second sees it.
+    first = plan(store)
+    second = plan(store)
+    assert first.tasks and not second.tasks and "turn has not come" in second.why
+    assert len(intents(store)) == 1  # the second holds nothing while it waits for its turn
+    first.done()
+    # Two that fit together (2 x 2 GB) both ask at start.
+    a, b = plan(store, workers=1), plan(store, workers=1)
+    assert a.tasks == b.tasks == ["worker:0"] and b.looked["intents"] == 1
+    a.done(), b.done()
+
+
+def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):
+    store = LocalStorage(tmp_path)
+    dead = plan(store)
+    path = tmp_path / dead.intent
+    old = time.time() - INTENT_TTL_S - 5
+    os.utime(path, (old, old))
+    assert plan(store).tasks == tasks(3)
+
+
+def test_a_job_submitted_to_ask_at_start_counts_before_its_master_runs(tmp_path):
+    store = LocalStorage(tmp_path)
+    tag = gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)
+    accepted = AppReport(id="application_1_0001", name="other", user="u", queue=QUEUE, state="ACCEPTED",
+                         final_status="UNDEFINED", diagnostics="", started_at=time.time() - 2, finished_at=None,
+                         am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}))
+    p = plan(store, reports=[accepted])
+    assert not p.tasks and "application_1_0001" in p.why
+    # Long past its submission, YARN holds it back (the share for ApplicationMasters): it no longer counts.
+    stale = AppReport(**{**accepted.__dict__, "started_at": time.time() - 600})
+    p = plan(store, reports=[stale])
+    assert p.tasks == tasks(3)
+    p.done()
+    # A job of the gate's way that YARN has not started asks for nothing yet.
+    gated = AppReport(**{**accepted.__dict__, "tags": frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)])})})
+    assert plan(store, reports=[gated]).tasks == tasks(3)
+
+
+def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(tmp_path):
+    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, [], LocalStorage(tmp_path)).tasks == []
+    assert "line directory" in plan(None).why and plan(None).tasks == []
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the directory should be")
+    p = plan(LocalStorage(blocked))
+    assert p.tasks == [] and "cannot be used" in p.why
+
+
+@pytest.mark.parametrize("label", ["", "gpu-a"])
+def test_an_intent_is_all_in_its_name(label):
+    name = intent_name(MASTER, [Shape(2048, 2, 1, label), Shape(256, 1)], 4)
+    member = parse_intent(name)
+    assert member is not None and member.priority == 4 and member.held == 0 and member.state == "RUNNING"
+    assert member.master == MASTER and sorted(member.gang, key=lambda s: s.memory_mb) == [
+        Shape(256, 1), Shape(2048, 2, 1, label)]
+    assert parse_intent("intent-1-2-x-512.1.0+1.1.0*1") is None and parse_intent("board-1") is None

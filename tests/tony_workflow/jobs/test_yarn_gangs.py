@@ -1,5 +1,6 @@
-"""Many jobs on one YARN queue, on a real mini cluster: gangs that never deadlock, waits that say
-why, never-fits refused at submission, and a killed job's room handed to the one that waits.
+"""Gangs on a YARN queue, on a real mini cluster: a gang asked for whole at once and never lost by
+the ResourceManager, many jobs that never deadlock, waits that say why, never-fits refused at
+submission, and a killed job's room handed to the one that waits.
 
 The cluster is two NodeManagers of 4 GB. What the jobs did is read from the ResourceManager (each
 application's running containers, sampled all along) and from the machine's processes, not from
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from tests.conftest import app_processes, minicluster_missing, own_minicluster, sleeper_job, wait_for
+from tony_workflow.backends.rm import outstanding_asks
 from tony_workflow.client import SubmitError, TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -30,23 +32,26 @@ def cluster(tmp_path_factory):
 
 
 class RMSampler:
-    """Samples every TonY application's state and running containers from the ResourceManager,
-    twice a second, while a test runs."""
+    """Samples every TonY application's state, running containers and the requests the
+    ResourceManager holds of it, every ``interval`` seconds, while a test runs."""
 
-    def __init__(self, info: dict):
+    def __init__(self, info: dict, interval: float = 0.5):
         self.url = f"{info['rm_web']}/ws/v1/cluster/apps"
+        self.interval = interval
         self.samples: list[dict[str, tuple[str, int]]] = []
+        self.asks: list[dict[str, int]] = []  # per sample: the requests the ResourceManager holds of each
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(self.interval):
             try:
                 apps = (requests.get(self.url, params={"applicationTags": "tony"}, timeout=10).json()
                         .get("apps") or {}).get("app") or []
             except (requests.RequestException, ValueError):
                 continue
             self.samples.append({a["id"]: (a["state"], int(a.get("runningContainers", -1))) for a in apps})
+            self.asks.append({a["id"]: outstanding_asks(a.get("resourceRequests")) for a in apps})
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -65,6 +70,20 @@ class RMSampler:
         status is written before its AM unregisters."""
         wait_for(lambda: self.samples and all(self.samples[-1].get(h.app_id, ("",))[0] in ENDED for h in handles),
                  timeout=timeout, interval=0.5)
+
+    def asking(self, app_id: str, gang: int) -> list[tuple[int, int]]:
+        """(held, asked) as the ResourceManager showed them: containers the application held besides
+        skein's master, and requests it held for it, from the first sample where it held or asked
+        for anything beyond the master until the first where it held the whole gang (``gang``
+        containers besides the master)."""
+        out = []
+        for sample, asks in zip(self.samples, self.asks):
+            held = max(0, self.containers(sample, app_id) - 1)
+            if held >= gang:
+                break
+            if out or held or asks.get(app_id, 0):
+                out.append((held, asks.get(app_id, 0)))
+        return out
 
     def forming(self, app_id: str, gang: int) -> list[bool]:
         """Per sample: whether the application held part of its gang (more than skein's master,
@@ -106,6 +125,67 @@ def finish_order(handles, sampler: RMSampler) -> list[str]:
             if h.app_id not in ended and sample.get(h.app_id, ("",))[0] in ENDED:
                 ended[h.app_id] = i
     return sorted(ended, key=ended.__getitem__)
+
+
+def timeline(h) -> list[str]:
+    """What the job's history record says happened (its AM copies its events to HDFS)."""
+    record = wait_for(lambda: TonyClient("yarn").record(h.app_id), timeout=60)
+    return [t["what"] for t in record.get("timeline") or []]
+
+
+def two_sleepers(name: str, conf: dict | None = None, command: str = "sleep 5") -> dict:
+    """TonY's default ApplicationMaster (2 GB) and two 256 MB workers: the gang skein used to lose
+    a request of, the AM's container being larger than the tasks'. Never given back part-held
+    (the job would wait on a lost request forever), and failed, not hung, after two minutes."""
+    spec = sleeper_job(name, {"tony.am.memory": "2g", "tony.gang.hold-timeout-ms": "0",
+                              "tony.container.allocation.timeout": "120000", **(conf or {})}, workers=2,
+                       memory="256m")
+    spec["tasks"]["worker"]["command"] = command
+    return spec
+
+
+@pytest.mark.parametrize("way, conf", [
+    ("as the application starts", {}),
+    ("by the gate", {"tony.gang.line-dir": ""}),  # no line directory: the gate decides
+])
+def test_on_an_idle_queue_the_whole_gang_is_asked_for_at_once_and_the_resource_manager_holds_every_request(
+        cluster, way, conf):
+    yarn = TonyClient("yarn")
+    with RMSampler(cluster, interval=0.1) as sampler:
+        h = yarn.submit(load_job(two_sleepers("idle-queue", conf)))
+        final = h.wait(poll_interval=1, timeout=300)
+        sampler.wait_ended([h])
+    assert final.state == "SUCCEEDED", final.diagnostics
+    report = yarn.backend.rm.app(h.app_id)
+    assert any(t.split("/")[0].endswith("!") for t in report.tags if t.startswith("tony-gang:")) == (not conf)
+    # As the ResourceManager saw it: from the first container the job asked for until it held the
+    # AM's and both workers', every one of the three was held or asked for (skein lost the
+    # workers' requests when the AM asked for them itself, right after its own was granted; the
+    # AM then held its container alone, nothing asked for, for a minute). YARN may grant the whole
+    # gang between two samples: then nothing was ever missing.
+    seen = sampler.asking(h.app_id, 3)
+    assert all(held + asked >= 3 for held, asked in seen), seen
+    assert any(sampler.containers(s, h.app_id) >= 4 for s in sampler.samples)  # master + AM + 2 workers
+    assert not any("given back" in t for t in timeline(h)), timeline(h)
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_relaunch_right_after_the_gang_formed_asks_again_for_a_request_the_resource_manager_lost(cluster):
+    # The first session fails at once: the AM asks for the second's containers itself, seconds
+    # after skein's master was granted the first gang, when skein numbers requests from 1 again
+    # while the withdrawal of the AM's own (larger) request is still to be sent.
+    yarn = TonyClient("yarn")
+    with RMSampler(cluster) as sampler:
+        h = yarn.submit(load_job(two_sleepers("relaunch", {"tony.am.retry-count": "1"},
+                                              command='test "$SESSION_ID" != 0 || exit 3; sleep 5')))
+        final = h.wait(poll_interval=1, timeout=300)
+        sampler.wait_ended([h])
+    assert final.state == "SUCCEEDED" and final.session_id == 1, final.diagnostics
+    # The ResourceManager saw the whole gang (master, AM, two workers) twice: once per session.
+    whole = [sampler.containers(s, h.app_id) >= 4 for s in sampler.samples]
+    assert sum(1 for a, b in zip([False, *whole], whole) if b and not a) == 2, whole
+    assert not any("given back" in t for t in timeline(h)), timeline(h)
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
 def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):

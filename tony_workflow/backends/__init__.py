@@ -54,7 +54,7 @@ def get_cluster_manager(name: str, app_dir: Path, spec: JobSpec) -> tuple[Cluste
         return LocalClusterManager.for_app(app_dir, spec)
     if name == "yarn":
         from .yarn_am import YarnClusterManager
-        cluster = YarnClusterManager()
+        cluster = YarnClusterManager(line_dir=spec.gang_line_dir)
         # Clients read the tokens from skein's key-value store, which only the application's owner
         # can, so the AM makes them itself, once: a later attempt in this container takes them over.
         secret = app_dir / "am.secret"

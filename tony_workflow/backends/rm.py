@@ -131,6 +131,8 @@ class ResourceManager:
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers["Accept"] = "application/json"
+        #: bytes of the last answer read, for callers that keep within a budget
+        self.last_bytes = 0
 
     def _call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:
@@ -152,6 +154,7 @@ class ResourceManager:
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         r = self._call(method, path, **kwargs)
+        self.last_bytes = len(r.content)
         if r.status_code >= 400:
             raise RMError(f"the ResourceManager at {self.url} refused {method} {path}: HTTP {r.status_code} "
                           f"{_message(r)}")
@@ -168,19 +171,28 @@ class ResourceManager:
                           f"{_message(r)}")
         return AppReport.from_json(r.json()["app"])
 
-    def apps(self, *, tags: tuple[str, ...] = (), states: tuple[str, ...] = ()) -> list[AppReport]:
-        """Applications with any of ``tags`` in any of ``states`` (all when empty), oldest first."""
+    def apps(self, *, tags: tuple[str, ...] = (), states: tuple[str, ...] = (), queue: str | None = None,
+             brief: bool = False) -> list[AppReport]:
+        """Applications with any of ``tags`` in any of ``states`` (all when empty), of ``queue``
+        (any when None), oldest first. ``brief`` leaves out what the ResourceManager can leave out
+        (each application's requests, timeouts and resource figures): a third of its size."""
         params = {}
         if tags:
             params["applicationTags"] = ",".join(tags)
         if states:
             params["states"] = ",".join(states)
+        if queue:
+            params["queue"] = queue
+        if brief:
+            params["deSelects"] = "resourceRequests,timeouts,resourceInfo,appNodeLabelExpression,amNodeLabelExpression"
         apps = (self._json("GET", "/apps", params=params).get("apps") or {}).get("app") or []
         return sorted((AppReport.from_json(a) for a in apps), key=lambda a: a.id)
 
-    def nodes(self) -> list[dict[str, Any]]:
-        """The NodeManagers as the ResourceManager lists them (``/ws/v1/cluster/nodes``)."""
-        return (self._json("GET", "/nodes").get("nodes") or {}).get("node") or []
+    def nodes(self, states: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The NodeManagers as the ResourceManager lists them (``/ws/v1/cluster/nodes``), those in
+        ``states`` only when given."""
+        params = {"states": ",".join(states)} if states else {}
+        return (self._json("GET", "/nodes", params=params).get("nodes") or {}).get("node") or []
 
     def queue(self, name: str) -> dict[str, Any] | None:
         """The scheduler's entry for the leaf queue ``name`` (``root.default`` or ``default``), from

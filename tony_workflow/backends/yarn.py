@@ -86,6 +86,7 @@ from .yarn_gang import (
     shape_of,
 )
 from .yarn_gate import asked_first
+from .yarn_line import line_store
 from .yarn_ship import Cache, deterministic_zip, script_prelude, spec_env
 from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
 from .yarn_start import StartPlan, plan_start
@@ -299,13 +300,7 @@ class YarnBackend(Backend):
     def _start_plan(self, spec: JobSpec, rm, gang: _Gang, login: Login | None) -> StartPlan:
         """Whether skein's master asks for the whole gang as the application starts (:mod:`.yarn_start`)."""
         tasks = [] if any(t.spread for t in spec.tasks.values()) else asked_first(spec, gang_requests(spec))
-        store = None
-        if tasks and spec.gang_line_dir:
-            location = spec.gang_line_dir if "://" in spec.gang_line_dir else f"hdfs://{spec.gang_line_dir}"
-            try:
-                store = open_storage(location, hadoop_conf_dir=str(self.conf_dir), login=login)
-            except (ConfigError, OSError) as e:
-                log.info("tony.gang.line-dir %s cannot be opened (%s)", spec.gang_line_dir, e)
+        store = line_store(spec.gang_line_dir, str(self.conf_dir), login) if tasks else None
         try:
             reports = rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")) if tasks and store else []
         except RMError as e:
@@ -367,8 +362,9 @@ class YarnBackend(Backend):
                 return skein.Service(
                     resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
                                               gpus=task.resources.gpus),
-                    # The executor, once the container knows its task (yarn_boot).
-                    script=f"{conf_env}exec {python} -m tony_workflow.backends.yarn_boot",
+                    # The executor; a container asked for before the AM ran learns its task first (yarn_boot).
+                    script=(f'{conf_env}if [ -n "${{TONY_TASK_ID:-}}" ]; then exec {python} -m tony_workflow.task.executor; '
+                            f"fi; exec {python} -m tony_workflow.backends.yarn_boot"),
                     files={**spec_files, **conf_files, **task_files},
                     env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
                          **docker_env(task.docker_image, spec.docker_mounts)},

@@ -34,7 +34,7 @@ from .. import hadoop
 from ..status import JobState
 from ..storage import open_storage
 from .base import ClusterManager, Container, ContainerRequest, Wait
-from .rm import AppReport, container_rm
+from .rm import AppReport, RMError, container_rm
 from .yarn_attempts import EventsCopy, save_state
 from .yarn_containers import (
     AM_SERVICE,
@@ -51,7 +51,7 @@ from .yarn_containers import (
     service_name,
 )
 from .yarn_gate import wait_turn
-from .yarn_line import Line
+from .yarn_line import Line, line_store
 from .yarn_spread import Placement
 
 __all__ = ["YarnClusterManager"]
@@ -92,7 +92,7 @@ class YarnClusterManager(ClusterManager):
     # not wait for a node loss that may never be declared.
     reclaim_wait_s = 30.0
 
-    def __init__(self, app_client=None):
+    def __init__(self, app_client=None, line_dir: str | None = None):
         import skein
         self.app = app_client or skein.ApplicationClient.from_current()
         self.app_id = skein.properties.application_id
@@ -102,7 +102,7 @@ class YarnClusterManager(ClusterManager):
         self._lock = threading.Lock()
         self.placement = Placement.from_env()  # nodes for spread task types
         self._events_copy: EventsCopy | None = None
-        self.line = Line(self.app_id, container_rm())
+        self.line = Line(self.app_id, container_rm(), board=line_store(line_dir))
         self._requests: dict[str, ContainerRequest] = {}  # task id -> what its container asks for
         self._looked: tuple[float, Wait | None] = (0.0, None)
         self._first = True  # the first allocation of the first attempt may adopt what was asked before
@@ -122,6 +122,7 @@ class YarnClusterManager(ClusterManager):
         self._first = False
         if not asked:
             wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
+            self.line.leave()  # no longer waiting for its turn: the next in line looks for the queue
             if cancel.is_set():
                 raise InterruptedError("allocation cancelled")
         self._looked = (time.monotonic(), None)
@@ -181,8 +182,8 @@ class YarnClusterManager(ClusterManager):
             counts[ttype] = (held + was_granted, wanted + 1)
         asked = [self._requests.get(c.task_id) or ContainerRequest(c.task_id, c.memory_mb, c.vcores,
                                                                      len(c.gpu_indices)) for c in pending]
-        v = self.line.look(asked, counts)
-        me = self.line.me if v is not None else None
+        v = self.line.look(asked, counts, may_lead=False)
+        me = self._report() if v is not None else None
         lost = self._lost(pending, me)
         ttype = pending[0].task_id.split(":")[0] if pending else "?"
         held, wanted = counts.get(ttype, (0, 0))
@@ -201,6 +202,15 @@ class YarnClusterManager(ClusterManager):
             wait = Wait(f"{v.reason}; {self._asks_held(me)}", v.ahead, release=v.elders_blocked)
         self._looked = (time.monotonic(), wait)
         return wait
+
+    def _report(self) -> AppReport | None:
+        """The application's own report, with its asks (the queue's board does not carry them)."""
+        if self.line.rm is None:
+            return None
+        try:
+            return self.line.rm.app(self.app_id)
+        except RMError:
+            return None
 
     @staticmethod
     def _asks_held(me: AppReport | None) -> str:
@@ -410,5 +420,6 @@ class YarnClusterManager(ClusterManager):
                 os.unlink(fh.name)
             except (OSError, ValueError):
                 pass
+        self.line.close()
         self.app.shutdown(_SKEIN_FINAL.get(state, "FAILED"),
                           (diagnostics or f"TonY application {state}")[-4000:])

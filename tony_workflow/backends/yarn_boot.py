@@ -4,10 +4,11 @@ A container the AM adds itself (a relaunch, a replacement) carries the task's en
 the start. The first session's containers are asked for before the AM runs, all at once (by skein's
 master as the application starts, or by the gate when the job's turn comes; see
 :mod:`.yarn_gate`): asked together, the gang is placed in one round of YARN's scheduling, and the
-executors start while the AM does. Such a container waits here for its launch order, the
+containers start while the AM does. Such a container waits here for its launch order, the
 environment the AM would have given it, which the AM leaves in skein's key-value store under the
-container's own id (:func:`.yarn_containers.launch_key`), and then runs the executor in this very
-process.
+container's own id (:func:`.yarn_containers.launch_key`), and then becomes the executor
+(``exec``): its process shows the executor's command line and the task's environment, as every
+task's does.
 
 Run as ``python -m tony_workflow.backends.yarn_boot`` in the container's directory.
 """
@@ -30,15 +31,14 @@ def launch_order(kv, container_id: str) -> dict[str, str]:
 
 
 def main() -> int:
-    from ..task import executor  # before the wait: the imports overlap with the AM's start
-
-    if "TONY_TASK_ID" not in os.environ:
+    env = dict(os.environ)
+    if "TONY_TASK_ID" not in env:
         import skein
 
-        # Closed before the executor starts the user's processes: a child must not inherit gRPC's threads.
         with skein.ApplicationClient.from_current() as app:
-            os.environ.update(launch_order(app.kv, os.environ["SKEIN_CONTAINER_ID"]))
-    return executor.main()
+            env.update(launch_order(app.kv, env["SKEIN_CONTAINER_ID"]))
+    os.execve(sys.executable, [sys.executable, "-m", "tony_workflow.task.executor"], env)
+    return 1  # not reached
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ __all__ = [
     "nodes_from",
     "parse_gang_tag",
     "queue_order",
+    "reason_for",
     "refuse_never_fits",
     "shape_of",
     "verdict",
+    "verdicts",
 ]
 
 #: The application tag that carries a job's gang: ``tony-gang:MASTER/SHAPE*N/...``.
@@ -218,12 +220,16 @@ def queue_order(members: Iterable[Member]) -> list[Member]:
 class Verdict:
     """Whether a job may ask for what it still lacks now (``go``), else why not: ``reason`` (one
     line), ``ahead`` (older jobs that still lack containers) and ``elders_blocked`` (an older job
-    cannot place what it lacks: a job holding part of its gang gives it back)."""
+    cannot place what it lacks: a job holding part of its gang gives it back). ``blocker`` is what
+    blocks it and ``shape`` the container it is blocked on, from which :func:`reason_for` writes
+    the reason again in another job's words (its task types, its counts)."""
 
     go: bool
     reason: str | None = None
     ahead: tuple[str, ...] = ()
     elders_blocked: bool = False
+    blocker: str | None = None
+    shape: Shape | None = None
 
 
 @dataclass
@@ -238,6 +244,12 @@ class _Room:
     def __post_init__(self) -> None:
         self.free = {n.id: list(n.free) for n in self.nodes}
         self.queue = {label: [c.memory_mb, c.vcores, c.gpus] for label, c in (self.headroom or {}).items()}
+
+    def copy(self) -> _Room:
+        twin = _Room(self.nodes, self.headroom)
+        twin.free = {k: list(v) for k, v in self.free.items()}
+        twin.queue = {k: list(v) for k, v in self.queue.items()}
+        return twin
 
     def take(self, shape: Shape) -> bool:
         """Places ``shape`` on the node of its partition it fills best (the least room left after);
@@ -282,6 +294,49 @@ def _crowded_out(m: Member, members: Sequence[Member], nodes: Sequence[Node],
     return False
 
 
+class _Pass:
+    """A pass over a queue in the order YARN serves it: each job served in turn takes what it
+    still lacks from the room (:meth:`serve`), and a job may be judged against what those served
+    before it left (:meth:`judge`)."""
+
+    def __init__(self, members: Sequence[Member], nodes: Sequence[Node], headroom: Mapping[str, Capacity] | None,
+                 maximum: Mapping[str, Capacity] | None, queue: str):
+        self.members, self.nodes, self.headroom, self.maximum, self.queue = members, nodes, headroom, maximum, queue
+        self.room = _Room(list(nodes), headroom)
+        self.ahead: list[str] = []
+        self.blocked: dict[str, str] = {}  # partition -> the first older job that cannot form in it now
+
+    def serve(self, m: Member) -> None:
+        """``m`` as an elder of the jobs after it: what it lacks is set aside for it."""
+        lacks = [s for s in m.remaining() if not _never_placed(s, self.nodes)]
+        if not lacks or _crowded_out(m, self.members, self.nodes, self.maximum):
+            return
+        self.ahead.append(m.app_id)
+        # A job that cannot form now keeps what it waits for in its partition: nobody behind it
+        # may take that. Partitions are apart (a queue's capacity is per partition too).
+        for s in lacks:
+            if s.label in self.blocked or not self.room.take(s):
+                self.blocked.setdefault(s.label, m.app_id)
+
+    def judge(self, pending: Sequence[tuple[str, Shape]], counts: Mapping[str, tuple[int, int]]) -> Verdict:
+        """Whether a job that lacks ``pending`` may ask for it now, the room left as it is."""
+        mine = sorted(pending, key=lambda p: p[1].size, reverse=True)
+        ahead = tuple(self.ahead)
+        clash = next(((t, s) for t, s in mine if s.label in self.blocked), None)
+        if clash is not None:
+            blocker = (f"{_jobs(ahead)} ahead in queue {self.queue or '?'}; {self.blocked[clash[1].label]} "
+                       "cannot be placed yet and goes first")
+            return Verdict(False, _reason([clash], counts, blocker), ahead, elders_blocked=True, blocker=blocker,
+                           shape=clash[1])
+        trial = self.room.copy()
+        for ttype, shape in mine:
+            if trial.take(shape):
+                continue
+            blocker = _blocker(mine, self.nodes, self.headroom, ahead, self.queue)
+            return Verdict(False, _reason([(ttype, shape)], counts, blocker), ahead, blocker=blocker, shape=shape)
+        return Verdict(True, ahead=ahead)
+
+
 def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[Node],
             headroom: Mapping[str, Capacity] | None, pending: Sequence[tuple[str, Shape]],
             counts: Mapping[str, tuple[int, int]], queue: str = "",
@@ -291,36 +346,39 @@ def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[N
     (``members``; those served before it are its elders), the RUNNING nodes, and the queue's
     headroom and maximum capacity per partition (None when unknown). ``counts`` gives, per task
     type, (held, wanted), for the reason; ``queue`` names the queue in it."""
-    nodes = list(nodes)
     members = list(members)
-    room = _Room(nodes, headroom)
+    line = _Pass(members, list(nodes), headroom, maximum, queue)
     mine_at = _place(priority, me)
-    ahead: list[str] = []
-    blocked: dict[str, str] = {}  # partition -> the first older job that cannot form in it now
     for m in queue_order(members):
-        if m.app_id == me or _place(m.priority, m.app_id) > mine_at:
-            continue
-        lacks = [s for s in m.remaining() if not _never_placed(s, nodes)]
-        if not lacks or _crowded_out(m, members, nodes, maximum):
-            continue
-        ahead.append(m.app_id)
-        # A job that cannot form now keeps what it waits for in its partition: nobody behind it
-        # may take that. Partitions are apart (a queue's capacity is per partition too).
-        for s in lacks:
-            if s.label in blocked or not room.take(s):
-                blocked.setdefault(s.label, m.app_id)
+        if m.app_id != me and _place(m.priority, m.app_id) < mine_at:
+            line.serve(m)
+    return line.judge(pending, counts)
+
+
+def verdicts(members: Iterable[Member], nodes: Sequence[Node], headroom: Mapping[str, Capacity] | None,
+             queue: str = "", maximum: Mapping[str, Capacity] | None = None) -> dict[str, Verdict]:
+    """:func:`verdict` of every member that still lacks containers, in one pass over the queue:
+    each is judged on what it lacks by its tag (its largest containers), with no names for its
+    task types (see :func:`reason_for`)."""
+    members = list(members)
+    line = _Pass(members, list(nodes), headroom, maximum, queue)
+    out = {}
+    for m in queue_order(members):
+        lacks = m.remaining()
+        if lacks:
+            out[m.app_id] = line.judge([("task", s) for s in lacks], {})
+        line.serve(m)
+    return out
+
+
+def reason_for(v: Verdict, pending: Sequence[tuple[str, Shape]], counts: Mapping[str, tuple[int, int]]) -> str | None:
+    """``v``'s reason in the words of the job it is about: its task type that lacks ``v``'s shape
+    (else its largest), with its counts (:func:`verdict`'s ``counts``)."""
+    if v.go or v.blocker is None:
+        return v.reason
     mine = sorted(pending, key=lambda p: p[1].size, reverse=True)
-    clash = next(((t, s) for t, s in mine if s.label in blocked), None)
-    if clash is not None:
-        return Verdict(False, _reason([clash], counts, f"{_jobs(ahead)} ahead in queue {queue or '?'}; "
-                                      f"{blocked[clash[1].label]} cannot be placed yet and goes first"),
-                       tuple(ahead), elders_blocked=True)
-    for ttype, shape in mine:
-        if room.take(shape):
-            continue
-        return Verdict(False, _reason([(ttype, shape)], counts, _blocker(mine, nodes, headroom, ahead, queue)),
-                       tuple(ahead))
-    return Verdict(True, ahead=tuple(ahead))
+    named = next(((t, s) for t, s in mine if s == v.shape), mine[0] if mine else ("task", v.shape or Shape(0, 0)))
+    return _reason([named], counts, v.blocker)
 
 
 def _jobs(ahead: Sequence[str]) -> str:

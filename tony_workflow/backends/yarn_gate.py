@@ -42,7 +42,7 @@ from pathlib import Path
 from .base import ContainerRequest, Wait, gang_requests
 from .rm import container_rm
 from .yarn_containers import AM_SERVICE, KV_GATE, encode_asked, service_name
-from .yarn_line import Line
+from .yarn_line import Line, line_store
 
 __all__ = ["asked_first", "main", "wait_turn"]
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         from ..spec import JobSpec
 
         spec = JobSpec.from_dict(json.loads((args.app_dir / "spec.json").read_text()))
-        line = Line(skein.properties.application_id, container_rm())
+        line = Line(skein.properties.application_id, container_rm(), board=line_store(spec.gang_line_dir))
         requests = gang_requests(spec)
 
         def publish(wait: Wait) -> None:
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         # and finds the job overdue (its wait counts from the gate's).
         timeout_ms = spec.allocation_timeout_ms
         overdue = wait_turn(line, requests, publish, deadline=since + timeout_ms / 1000.0 if timeout_ms > 0 else None)
+        line.leave()  # no longer waiting: the next in line looks for the queue
         if line.unreadable:
             log.warning("the line could not be read (%s): the ApplicationMaster starts now", line.unreadable)
         # Past tony.container.allocation.timeout the AM starts only to fail the job, asking for nothing.

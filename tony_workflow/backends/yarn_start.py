@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..storage import Storage
@@ -43,8 +45,9 @@ from .yarn_gang import (
     parse_gang_tag,
     verdict,
 )
+from .yarn_line import BOARD_PREFIX, STALE_S, Board, queue_dir
 
-__all__ = ["INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start", "queue_dir"]
+__all__ = ["INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
 
 log = logging.getLogger("tony.yarn")
 
@@ -52,11 +55,6 @@ log = logging.getLogger("tony.yarn")
 INTENT_TTL_S = 30.0
 #: Younger than every real application, so that the job being submitted is served last.
 _NEWCOMER = "application_9999999999999_999999"
-
-
-def queue_dir(queue: str) -> str:
-    """The line directory's subdirectory of a queue (``root.default``)."""
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in queue) or "default"
 
 
 @dataclass
@@ -97,21 +95,32 @@ def parse_intent(name: str) -> Member | None:
     return Member(f"intent:{parts[1]}-{parts[2]}", int(parts[3]), "RUNNING", parsed[0], parsed[1], 0)
 
 
-def _intents(store: Storage, queue: str, mine: str) -> list[Member]:
-    """The other live intents of the queue, as jobs ahead of this one; the store's clock (a file's
-    modification time) decides which are live, whatever the clients' clocks say."""
+def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool]:
+    """The other live intents of the queue, as jobs ahead of this one, and whether a looker's
+    board says jobs wait for their turn (:mod:`.yarn_line`). The store's clock (a file's
+    modification time) decides what is live, whatever the clients' clocks say."""
     listed = store.list(queue_dir(queue))
     own = listed.get(mine)
     if own is None:
         raise OSError(f"the intent {mine} is not listed in its own directory")
-    out = []
+    out, waiting = [], False
     for name, entry in listed.items():
-        if name == mine or entry.mtime < own.mtime - INTENT_TTL_S:
+        if name == mine:
+            continue
+        if name.startswith(BOARD_PREFIX) and entry.mtime >= own.mtime - STALE_S and not waiting:
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    store.get(f"{queue_dir(queue)}/{name}", Path(tmp) / "b")
+                    board = Board.from_json((Path(tmp) / "b").read_text())
+                    waiting = bool(board.waiting) and not board.leaving
+                except (OSError, ValueError, KeyError):
+                    pass
+        if entry.mtime < own.mtime - INTENT_TTL_S:
             continue
         member = parse_intent(name)
         if member is not None:
             out.append(member)
-    return out
+    return out, waiting
 
 
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
@@ -132,10 +141,14 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
         store.shared_dir(queue_dir(queue))
         store.touch(f"{queue_dir(queue)}/{name}")
         plan = StartPlan([], "", store, f"{queue_dir(queue)}/{name}")
-        others = _intents(store, queue, name)
+        others, waiting = _listing(store, queue, name)
     except OSError as e:
         log.info("the line directory cannot be used (%s): the job waits for its turn in skein's master", e)
         return StartPlan([], f"the line directory cannot be used: {e}")
+    if waiting:
+        plan.why = "jobs of the queue wait for their turn (its board says so)"
+        plan.done()
+        return plan
     counts: dict[str, tuple[int, int]] = {}
     for ttype, _ in gang:
         counts[ttype] = (0, counts.get(ttype, (0, 0))[1] + 1)

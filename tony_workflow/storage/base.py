@@ -88,6 +88,11 @@ class Storage:
         """Creates ``key`` as an empty file (a marker whose name says it all: no data to wait for)."""
         raise NotImplementedError
 
+    def stamp(self, key: str, mtime: float) -> None:  # pragma: no cover - interface
+        """Sets file ``key``'s modification time to ``mtime`` (seconds), its content unchanged: a
+        file read by others who watch for a change of its time, not of its content."""
+        raise NotImplementedError
+
     def shared_dir(self, key: str) -> None:  # pragma: no cover - interface
         """Makes directory ``key`` (with its parents) one where every user may add files and only
         remove their own, as ``/tmp`` is (mode 1777); a directory that exists is left as it is."""

@@ -82,6 +82,9 @@ class LocalStorage(Storage):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 
+    def stamp(self, key: str, mtime: float) -> None:
+        os.utime(self._path(key), (mtime, mtime))
+
     def shared_dir(self, key: str) -> None:
         path = self._path(key)
         missing = [d for d in (path, *path.parents) if not d.exists()]

@@ -269,6 +269,11 @@ class WebHDFSStorage(Storage):
         # An empty file has no block for the NameNode to wait on as it is closed: one quick round.
         self._call(f"create {path}", lambda: self.client.create(path, b"", overwrite=True))
 
+    def stamp(self, key: str, mtime: float) -> None:
+        path = self._path(key)
+        self._call(f"settimes {path}",
+                   lambda: self.client.set_times(path, modificationtime=int(mtime * 1000), accesstime=-1))
+
     def shared_dir(self, key: str) -> None:
         path = self._path(key)
         missing = []

@@ -193,13 +193,16 @@ def test_the_wait_says_how_many_requests_the_resource_manager_holds(monkeypatch)
     _, cluster, pending = launched(monkeypatch, 2)
 
     class Line:
+        """The line's verdict, and the ResourceManager's report of the application."""
         look_every_s = 0.0
         unreadable = None
 
         def __init__(self, v, me):
-            self.v, self.me = v, me
+            self.v, self.rm = v, self
+            self.app = lambda app_id: me
 
-        def look(self, asked, counts):
+        def look(self, asked, counts, may_lead=True):
+            assert not may_lead  # a forming job never looks for the others
             return self.v
 
     cluster.line = Line(Verdict(True), report(running=2, asks=2))

@@ -16,7 +16,9 @@ from tony_workflow.backends.yarn_gang import (
     members_from,
     parse_gang_tag,
     queue_order,
+    reason_for,
     verdict,
+    verdicts,
 )
 
 MASTER = Shape(512, 1)
@@ -166,3 +168,26 @@ def test_an_older_gang_that_cannot_fit_beside_the_masters_of_the_waiting_jobs_ho
     v = verdict("application_1_0002", 0, [big, waiting[0]], nodes(3584, 3584), None, want(2, Shape(512, 1)), {},
                 maximum={"": Capacity(8192, 16, 0)})
     assert not v.go and v.elders_blocked, v
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_pass_over_the_queue_judges_every_job_as_its_own_verdict_would(seed):
+    import random
+    rng = random.Random(seed)
+    shapes = [W, AM, Shape(3072, 2), Shape(512, 1), GPU_W, Shape(1024, 1, 0, "gpu")]
+    cluster = nodes(*(rng.choice([0, 1024, 2048, 4096]) for _ in range(rng.randint(1, 4))))
+    cluster += nodes(rng.choice([0, 2048, 4096]), label="gpu", gpus=rng.choice([0, 2]))
+    members = [job(i + 1, held=rng.choice([0, 0, 1, 2, None]), state=rng.choice(["RUNNING", "RUNNING", "ACCEPTED"]),
+                   gang=tuple(rng.choice(shapes) for _ in range(rng.randint(1, 4))), priority=rng.choice([0, 0, 1]))
+               for i in range(rng.randint(1, 7))]
+    headroom = rng.choice([None, {"": Capacity(rng.choice([2048, 8192, 65536]), 16, 8)}])
+    every = verdicts(members, cluster, headroom, "root.q")
+    for m in members:
+        if not m.remaining():
+            assert m.app_id not in every
+            continue
+        alone = verdict(m.app_id, m.priority, members, cluster, headroom, [("task", s) for s in m.remaining()], {},
+                        "root.q")
+        assert every[m.app_id] == alone, (m, every[m.app_id], alone)
+        assert reason_for(every[m.app_id], [("worker", s) for s in m.remaining()], {"worker": (0, 9)}) == (
+            None if alone.go else alone.reason.replace("task: 0 of 0", "worker: 0 of 9"))

@@ -12,7 +12,8 @@ import pytest
 
 from tony_workflow.backends.rm import AppReport
 from tony_workflow.backends.yarn_gang import Node, Shape, gang_tag
-from tony_workflow.backends.yarn_start import INTENT_TTL_S, intent_name, parse_intent, plan_start, queue_dir
+from tony_workflow.backends.yarn_line import queue_dir
+from tony_workflow.backends.yarn_start import INTENT_TTL_S, intent_name, parse_intent, plan_start
 from tony_workflow.storage import LocalStorage
 
 QUEUE = "root.default"
@@ -104,3 +105,25 @@ def test_an_intent_is_all_in_its_name(label):
     assert member.master == MASTER and sorted(member.gang, key=lambda s: s.memory_mb) == [
         Shape(256, 1), Shape(2048, 2, 1, label)]
     assert parse_intent("intent-1-2-x-512.1.0+1.1.0*1") is None and parse_intent("board-1") is None
+
+
+def test_a_queue_whose_board_says_jobs_wait_for_their_turn_is_joined_the_gates_way(tmp_path):
+    from tony_workflow.backends.yarn_gang import Verdict
+    from tony_workflow.backends.yarn_line import Board
+    store = LocalStorage(tmp_path)
+    store.shared_dir(queue_dir(QUEUE))
+    board = tmp_path / queue_dir(QUEUE) / "board-application_1_0001"
+    board.write_text(Board("application_1_0001", ["application_1_0001"], {"application_1_0001": Verdict(False)}).to_json())
+    p = plan(store)
+    assert p.tasks == [] and "wait for their turn" in p.why and intents(store) == ["board-application_1_0001"]
+    # A board gone quiet (its looker left long ago) says nothing of the queue now.
+    old = time.time() - 600
+    os.utime(board, (old, old))
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    p.done()
+    # Nor does one whose looker's turn came.
+    board.write_text(Board("application_1_0001", ["application_1_0001"], {}, leaving=True).to_json())
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    p.done()

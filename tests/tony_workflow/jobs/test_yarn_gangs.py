@@ -73,11 +73,14 @@ class RMSampler:
 
     def asking(self, app_id: str, gang: int) -> list[tuple[int, int]]:
         """(held, asked) as the ResourceManager showed them: containers the application held besides
-        skein's master, and requests it held for it, from the first sample where it held or asked
-        for anything beyond the master until the first where it held the whole gang (``gang``
-        containers besides the master)."""
+        skein's master, and requests it held for it, from the first sample where its master ran
+        and it held or asked for anything more, until the first where it held the whole gang
+        (``gang`` containers besides the master). Before its master runs, the only request is
+        YARN's own for the master's container."""
         out = []
         for sample, asks in zip(self.samples, self.asks):
+            if sample.get(app_id, ("",))[0] != "RUNNING":
+                continue
             held = max(0, self.containers(sample, app_id) - 1)
             if held >= gang:
                 break

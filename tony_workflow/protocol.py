@@ -208,8 +208,9 @@ class RendezvousRound:
 class GroupRequest:
     """A trainer regrouping in place (``tony.elastic.regroup=in-place``): ``op`` ``join`` asks for
     its place in the first generation after ``generation`` (waiting up to ``wait`` seconds);
-    ``watch`` waits up to ``wait`` seconds for generation ``generation`` to need re-forming.
-    ``node`` names the trainer (task id, host and process)."""
+    ``watch`` waits up to ``wait`` seconds for generation ``generation`` to need re-forming;
+    ``suspect`` says a collective of ``generation`` failed (the AM looks for a lost member at
+    once). ``node`` names the trainer (task id, host and process)."""
 
     task_id: str
     session_id: int

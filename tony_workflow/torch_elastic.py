@@ -187,6 +187,7 @@ def run(train: Callable[[State, Group], Any], state: State) -> Any:
         except (dist.DistError, RuntimeError) as e:
             # A member of it died before it started; anything else fails every time.
             _destroy()
+            coordinator.suspect(after)
             unformed += 1
             if unformed >= _MAX_UNFORMED or not coordinator.changed_since(after, 5.0):
                 raise
@@ -202,6 +203,8 @@ def run(train: Callable[[State, Group], Any], state: State) -> Any:
             _log(f"{e}: regrouping")
         except Exception as e:
             grace = _ERROR_GRACE_S if isinstance(e, dist.DistError) or _DIST_ERROR.search(str(e)) else 1.0
+            if grace > 1.0:
+                coordinator.suspect(group.generation)
             if not coordinator.changed_since(group.generation, grace):
                 raise
             _log(f"generation {group.generation} lost a member ({type(e).__name__}: {str(e)[:200]}); regrouping")
@@ -331,6 +334,14 @@ class _Coordinator:
                     return
 
         threading.Thread(target=loop, name=f"tony-elastic-watch-{generation}", daemon=True).start()
+
+    def suspect(self, generation: int) -> None:
+        """Tells the AM that a collective of ``generation`` failed: it looks for a lost member now
+        (where the cluster's own report of one may come seconds later). Best effort."""
+        try:
+            self._call("suspect", generation, 0.0)
+        except Exception as e:  # noqa: BLE001 - the AM still hears of a lost member, later
+            _log(f"could not tell the AM that generation {generation} failed: {e}")
 
     def stop_watching(self) -> None:
         self._watching = -1

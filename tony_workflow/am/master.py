@@ -347,6 +347,9 @@ class ApplicationMaster(Regrouping):
             raise SessionEnd(JobState.FAILED, f"Application timed out after {timeout} ms "
                              f"(tony.application.timeout)", retryable=False)
         reg_timeout = self.spec.registration_timeout_ms
+        # A member's collective failed: each elastic container is looked at where it runs (on YARN,
+        # its node) rather than waiting for the cluster's report.
+        suspect = now < self.suspect_until and self.elastic is not None
         for task in list(self.tasks.values()):
             if task.final or task.status.state == TaskState.REQUESTED:
                 continue
@@ -358,6 +361,10 @@ class ApplicationMaster(Regrouping):
                     self._on_exit(task, *task.reported)
                 continue
             code = self.cluster.poll(task.container)
+            if code is None and suspect and self.elastic is not None and self.elastic.is_elastic(task.status.type):
+                code = self.cluster.ended_now(task.container)
+                if code is not None:
+                    self.events.emit("member_seen_ended", task=task.id, session=task.session_id, exit_code=code)
             if code is not None:
                 # Its executor is gone: what that one started (the user process, a server holding the
                 # task's port) goes with it, before the task is reported and relaunched.

@@ -250,11 +250,14 @@ class AMRoutes:
                 return task
             if req.op == "join":  # named before it has a place: if it dies waiting, it leaves the queue
                 s.group_nodes[task.container.id] = req.node
+            if req.op == "suspect":  # its collective failed: the AM looks for a lost member now
+                s.collective_failed(task, req.generation)
+                return 200, {"changed": False}
         try:
             if req.op == "watch":
                 return 200, s.rendezvous.watch(req.run_id, req.generation, req.wait)  # type: ignore[return-value]
             if req.op != "join":
-                return 400, {"error": f"unknown group operation {req.op!r}: join or watch"}
+                return 400, {"error": f"unknown group operation {req.op!r}: join, watch or suspect"}
             place = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
         except (RendezvousClosed, StoreError) as e:  # another session's, or a trainer named gone
             return _stop(str(e))

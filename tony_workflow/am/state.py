@@ -34,7 +34,10 @@ from .policy import Policy
 from .rendezvous import Formed, Rendezvous
 from .store_watch import StoreWatch
 
-__all__ = ["AMState", "Task"]
+__all__ = ["SUSPECT_WINDOW_S", "AMState", "Task"]
+
+#: How long after a trainer's collective failed the monitor looks for a lost member at the nodes.
+SUSPECT_WINDOW_S = 10.0
 
 _FINAL = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
 
@@ -113,6 +116,9 @@ class AMState:
     elastic_joined: dict[str, str]
     #: in-place regrouping: the containers whose trainer asked for a place, with its node's name
     group_nodes: dict[str, str]
+    #: until when (wall clock) the monitor looks at the elastic group's containers at their nodes:
+    #: a member's collective failed, and the cluster's own report of a lost one comes later
+    suspect_until: float
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
                  resume: Resume | None = None):
@@ -148,6 +154,7 @@ class AMState:
         self.elastic = ElasticGroup.from_spec(spec)
         self.elastic_joined = {}
         self.group_nodes = {}
+        self.suspect_until = 0.0
 
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:
@@ -181,6 +188,16 @@ class AMState:
         self.kill_requested = reason
         self.cancel.set()
         self.events.emit("kill_requested", reason=reason)
+        self.cond.notify_all()
+
+    def collective_failed(self, task: Task, generation: int) -> None:
+        """A trainer of ``task`` says a collective of ``generation`` failed: a member may be gone.
+        For the next :data:`SUSPECT_WINDOW_S` the monitor looks at the group's containers at their
+        nodes on every pass, rather than waiting for the cluster to report one ended (on YARN
+        that report comes seconds later). Called with the lock held."""
+        if time.time() >= self.suspect_until:
+            self.events.emit("collective_failed", task=task.id, session=self.session_id, generation=generation)
+        self.suspect_until = time.time() + SUSPECT_WINDOW_S
         self.cond.notify_all()
 
     def group_joined(self, task: Task, formed: Formed | None, node: str = "") -> None:

@@ -280,6 +280,12 @@ class ClusterManager(ABC):
     def poll(self, container: Container) -> int | None:
         """The container's exit code, or None while it runs."""
 
+    def ended_now(self, container: Container) -> int | None:
+        """The container's exit code if it has ended, asked where it runs rather than as the
+        cluster reports it (which may come later); None while it runs or when that cannot be
+        told. A cluster whose :meth:`poll` already asks there needs nothing more."""
+        return None
+
     def reclaimed(self, container: Container) -> str | None:
         """Why the cluster took ``container`` back, when its end was the cluster's doing and not
         the task's ("preempted by the scheduler", "lost with its node", ...); None otherwise, or

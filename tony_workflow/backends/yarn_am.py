@@ -74,6 +74,12 @@ def idle_heartbeat_s(conf: dict[str, str]) -> float:
 
 #: Past skein's next heartbeat, how long the ResourceManager may take to show an ask it was sent.
 _RM_SLACK_S = 2.5
+#: A NodeManager's states of a container whose process has ended.
+_NM_ENDED = frozenset({"EXITED_WITH_SUCCESS", "EXITED_WITH_FAILURE", "KILLING", "CONTAINER_CLEANEDUP_AFTER_KILL",
+                       "CONTAINER_RESOURCES_CLEANINGUP", "DONE", "LOCALIZATION_FAILED"})
+#: The exit code of a container seen ended at its node with no code of its own (its node gone, or
+#: killed by a signal the NodeManager did not report): as a SIGKILL.
+LOST_NODE_EXIT = 137
 
 
 def _plural(n: int, word: str) -> str:
@@ -324,6 +330,41 @@ class YarnClusterManager(ClusterManager):
         if state == "KILLED":
             return 137
         return None
+
+    def ended_now(self, container: Container) -> int | None:
+        """Its NodeManager's word on the container (``/ws/v1/node/containers/<id>``), which knows
+        as soon as the container's process ends; the ResourceManager, and skein's master from it,
+        hear of it a heartbeat or two later. A NodeManager that does not answer is taken for gone
+        with its node. A container the ResourceManager had killed (preempted, say) is left to the
+        ResourceManager's report, which says why. None when the NodeManager's web API refuses us
+        (a secure cluster's asks for a Kerberos login the AM does not have)."""
+        import requests
+
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        if c is None or not c.yarn_node_http_address or not c.yarn_container_id:
+            return None
+        url = f"http://{c.yarn_node_http_address}/ws/v1/node/containers/{c.yarn_container_id}"
+        try:
+            user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME")
+            r = requests.get(url, params={"user.name": user} if user else {}, timeout=2.0,
+                             headers={"Accept": "application/json"})
+        except requests.ConnectionError:
+            return LOST_NODE_EXIT
+        except requests.RequestException:
+            return None
+        if r.status_code == 404:
+            return LOST_NODE_EXIT  # the NodeManager no longer knows it: it ended and was cleaned up
+        if r.status_code != 200:
+            return None
+        try:
+            info = r.json()["container"]
+        except (ValueError, KeyError):
+            return None
+        if str(info.get("state")) not in _NM_ENDED or "by ResourceManager" in str(info.get("diagnostics") or ""):
+            return None
+        code = int(info.get("exitCode", -1000))
+        return code if code not in (-1000, 0) or info.get("state") == "EXITED_WITH_SUCCESS" else LOST_NODE_EXIT
 
     def reclaimed(self, container: Container) -> str | None:
         sid = self._containers.get(container.id)

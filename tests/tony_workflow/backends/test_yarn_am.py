@@ -263,3 +263,28 @@ def test_the_endpoint_is_published_progress_reported_and_the_application_ended(a
     cluster.finish("SUCCEEDED", "done")
     report = wait_for(lambda: (r := rm.app(app_id)) and r.state == "FINISHED" and r, timeout=120, interval=1)
     assert report.final_status == "SUCCEEDED"
+
+
+@pytest.mark.yarn
+def test_a_container_whose_processes_died_is_seen_ended_at_its_node_before_the_resource_manager_says_so(app):
+    import psutil
+    _, client = app
+    cluster = YarnClusterManager(app_client=client)
+    [c] = cluster.allocate([ContainerRequest("worker:0", 256, 1, 0)], threading.Event())
+    cluster.launch(c, ["ignored"], {"TONY_TASK_ID": "worker:0"})
+    wait_for(lambda: cluster.granted(c) and cluster.log_url(c), timeout=120, interval=1)
+    yarn_id = cluster._states()[cluster._containers[c.id]].yarn_container_id
+    procs = wait_for(lambda: [p for p in psutil.process_iter() if _in(p, yarn_id)], timeout=60)
+    assert cluster.ended_now(c) is None  # it runs
+    for p in procs:  # as when its machine dies: every process of it, at once
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert wait_for(lambda: cluster.ended_now(c), timeout=30, interval=0.2) == 137
+
+
+def _in(p, yarn_id: str) -> bool:
+    import psutil
+    try:
+        return yarn_id in p.cwd() and "sleep" in " ".join(p.cmdline())
+    except psutil.Error:
+        return False

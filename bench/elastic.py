@@ -157,14 +157,17 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=None, help="repetitions (default 3; --quick 1)")
     ap.add_argument("--yarn", choices=["auto", "no"], default=None, help="the mini cluster pair (default auto; --quick no)")
     ap.add_argument("--minicluster", default=None, help="reuse the mini cluster running in this directory")
+    ap.add_argument("--backend", choices=["local", "yarn", "both"], default="both",
+                    help="which pairs to run (default both; yarn: only the mini cluster's)")
     args = ap.parse_args()
     reps = args.reps or (1 if args.quick else 3)
     epochs = 4 if args.quick else EPOCHS
     host = common.host_info()
-    with common.tony_home("tony-bench-elastic-"):
-        run = pair("local", reps, epochs, "1g")
-    common.write_result(args, "elastic", result_of("local", run, reps), host)
-    if (args.yarn or ("no" if args.quick else "auto")) == "no":
+    if args.backend != "yarn":
+        with common.tony_home("tony-bench-elastic-"):
+            run = pair("local", reps, epochs, "1g")
+        common.write_result(args, "elastic", result_of("local", run, reps), host)
+    if args.backend == "local" or (args.yarn or ("no" if args.quick else "auto")) == "no":
         return 0
     if common.skipped_without_minicluster(args, "elastic_yarn",
                                           "training time lost to a killed worker, elastic (mini cluster)", host):

@@ -9,7 +9,11 @@ that two gangs fit at a time and a third does not:
   512 MB and three 1 GB workers (4 GB a job; the eight masters of the jobs that wait take 4 GB).
 
 In the same run one such job is timed alone (submission to its final status, the median of
-three), and the ideal packing of eight is ``8 x alone / 2``. Each repetition submits the eight jobs
+three), and the ideal packing of eight is ``8 x alone / 2``. Beside it, the ideal from outside the
+runtime: the same gang without it (on the embedded cluster, the four processes started by hand;
+on YARN, a bare skein application asking for the same containers, from its submission to its end
+in the ResourceManager), so that a cost every job pays alone cannot hide in both sides of the
+ratio. Each repetition submits the eight jobs
 at once, each from a thread of its own, and samples the cluster twice a second (the embedded
 cluster's ledger; the ResourceManager's metrics and applications). Reported per repetition:
 
@@ -151,6 +155,33 @@ def alone(backend: str, seconds: int) -> float:
     return (st.finished_at or time.time()) - t0
 
 
+def bare(backend: str, seconds: int) -> float:
+    """The same gang without the runtime: seconds from its start to its end."""
+    import subprocess
+    t0 = time.time()
+    if backend == "local":
+        procs = [subprocess.Popen(["sleep", str(seconds)]) for _ in range(4)]
+        for proc in procs:
+            proc.wait()
+        return time.time() - t0
+    import skein
+
+    from tony_workflow.client import TonyClient
+    yarn = TonyClient("yarn")
+    spec = skein.ApplicationSpec(
+        name="gang-bare", queue="default", max_attempts=1,
+        services={"am": skein.Service(resources=skein.Resources(memory=512, vcores=1), script=f"sleep {seconds}",
+                                      instances=1),
+                  "worker": skein.Service(resources=skein.Resources(memory=1024, vcores=1), script=f"sleep {seconds}",
+                                          instances=3)})
+    app_id = yarn.backend.client.submit(spec)
+    while True:
+        report = yarn.backend.rm.app(app_id)
+        if report is not None and report.state in ("FINISHED", "FAILED", "KILLED"):
+            return (report.finished_at or time.time()) - t0
+        time.sleep(0.5)
+
+
 def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, Any]:
     from tony_workflow.client import TonyClient, load_job
     client = TonyClient(backend)
@@ -215,12 +246,19 @@ def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]
         rows.append(row)
     alones.append(alone(backend, seconds))
     ideal = n * statistics.median(alones) / ROOM
+    bares = [bare(backend, seconds) for _ in range(3)]
+    outside = n * statistics.median(bares) / ROOM
+    log(f"{backend}: the same gang without the runtime {[round(b, 1) for b in bares]} s; ideal packing {outside:.1f} s")
     for row in rows:
         row["ratio"] = rnd(row["makespan_s"] / ideal, 3)
+        row["ratio_outside"] = rnd(row["makespan_s"] / outside, 3)
     worst = max(r["ratio"] for r in rows)
     late = max(r["max_places_late"] for r in rows)
     deadlocks = sum(1 for r in rows if r["deadlock"] or r["succeeded"] < n)
     return {"alone_s": [rnd(a, 1) for a in alones], "ideal_s": rnd(ideal, 1), "rows": rows,
+            "bare_s": [rnd(b, 1) for b in bares], "ideal_outside_s": rnd(outside, 1),
+            "ratio_outside_median": rnd(statistics.median(r["ratio_outside"] for r in rows), 3),
+            "alone_over_bare": rnd(statistics.median(alones) / statistics.median(bares), 3),
             "makespan_s_median": rnd(statistics.median(r["makespan_s"] for r in rows), 1),
             "ratio_median": rnd(statistics.median(r["ratio"] for r in rows), 3), "ratio_worst": worst,
             "max_places_late": late, "deadlocks": deadlocks,

@@ -53,7 +53,7 @@ from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secur
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..status import JobState, JobStatus
-from ..storage import open_storage, qualified
+from ..storage import open_storage
 from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
@@ -87,7 +87,7 @@ from .yarn_gang import (
 )
 from .yarn_gate import asked_first
 from .yarn_line import line_store
-from .yarn_ship import Cache, deterministic_zip, script_prelude, spec_env
+from .yarn_ship import deterministic_zip, open_cache, script_prelude, shipped, skein_security, spec_env
 from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
 from .yarn_start import StartPlan, plan_start
 
@@ -326,7 +326,7 @@ class YarnBackend(Backend):
     def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         import skein
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
-        cache = self._cache(login)
+        cache = open_cache(self.conf_dir, login)
         task_files: dict[str, Any] = {}
         if spec.src_dir:
             task_files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")), type="archive")
@@ -342,8 +342,9 @@ class YarnBackend(Backend):
             spec_files["spec.json"] = skein.File(str(staging / "spec.json"), type="file")
         # The containers read HDFS with the configuration this client used, shipped along: it may
         # have been written from a connection's addresses and exist only on this machine.
-        conf_files = {"hadoop-conf": self._shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
-                                                   "archive")}
+        conf_files = {"hadoop-conf": shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
+                                             "archive")}
+        security = skein_security(cache)
         python = spec.yarn_python or self.python
         base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", **(carried or {})}
         am_env = {**base_env, **docker_env(spec.docker_image("am"), spec.docker_mounts)}
@@ -394,7 +395,7 @@ class YarnBackend(Backend):
         gate = "" if at_start else f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . && "
         master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY_MB, vcores=MASTER_VCORES),
                               script=f"{gate}exec sleep 2147483647",
-                              files={**spec_files, **conf_files}, env=base_env)
+                              files={**spec_files, **conf_files}, env=base_env, security=security)
         # TonY's tags, the user's, then where the job came from, as many as YARN takes.
         tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(at_start))],
                                    spec.tags, spec.context)
@@ -408,27 +409,6 @@ class YarnBackend(Backend):
             self._logins[app_id] = login
         self._apply_limits(app_id, spec)
         return app_id
-
-    def _cache(self, login: Login | None) -> Cache | None:
-        """The user's cache of shipped files in HDFS (:mod:`.yarn_ship`); None when HDFS cannot be
-        reached (every file is then uploaded with the application, as skein does)."""
-        try:
-            return Cache(open_storage("hdfs:///", hadoop_conf_dir=str(self.conf_dir), login=login),
-                         qualified("hdfs:///", self.conf_dir))
-        except (ConfigError, OSError) as e:
-            log.info("no cache of shipped files (%s): they are uploaded with each job", e)
-            return None
-
-    @staticmethod
-    def _shipped(cache: Cache | None, path: Path, kind: str) -> Any:
-        """skein's File for local ``path``: its copy in the cache (uploaded once), else the file."""
-        import skein
-        if cache is not None:
-            try:
-                return skein.File(cache.ship(path, path.name), type=kind, visibility="private")
-            except OSError as e:
-                log.info("%s not cached (%s): it is uploaded with the job", path.name, e)
-        return skein.File(str(path), type=kind)
 
     def _apply_limits(self, app_id: str, spec: JobSpec) -> None:
         """What skein's application spec cannot say, set through the ResourceManager as soon as the

@@ -193,6 +193,7 @@ class Line:
                     raise RMError(f"the ResourceManager does not know {self.app_id}")
                 self.me, self.queue = me, me.queue
             v, lead = self._from_board(pending, counts, may_lead) if self.board is not None else (None, False)
+            alone = v is None and not lead
             if v is None:
                 v = self._look(pending, counts, lead=lead)
         except (RMError, ValueError, KeyError) as e:
@@ -201,14 +202,14 @@ class Line:
             self.unreadable = str(e)
             return None
         self.unreadable = None
-        self._back_off(v)
+        self._back_off(v, alone)
         return v
 
-    def _back_off(self, v: Verdict) -> None:
-        """Alone, a job looks less often while its verdict stays the same; sharing a board, the
-        looker and the readers keep their pace (a board is cheap to read)."""
+    def _back_off(self, v: Verdict, alone: bool) -> None:
+        """A job that read the ResourceManager for itself alone looks less often while its verdict
+        stays the same; the looker and the board's readers keep their pace (a board is cheap)."""
         now = (v.go, v.reason, v.ahead)
-        if self.board is not None or now != self._last:
+        if not alone or now != self._last:
             self._interval = self.look_every_s
         else:
             self._interval = min(BACKOFF_MAX_S, self._interval * 1.5)

@@ -25,15 +25,21 @@ import base64
 import gzip
 import hashlib
 import json
+import logging
 import os
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import ConfigError
+from ..kerberos import Login
 from ..process import user_name
-from ..storage import Storage
+from ..storage import Storage, open_storage, qualified
 
-__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "script_prelude", "spec_env"]
+__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "script_prelude", "shipped",
+           "skein_security", "spec_env"]
+
+log = logging.getLogger("tony.yarn")
 
 #: The user's cache directory in HDFS (``hdfs:///user/<user>/.tony/cache``).
 CACHE_ROOT = "/user/{user}/.tony/cache"
@@ -82,15 +88,20 @@ class Cache:
         self.store = store
         self.uri = uri.rstrip("/")
         self.root = CACHE_ROOT.format(user=user or user_name()).lstrip("/")
+        self._private = False
 
     def key(self, path: Path, name: str) -> str:
         return f"{self.root}/{digest_of(path)}/{name}"
 
     def ship(self, path: Path, name: str) -> str:
         """The URI of the cached copy of local file ``path`` (``name`` in the cache), uploading it
-        only when no copy of that content is there yet. Raises OSError when the store fails."""
+        only when no copy of that content is there yet. Raises OSError when the store fails. The
+        cache is the user's alone (mode 700): it holds skein's key too."""
         key = self.key(path, name)
         if not self.store.exists(key):
+            if not self._private:
+                self.store.private_dir(self.root)
+                self._private = True
             self.store.publish(path, key)
         return f"{self.uri}/{key}"
 
@@ -110,3 +121,41 @@ def script_prelude(conf_dir: str, spec_in_env: bool) -> str:
     if spec_in_env:
         prelude += f'printf %s "${SPEC_ENV}" | base64 -d | gzip -dc > spec.json && unset {SPEC_ENV} && '
     return prelude
+
+
+def open_cache(conf_dir: str | os.PathLike[str], login: Login | None) -> Cache | None:
+    """The user's cache in the HDFS of the Hadoop configuration in ``conf_dir`` (as ``login`` on a
+    secure cluster); None when HDFS cannot be reached (every file is then uploaded with the
+    application, as skein does)."""
+    try:
+        return Cache(open_storage("hdfs:///", hadoop_conf_dir=str(conf_dir), login=login), qualified("hdfs:///", conf_dir))
+    except (ConfigError, OSError) as e:
+        log.info("no cache of shipped files (%s): they are uploaded with each job", e)
+        return None
+
+
+def shipped(cache: Cache | None, path: Path, kind: str) -> object:
+    """skein's File for local ``path`` (``kind``: file or archive): its copy in the cache,
+    uploaded once, else the local file (which skein uploads with the application)."""
+    import skein
+    if cache is not None:
+        try:
+            return skein.File(cache.ship(path, path.name), type=kind, visibility="private")
+        except OSError as e:
+            log.info("%s not cached (%s): it is uploaded with the job", path.name, e)
+    return skein.File(str(path), type=kind)
+
+
+def skein_security(cache: Cache | None) -> object:
+    """skein's credentials for an application, from the user's cache (skein would upload both
+    files with every application); None (skein uploads them) when they cannot be cached."""
+    import skein
+    if cache is None:
+        return None
+    try:
+        default = skein.Security.from_default()
+        files = [Path(f.source[len("file://"):]) for f in (default.cert_file, default.key_file)]
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        log.info("skein's credentials not cached (%s): they are uploaded with the job", e)
+        return None
+    return skein.Security(cert_file=shipped(cache, files[0], "file"), key_file=shipped(cache, files[1], "file"))

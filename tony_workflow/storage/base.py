@@ -93,6 +93,11 @@ class Storage:
         file read by others who watch for a change of its time, not of its content."""
         raise NotImplementedError
 
+    def private_dir(self, key: str) -> None:  # pragma: no cover - interface
+        """Makes directory ``key`` (with its parents) one only its owner may enter (mode 700); one
+        that exists is made so too, when this user owns it."""
+        raise NotImplementedError
+
     def shared_dir(self, key: str) -> None:  # pragma: no cover - interface
         """Makes directory ``key`` (with its parents) one where every user may add files and only
         remove their own, as ``/tmp`` is (mode 1777); a directory that exists is left as it is."""

@@ -85,6 +85,11 @@ class LocalStorage(Storage):
     def stamp(self, key: str, mtime: float) -> None:
         os.utime(self._path(key), (mtime, mtime))
 
+    def private_dir(self, key: str) -> None:
+        path = self._path(key)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+
     def shared_dir(self, key: str) -> None:
         path = self._path(key)
         missing = [d for d in (path, *path.parents) if not d.exists()]

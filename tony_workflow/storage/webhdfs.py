@@ -274,6 +274,11 @@ class WebHDFSStorage(Storage):
         self._call(f"settimes {path}",
                    lambda: self.client.set_times(path, modificationtime=int(mtime * 1000), accesstime=-1))
 
+    def private_dir(self, key: str) -> None:
+        path = self._path(key)
+        self._call(f"mkdirs {path}", lambda: self.client.mkdirs(path))
+        self._call(f"chmod {path}", lambda: self.client.set_permission(path, permission="700"))
+
     def shared_dir(self, key: str) -> None:
         path = self._path(key)
         missing = []

@@ -159,7 +159,7 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
         root = Path(os.path.abspath(project_dir))
         for name in ("src_dir", "python_venv"):
             value = getattr(spec, name)
-            if value and not Path(os.path.abspath(value)).is_relative_to(root):
+            if value and "://" not in value and not Path(os.path.abspath(value)).is_relative_to(root):
                 issues.append(SpecIssue(_spelled(name, origins, source), value,
                                         f"must stay inside the project directory {root}: a job ships its "
                                         "project's files, not others of the machine", source))
@@ -170,7 +170,8 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
         issues.append(SpecIssue(_spelled("src_dir", origins, source), spec.src_dir,
                                 f"must be an existing directory{default}: it is shipped to every task, and a "
                                 "relative path starts at the directory of the job's file", source))
-    problem = venv_problem(spec.python_venv) if spec.python_venv else None
+    on_yarn = (props.get("tony.backend") or os.environ.get("TONY_BACKEND") or "").strip() == "yarn"
+    problem = venv_problem(spec.python_venv, remote=on_yarn) if spec.python_venv else None
     if problem:
         issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv, problem, source))
     return issues

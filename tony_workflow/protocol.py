@@ -34,6 +34,7 @@ __all__ = [
     "ATTEMPT_ENV",
     "CLUSTER_SPEC",
     "COUNTED_ENV",
+    "ENVIRONMENT_ENV",
     "HEARTBEAT",
     "KILL",
     "OWNER_ENV",
@@ -47,6 +48,7 @@ __all__ = [
     "RESULT",
     "RESULT_FILE",
     "ROUTES",
+    "RUNTIME_ENV",
     "STARTED",
     "STATUS",
     "TENSORBOARD",
@@ -92,6 +94,11 @@ ATTEMPT_ENV = "TONY_AM_ATTEMPT"
 COUNTED_ENV = "TONY_AM_COUNTED"
 #: ``pid:start time`` of the process that holds the job's resources across attempts.
 OWNER_ENV = "TONY_AM_OWNER"
+#: A container's variables for what its job shipped (YARN, where nodes have nothing installed):
+#: the runtime's directory (``tony/`` holds this package, ``lib/`` what it imports), and the job's
+#: packed environment (a site-packages directory). A task's own processes get the environment and
+#: the runtime's ``tony/`` on their path, never its ``lib/``.
+RUNTIME_ENV, ENVIRONMENT_ENV = "TONY_RUNTIME", "TONY_ENVIRONMENT"
 
 
 # ---------------------------------------------------------------- requests

@@ -38,7 +38,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -58,19 +57,15 @@ from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
 from .yarn_am import YarnClusterManager
-from .yarn_attempts import am_restarts
+from .yarn_app import Shipment, application
 from .yarn_containers import (
     AM_SERVICE,
-    ASKED_ENV,
     KV_ADDRESS,
     KV_GATE,
     KV_TOKEN,
     KV_VIEW,
-    MASTER_MEMORY_MB,
-    MASTER_VCORES,
     app_store,
     decode_asked,
-    encode_asked,
     master_request,
     service_name,
 )
@@ -87,8 +82,9 @@ from .yarn_gang import (
 )
 from .yarn_gate import asked_first
 from .yarn_line import line_store
-from .yarn_ship import deterministic_zip, open_cache, script_prelude, shipped, skein_security, spec_env
-from .yarn_spread import SPREAD_ENV, encode_hosts, spread_hosts, spread_service
+from .yarn_runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
+from .yarn_ship import deterministic_zip, open_cache, shipped, skein_security, spec_env
+from .yarn_spread import spread_hosts
 from .yarn_start import StartPlan, plan_start
 
 __all__ = ["AM_SERVICE", "YarnBackend", "YarnClusterManager", "close_drivers", "docker_env", "service_name", "shared_driver"]
@@ -201,7 +197,9 @@ class YarnBackend(Backend):
                                         base=hadoop.read_conf(base))
         self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else base)
         self.conf = hadoop.read_conf(self.conf_dir)
-        self.python = python or sys.executable
+        # An interpreter the nodes have this project installed in (given, or said by the cluster's own
+        # configuration, as the mini cluster does); None: the runtime goes with each job.
+        self.python = python or self.conf.get("tony.yarn.python") or None
         keys = ("principal", "keytab")
         if principal is None and keytab is None:  # tony-site.xml's, as every job submitted here gets them
             principal, keytab = site_keytab()
@@ -324,84 +322,23 @@ class YarnBackend(Backend):
             plan.done()
 
     def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
-        import skein
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
-        cache = open_cache(self.conf_dir, login)
-        task_files: dict[str, Any] = {}
-        if spec.src_dir:
-            task_files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")), type="archive")
-        if spec.python_venv:
-            venv = Path(spec.python_venv)
-            archive = venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")
-            task_files["venv"] = skein.File(str(archive), type="archive")
-        # The spec travels in the containers' environment, or as a file when it is too large for it.
-        carried = spec_env(spec.to_dict())
-        spec_files: dict[str, Any] = {}
-        if carried is None:
-            (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
-            spec_files["spec.json"] = skein.File(str(staging / "spec.json"), type="file")
-        # The containers read HDFS with the configuration this client used, shipped along: it may
-        # have been written from a connection's addresses and exist only on this machine.
-        conf_files = {"hadoop-conf": shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
-                                             "archive")}
-        security = skein_security(cache)
-        python = spec.yarn_python or self.python
-        base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", **(carried or {})}
-        am_env = {**base_env, **docker_env(spec.docker_image("am"), spec.docker_mounts)}
-        conf_env = script_prelude("hadoop-conf", carried is not None)
-        services, spread = {}, {}
+        shipment = self._ship(spec, staging, open_cache(self.conf_dir, login))
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
         # in one round when the queue has room for it now (yarn_start); none, and the gate asks
         # once the job's turn has come, otherwise.
-        at_start = plan.tasks
         log.debug("%s: %s", spec.name, plan.why)
-        started = {t: sum(1 for a in at_start if a.startswith(f"{t}:")) for t in spec.tasks}
-        if at_start:
-            am_env[ASKED_ENV] = encode_asked(at_start)
+        spread = {}
         for ttype, task in spec.tasks.items():
-            def task_service(task=task, instances=0, **locality) -> skein.Service:
-                return skein.Service(
-                    resources=skein.Resources(memory=task.resources.memory_mb, vcores=task.resources.vcores,
-                                              gpus=task.resources.gpus),
-                    # The executor; a container asked for before the AM ran learns its task first (yarn_boot).
-                    script=(f'{conf_env}if [ -n "${{TONY_TASK_ID:-}}" ]; then exec {python} -m tony_workflow.task.executor; '
-                            f"fi; exec {python} -m tony_workflow.backends.yarn_boot"),
-                    files={**spec_files, **conf_files, **task_files},
-                    env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".",
-                         **docker_env(task.docker_image, spec.docker_mounts)},
-                    instances=instances, max_restarts=0,
-                    # The AM decides what a failed task means; skein must not fail the application.
-                    allow_failures=True, node_label=task.node_label or "", **locality)
-            services[service_name(ttype)] = task_service(instances=started[ttype])
             if task.spread:  # one service per node the type may use (yarn_spread)
                 r = task.resources
-                spread[ttype] = spread_hosts(gang.listed, task.node_label or spec.node_label or "", r.memory_mb, r.vcores,
-                                             r.gpus, task.instances)
-                for k, host in enumerate(spread[ttype]):
-                    services[spread_service(ttype, k)] = task_service(nodes=[host], relax_locality=False)
-        if spread:
-            am_env[SPREAD_ENV] = encode_hosts(spread)
-        services[AM_SERVICE] = skein.Service(
-            resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
-            # The supervisor runs the AM's attempts in this container (tony_workflow.am.supervisor).
-            script=f"{conf_env}exec {python} -m tony_workflow.am.supervisor --backend yarn --app-dir .",
-            files={**spec_files, **conf_files}, env=am_env, node_label=spec.am_node_label or "",
-            # A container lost whole (its node) is started again elsewhere (yarn_attempts).
-            max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),
-            # Asked for as the application starts, or by the gate once the job's turn has come (yarn_gate).
-            instances=1 if at_start else 0)
-        # skein ends the application when the master's script ends: after the gate it sleeps, and
-        # the AM ends the application. A gate that cannot start fails the job at once.
-        gate = "" if at_start else f"{conf_env}{python} -m tony_workflow.backends.yarn_gate --app-dir . && "
-        master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY_MB, vcores=MASTER_VCORES),
-                              script=f"{gate}exec sleep 2147483647",
-                              files={**spec_files, **conf_files}, env=base_env, security=security)
+                spread[ttype] = spread_hosts(gang.listed, task.node_label or spec.node_label or "", r.memory_mb,
+                                             r.vcores, r.gpus, task.instances)
         # TonY's tags, the user's, then where the job came from, as many as YARN takes.
-        tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(at_start))],
+        tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(plan.tasks))],
                                    spec.tags, spec.context)
-        app = skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
-                                    tags=set(tags), max_attempts=1,
-                                    node_label=spec.node_label or "")
+        app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
+                          docker_env=lambda image: docker_env(image, spec.docker_mounts))
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
         app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
         shutil.rmtree(staging, ignore_errors=True)
@@ -409,6 +346,45 @@ class YarnBackend(Backend):
             self._logins[app_id] = login
         self._apply_limits(app_id, spec)
         return app_id
+
+    def _ship(self, spec: JobSpec, staging: Path, cache) -> Shipment:
+        """What the job's containers get (see :mod:`.yarn_runtime`): the runtime, unless the job
+        names an interpreter its nodes have this project in (``tony.yarn.python``); the job's
+        environment; its source; the Hadoop configuration this client used (it may have been
+        written from a connection's addresses and exist only on this machine); the spec, in the
+        containers' environment unless it is too large for it."""
+        import skein
+        python = spec.yarn_python or self.python
+        shipment = Shipment(python or spec.yarn_base_python or base_python(), security=skein_security(cache))
+        if not python:
+            pack = runtime()
+            shipment.files[RUNTIME_DIR] = shipped(cache, pack.path, "archive", digest=pack.key)
+        if spec.yarn_environment == "client" and not spec.python_venv:
+            env = client_environment(spec.yarn_environment_packages)
+            log.info("%s: the client's environment goes with it (%d distributions, %.0f MB; uploaded once)",
+                     spec.name, env.distributions, env.size / 1e6)
+            shipment.files[ENVIRONMENT_DIR] = shipped(cache, env.path, "archive", digest=env.key)
+        if spec.src_dir:
+            shipment.files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")),
+                                               type="archive")
+        if spec.python_venv:
+            shipment.files["venv"] = self._venv(spec.python_venv, staging)
+        shipment.files["hadoop-conf"] = shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
+                                                "archive")
+        shipment.spec_env = spec_env(spec.to_dict())
+        if shipment.spec_env is None:
+            (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
+            shipment.files["spec.json"] = skein.File(str(staging / "spec.json"), type="file")
+        return shipment
+
+    @staticmethod
+    def _venv(location: str, staging: Path) -> Any:
+        """TonY's ``python_venv``: an ``hdfs://`` archive as it is, a zip as it is, a directory zipped."""
+        import skein
+        if "://" in location:
+            return skein.File(location, type="archive")
+        venv = Path(location)
+        return skein.File(str(venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")), type="archive")
 
     def _apply_limits(self, app_id: str, spec: JobSpec) -> None:
         """What skein's application spec cannot say, set through the ResourceManager as soon as the

@@ -2,8 +2,8 @@
 files uploaded once, in HDFS under names that say their content.
 
 The spec (a few kilobytes) travels in the containers' environment, compressed, and each
-container's script writes it to ``spec.json`` before anything starts (:func:`script_prelude`): no
-file to upload for it. skein uploads every local file of an application at each submission, and closing a file in HDFS
+container's script writes it to ``spec.json`` before anything starts
+(:func:`.yarn_app.prelude`): no file to upload for it. skein uploads every local file of an application at each submission, and closing a file in HDFS
 waits for its block to be reported (a few hundred milliseconds each). A file that is the same from
 one job to the next (the Hadoop configuration, the runtime, an environment) is instead put once
 under the user's cache directory, ``/user/<user>/.tony/cache/<digest>/<name>``, and every later job
@@ -36,7 +36,7 @@ from ..kerberos import Login
 from ..process import user_name
 from ..storage import Storage, open_storage, qualified
 
-__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "script_prelude", "shipped",
+__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "shipped",
            "skein_security", "spec_env"]
 
 log = logging.getLogger("tony.yarn")
@@ -90,14 +90,15 @@ class Cache:
         self.root = CACHE_ROOT.format(user=user or user_name()).lstrip("/")
         self._private = False
 
-    def key(self, path: Path, name: str) -> str:
-        return f"{self.root}/{digest_of(path)}/{name}"
+    def key(self, path: Path, name: str, digest: str | None = None) -> str:
+        return f"{self.root}/{digest or digest_of(path)}/{name}"
 
-    def ship(self, path: Path, name: str) -> str:
+    def ship(self, path: Path, name: str, digest: str | None = None) -> str:
         """The URI of the cached copy of local file ``path`` (``name`` in the cache), uploading it
-        only when no copy of that content is there yet. Raises OSError when the store fails. The
-        cache is the user's alone (mode 700): it holds skein's key too."""
-        key = self.key(path, name)
+        only when no copy of that content is there yet (``digest`` names the content when the
+        caller knows it: a large archive is not read again to hash it). Raises OSError when the
+        store fails. The cache is the user's alone (mode 700): it holds skein's key too."""
+        key = self.key(path, name, digest)
         if not self.store.exists(key):
             if not self._private:
                 self.store.private_dir(self.root)
@@ -113,16 +114,6 @@ def spec_env(spec: dict) -> dict[str, str] | None:
     return {SPEC_ENV: encoded} if len(encoded) <= _SPEC_ENV_MAX else None
 
 
-def script_prelude(conf_dir: str, spec_in_env: bool) -> str:
-    """The start of every container's script: the Hadoop configuration shipped as ``conf_dir``,
-    and the spec written out of the environment (then dropped from it, so that no task's process
-    inherits it)."""
-    prelude = f'export HADOOP_CONF_DIR="$PWD/{conf_dir}"; '
-    if spec_in_env:
-        prelude += f'printf %s "${SPEC_ENV}" | base64 -d | gzip -dc > spec.json && unset {SPEC_ENV} && '
-    return prelude
-
-
 def open_cache(conf_dir: str | os.PathLike[str], login: Login | None) -> Cache | None:
     """The user's cache in the HDFS of the Hadoop configuration in ``conf_dir`` (as ``login`` on a
     secure cluster); None when HDFS cannot be reached (every file is then uploaded with the
@@ -134,13 +125,14 @@ def open_cache(conf_dir: str | os.PathLike[str], login: Login | None) -> Cache |
         return None
 
 
-def shipped(cache: Cache | None, path: Path, kind: str) -> object:
+def shipped(cache: Cache | None, path: Path, kind: str, digest: str | None = None) -> object:
     """skein's File for local ``path`` (``kind``: file or archive): its copy in the cache,
-    uploaded once, else the local file (which skein uploads with the application)."""
+    uploaded once (``digest``: what names its content, when known), else the local file (which
+    skein uploads with the application)."""
     import skein
     if cache is not None:
         try:
-            return skein.File(cache.ship(path, path.name), type=kind, visibility="private")
+            return skein.File(cache.ship(path, path.name, digest), type=kind, visibility="private")
         except OSError as e:
             log.info("%s not cached (%s): it is uploaded with the job", path.name, e)
     return skein.File(str(path), type=kind)

@@ -33,22 +33,30 @@ FINISH_GRACE_S = 60.0
 SubmitError = SubmissionRefused
 
 
-def check_paths(spec: JobSpec) -> None:
+def check_paths(spec: JobSpec, backend: str = "local") -> None:
     """SpecError when ``src_dir`` or ``python_venv`` names nothing on this machine, or ``python_venv``
-    is an archive that would unpack outside its directory."""
+    is an archive that would unpack outside its directory (or, on YARN, an ``hdfs://`` URI, which
+    the cluster localizes)."""
     issues = []
     if spec.src_dir and not Path(spec.src_dir).is_dir():
         issues.append(SpecIssue("src_dir", spec.src_dir, "must be an existing directory", spec.source))
     if spec.python_venv:
-        problem = venv_problem(spec.python_venv)
+        problem = venv_problem(spec.python_venv, remote=backend == "yarn")
         if problem:
             issues.append(SpecIssue("python_venv", spec.python_venv, problem, spec.source))
     if issues:
         raise SpecError(issues)
 
 
-def venv_problem(path: str) -> str | None:
-    """Why ``path`` cannot be shipped as a job's virtualenv, or None."""
+def venv_problem(path: str, remote: bool = False) -> str | None:
+    """Why ``path`` cannot be shipped as a job's virtualenv, or None. ``remote``: a cluster that
+    localizes files from HDFS (YARN), where an ``hdfs://`` URI of a zip is one too (TonY's form)."""
+    if "://" in path:
+        if remote and path.startswith("hdfs://"):
+            return None
+        return ("must be a virtualenv directory or zip file on this machine" + (", or an hdfs:// URI of a zip"
+                                                                               if remote else
+                                                                               " (an hdfs:// URI needs YARN)"))
     venv = Path(path)
     if venv.is_dir():
         return None
@@ -205,7 +213,7 @@ class TonyClient:
         submitted), checks the cluster can ever hold it (:class:`SubmissionRefused`, naming the key
         to change, otherwise), and starts the application."""
         spec.validate()
-        check_paths(spec)
+        check_paths(spec, self.backend.name)
         app_id = self.backend.submit(spec)
         handle = JobHandle(app_id, self.backend)
         # Return once the AM answers, so callers can show the tracking URL straight away.

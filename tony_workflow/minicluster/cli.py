@@ -36,7 +36,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
                  namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port, secure=args.secure,
                  preemption=args.preemption, node_labels=parse_node_labels(args.node_labels),
                  max_priority=args.max_priority, node_expiry_s=args.node_expiry_s,
-                 distinct_hosts=args.distinct_hosts,
+                 distinct_hosts=args.distinct_hosts, isolated=args.isolated,
                  progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(info, indent=1))
     return 0
@@ -132,6 +132,10 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--distinct-hosts", action="store_true",
                    help="put NodeManager INDEX on 127.0.0.(INDEX+1), a host of its own, instead of all on "
                         "localhost: YARN places containers by host (locality, tasks spread over nodes)")
+    s.add_argument("--isolated", action="store_true",
+                   help="containers that cannot see this project, its virtualenv or the base Python's packages "
+                        "(a mount namespace hides them), as on nodes with nothing but a base Python: jobs bring "
+                        "their runtime and environment")
     s.add_argument("--node-expiry-s", type=float, default=None, metavar="S",
                    help="declare a silent NodeManager LOST after S seconds (default: Hadoop's 600), so that "
                         "'nodemanager stop' loses a node quickly")

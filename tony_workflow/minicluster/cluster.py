@@ -28,6 +28,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from .build import (
     tail,
 )
 from .config import Settings, merged, write_client_conf, write_file, write_server_conf
+from .isolation import check_isolation, hidden_paths, isolate
 from .scheduling import Scheduling
 from .secure import Kerberos, find_kinit, kinit
 
@@ -192,7 +194,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
           nm_memory_mb: int = 16384, nm_vcores: int = 16, timeout: float = 180.0, rm_port: int = 0,
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
-          node_expiry_s: float | None = None, distinct_hosts: bool = False, progress: Progress = quiet) -> dict:
+          node_expiry_s: float | None = None, distinct_hosts: bool = False, isolated: bool = False,
+          progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
@@ -212,6 +215,12 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     ``distinct_hosts`` (NodeManager INDEX on 127.0.0.(INDEX+1), so that YARN can place containers
     on distinct hosts; not with ``secure``, whose principals name localhost). ``cluster.json``
     says what the cluster offers, and lists the NodeManagers by index.
+
+    Its containers see this machine's files, this project and its virtualenv included: its client
+    configuration says so (``tony.yarn.python``, the interpreter this was started with), and jobs
+    run from them, as on a cluster whose nodes have the project installed. ``isolated`` makes it
+    a cluster whose nodes have nothing but a base Python (see :func:`hidden_paths`): nothing is
+    said, and jobs bring their runtime and environment.
 
     Raises :class:`MiniClusterError` when a cluster already runs there or it cannot start.
     """
@@ -240,6 +249,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     d = Path(directory or _default_dir()).expanduser().resolve()
     if d.exists() and not d.is_dir():
         raise MiniClusterError(f"{d} exists and is not a directory")
+    hidden = hidden_paths() if isolated else []
+    if isolated:
+        check_isolation(d, hidden)
     running = _running(d)
     if running:
         raise MiniClusterError(f"a mini cluster already runs in {d} (pid {running.pid}); "
@@ -277,6 +289,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     env = {**os.environ, "JAVA_HOME": str(java.home), "HADOOP_CONF_DIR": str(conf)}
     for var in ("YARN_CONF_DIR", "CLASSPATH", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):
         env.pop(var, None)
+    if isolated:
+        cmd, env = isolate(cmd, env, hidden)
     progress(f"starting Hadoop {HADOOP_VERSION} (YARN + HDFS{' + a KDC, all Kerberized' if krb else ''}) in {d}")
     t0 = time.monotonic()
     with open(logs / "minicluster.log", "ab") as log:
@@ -308,7 +322,10 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
             # SPNEGO asks for HTTP/<the host in the URL>, and the KDC only knows HTTP/localhost.
             addresses["namenode_http"] = addresses["namenode_http"].replace("127.0.0.1:", "localhost:", 1)
 
-        client_extra: list[Settings] = [scheduling.client_settings(), krb.client_settings() if krb else {}]
+        # The nodes of a cluster that is not isolated have this project installed: what runs it.
+        nodes_python = {} if isolated else {"yarn-site.xml": {"tony.yarn.python": sys.executable}}
+        client_extra: list[Settings] = [scheduling.client_settings(), krb.client_settings() if krb else {},
+                                        nodes_python]
         write_client_conf(conf, bin_dir, d, lib, java, addresses, extra=merged(*client_extra),
                           java_options=krb.java_options() if krb else ())
         nodes = _nodes(addresses, nodemanagers, scheduling)
@@ -359,6 +376,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         "nm_memory_mb": nm_memory_mb,
         "nm_vcores": nm_vcores,
         "secure": krb is not None,
+        "isolated": isolated, **({"hidden": [str(p) for p in hidden]} if isolated else {}),
         **scheduling.describe(),
         "nodes": nodes,
         **({"realm": addresses["realm"], "kdc": addresses["kdc"], "krb5_conf": str(krb.krb5_conf),

@@ -310,6 +310,9 @@ class JobSpec:
         return self._text(f"tony.docker.{task_type}.image") or self._text("tony.docker.containers.image")
 
     yarn_python = field_of(table.YARN_PYTHON)
+    yarn_base_python = field_of(table.YARN_BASE_PYTHON)
+    yarn_environment = field_of(table.YARN_ENVIRONMENT)
+    yarn_environment_packages = field_of(table.YARN_ENVIRONMENT_PACKAGES)
     checkpoint_on_store_failure = field_of(table.CHECKPOINT_ON_STORE_FAILURE)
     am_max_attempts = field_of(table.AM_MAX_ATTEMPTS)
     am_liveness_timeout_ms = field_of(table.AM_LIVENESS_TIMEOUT_MS)

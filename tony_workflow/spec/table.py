@@ -30,7 +30,7 @@ from .keys import (
     TASK_FIELDS,
     TONY_XML_DEFAULTS,
 )
-from .values import parse_bool, parse_env, parse_int, parse_list, parse_regroup, parse_store_failure
+from .values import parse_bool, parse_env, parse_environment, parse_int, parse_list, parse_regroup, parse_store_failure
 
 __all__ = [
     "KEYS",
@@ -134,8 +134,18 @@ CHECKPOINT_LOCATION = text("tony.checkpoint.location", "where TONY_CHECKPOINT_DI
 HEARTBEAT_TIMEOUT_MS = integer("tony.task.heartbeat-timeout-ms", 0,
                                "the AM declares a silent task lost after this, or after interval × "
                                "max-missed-heartbeats if that comes first; 0: only the latter (TonY's rule)", "8000")
-YARN_PYTHON = text("tony.yarn.python", "the interpreter YARN containers start the AM and executors with; empty: "
-                   "the client's own", "")
+YARN_PYTHON = text("tony.yarn.python", "on a YARN cluster whose nodes have this project installed, the "
+                   "interpreter its containers run the AM and executors with, and nothing is shipped for them; empty: "
+                   "the runtime goes with the job and runs on tony.yarn.base-python", "")
+YARN_BASE_PYTHON = text("tony.yarn.base-python", "the base Python 3 on the YARN nodes that runs the runtime shipped "
+                        "with the job (the client's minor version); empty: python3.<the client's minor version>, "
+                        "found on the containers' PATH", "")
+YARN_ENVIRONMENT = Key("tony.yarn.environment", parse_environment,
+                       "the environment of a YARN job's own processes when it has no python_venv: client (the "
+                       "client's installed distributions, packed, uploaded once per set of versions; costs their "
+                       "size) or empty (the nodes' base Python)", "", kind="client or empty")
+YARN_ENVIRONMENT_PACKAGES = listing("tony.yarn.environment-packages", "with tony.yarn.environment=client, the "
+                                    "distributions packed, with what they require; empty: every installed one", "")
 CHECKPOINT_ON_STORE_FAILURE = Key("tony.checkpoint.on-store-failure", parse_store_failure,
                                   "what a failing checkpoint store does to the job: warn (training goes on, the "
                                   "failure is shown) or fail", "warn", kind="warn or fail")

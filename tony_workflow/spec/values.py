@@ -141,6 +141,14 @@ def parse_regroup(value: str) -> str:
     return text
 
 
+def parse_environment(value: str) -> str:
+    text = str(value).strip().lower()
+    if text not in ("", "client"):
+        raise ValueError("must be 'client' (the client's own environment goes with the job, packed) or empty (the "
+                         "job's python_venv, else the nodes' Python)")
+    return text
+
+
 def parse_oversubscription(value: str) -> float:
     try:
         number = float(value)

@@ -28,7 +28,7 @@ from ..context import task_env
 from ..events import log_tail
 from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
-from ..protocol import RESULT_FILE, group_token
+from ..protocol import ENVIRONMENT_ENV, RESULT_FILE, RUNTIME_ENV, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .metrics import GpuSampler, TaskSampler, visible_gpus
@@ -268,7 +268,20 @@ class TaskExecutor:
         env.update(task_env(spec.context))
         env.update(spec.execution_env)
         env.update(spec.shell_env)
+        env.update(self._task_path(env.get("PYTHONPATH")))
         return env
+
+    def _task_path(self, current: str | None) -> dict[str, str]:
+        """Where the job shipped its runtime (YARN): the task's processes import from the job's own
+        paths first, then its packed environment, then this package (``tony_workflow.report``), and
+        never from what the runtime itself imports, whose versions are not the job's."""
+        runtime = self.env.get(RUNTIME_ENV)
+        if not runtime:
+            return {}
+        own = [p for p in (current or "").split(os.pathsep) if p and not p.startswith(runtime)]
+        environment = self.env.get(ENVIRONMENT_ENV)
+        return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
+                                               os.path.join(runtime, "tony")])}
 
     def _wants_tensorboard(self) -> bool:
         if not self.spec.tensorboard_enabled:
@@ -285,8 +298,9 @@ class TaskExecutor:
         argv = [python, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), *bind,
                 "--reload_interval", "5"]
         out = open(self.workdir / "tensorboard.log", "ab")  # noqa: SIM115 - the TensorBoard process keeps it open
+        env = {**os.environ, **self._task_path(os.environ.get("PYTHONPATH"))}  # TensorBoard is the job's
         self.tensorboard = subprocess.Popen(argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
+                                            stdin=subprocess.DEVNULL, env=env)
         url = f"http://{self.host}:{port}"
         threading.Thread(target=self._announce_tensorboard, args=(url,), daemon=True).start()
 

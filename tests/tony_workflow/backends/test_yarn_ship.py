@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from tony_workflow.backends.yarn_ship import SPEC_ENV, Cache, deterministic_zip, script_prelude, spec_env
+from tony_workflow.backends.yarn_app import Shipment, prelude
+from tony_workflow.backends.yarn_ship import SPEC_ENV, Cache, deterministic_zip, spec_env
 from tony_workflow.storage import LocalStorage
 
 
@@ -54,11 +55,11 @@ def test_the_spec_rides_in_the_environment_and_the_script_writes_it_out(tmp_path
     spec = {"name": "j", "tasks": {"worker": {"instances": 2}}, "conf": {"tony.x": "a \"quoted\" $value"}}
     env = spec_env(spec)
     assert env is not None and set(env[SPEC_ENV]) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
-    script = script_prelude("hadoop-conf", True) + f'echo "left: ${{{SPEC_ENV}:-none}}"; echo "$HADOOP_CONF_DIR"'
+    script = prelude(Shipment("python3", spec_env=env)) + f'echo "left: ${{{SPEC_ENV}:-none}}"; echo "$HADOOP_CONF_DIR"'
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env={"PATH": "/usr/bin:/bin", **env},
                           capture_output=True, text=True, check=True)
     assert json.loads((tmp_path / "spec.json").read_text()) == spec
     assert done.stdout.splitlines() == ["left: none", f"{tmp_path}/hadoop-conf"]  # no task inherits it
     # Too large for one variable: it goes as a file instead.
     assert spec_env({"env": {f"K{i}": "x" * 64 for i in range(20000)}}) is None
-    assert "spec.json" not in script_prelude("hadoop-conf", False)
+    assert "spec.json" not in prelude(Shipment("python3"))

@@ -73,3 +73,10 @@ def test_a_venv_is_a_directory_or_a_zip_that_unpacks_inside_itself(tmp_path):
     with zipfile.ZipFile(tmp_path / "evil.zip", "w") as z:
         z.writestr("../outside/bin/python", "x")
     assert "cannot be unpacked safely" in venv_problem(str(tmp_path / "evil.zip"))
+
+
+def test_an_hdfs_virtualenv_is_taken_where_the_cluster_localizes_from_hdfs_only():
+    # TonY's form: the zip in HDFS, localized by YARN on each node, never read by the client.
+    assert venv_problem("hdfs://nn:8020/envs/tf.zip", remote=True) is None
+    assert "needs YARN" in venv_problem("hdfs://nn:8020/envs/tf.zip")
+    assert "hdfs:// URI of a zip" in venv_problem("s3://bucket/tf.zip", remote=True)

@@ -50,6 +50,24 @@ def test_the_user_process_gets_tf_config_and_the_tony_variables_but_not_the_am_t
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
 
 
+def test_with_a_shipped_runtime_the_task_imports_its_environment_and_this_package_never_the_runtimes_own(tmp_path):
+    # The container's own processes run from runtime/tony and runtime/lib (yarn_app's prelude); the
+    # task's see the job's paths, then its packed environment, then runtime/tony alone.
+    runtime = str(tmp_path / "runtime")
+    ex = executor(tmp_path, "worker:1", TONY_RUNTIME=runtime, TONY_ENVIRONMENT=str(tmp_path / "environment"),
+                  PYTHONPATH=f"{runtime}/tony:{runtime}/lib")
+    env = ex._user_env(ex._context(CLUSTER), tb_port=None)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "environment"), f"{runtime}/tony"]
+    doc = {"name": "own", "command": "python train.py", "tasks": {"worker": {"instances": 2}},
+           "conf": {"tony.execution.envs": "PYTHONPATH=/data/lib"}}
+    ex = executor(tmp_path, "worker:0", doc, TONY_RUNTIME=runtime, PYTHONPATH=f"{runtime}/tony:{runtime}/lib")
+    assert ex._user_env(ex._context(CLUSTER), tb_port=None)["PYTHONPATH"].split(os.pathsep) == [
+        "/data/lib", f"{runtime}/tony"]
+    # Without a shipped runtime (the embedded cluster, a node with the project installed) nothing changes.
+    ex = executor(tmp_path, "worker:0", PYTHONPATH="/opt/x")
+    assert ex._user_env(ex._context(CLUSTER), tb_port=None)["PYTHONPATH"] == "/opt/x"
+
+
 def test_only_the_chief_serves_tensorboard_unless_the_job_has_a_tensorboard_type(tmp_path):
     assert executor(tmp_path, "chief:0")._wants_tensorboard()
     assert not executor(tmp_path, "worker:0")._wants_tensorboard()

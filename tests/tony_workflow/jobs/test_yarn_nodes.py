@@ -1,0 +1,166 @@
+"""Jobs on nodes that have nothing installed (``tony minicluster start --isolated``): a real mini
+cluster whose containers cannot see this project, its virtualenv or the base Python's packages
+(a mount namespace lays an empty filesystem over each), only the base interpreter itself, as on
+a cluster whose nodes a Hadoop team keeps with a system Python and nothing more.
+
+Each job brings its runtime (built once and cached in the user's HDFS directory) and its
+environment (TonY's python_venv, a zip or an hdfs:// URI; or the client's own, packed); the
+checks are made from inside the tasks (what they can import and see) and from outside (the
+processes' environment, the files in HDFS), never from the runtime's records alone."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, app_processes, minicluster_missing, own_minicluster, sleeper_job, wait_for
+from tony_workflow.client import TonyClient, load_job
+
+pytestmark = [pytest.mark.yarn]
+
+PROBE = '''
+import importlib.util, json, os, sys
+seen = {
+    "tony_workflow": importlib.util.find_spec("tony_workflow") is not None,
+    "tensorflow": importlib.util.find_spec("tensorflow") is not None,
+    "requests": importlib.util.find_spec("requests") is not None,
+    "hello_tony": importlib.util.find_spec("hello_tony") is not None,
+    "client_tree": sorted(os.listdir(os.environ["CLIENT_TREE"])),
+    "prefix": sys.prefix,
+}
+print("PROBE " + json.dumps(seen), flush=True)
+want = json.loads(os.environ["WANT"])
+sys.exit(0 if all(seen[k] == v for k, v in want.items()) else 3)
+'''
+
+
+def isolation_missing() -> str | None:
+    """Why a mount namespace cannot be made here, or None."""
+    try:
+        done = subprocess.run(["unshare", "--mount", "--", "true"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unshare cannot run: {e}"
+    return None if done.returncode == 0 else f"unshare --mount is refused here: {done.stderr.decode()[-200:]}"
+
+
+@pytest.fixture(scope="module")
+def bare_nodes(tmp_path_factory):
+    reason = minicluster_missing() or isolation_missing()
+    if reason:
+        pytest.skip(reason)
+    with own_minicluster(tmp_path_factory.mktemp("bare-mc"), isolated=True, nm_memory_mb=12288,
+                         nm_vcores=16) as info:
+        yield info
+
+
+def probe_job(tmp_path: Path, name: str, want: dict, conf: dict | None = None, **fields) -> dict:
+    src = tmp_path / f"{name}-src"
+    src.mkdir()
+    (src / "probe.py").write_text(PROBE)
+    return {"name": name, "framework": "standalone", "executes": "probe.py", "src_dir": str(src),
+            "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1}},
+            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false",
+                     "tony.execution.envs": f"CLIENT_TREE={REPO},WANT={json.dumps(want, separators=(',', ':'))}",
+                     **(conf or {})}, **fields}
+
+
+def cache_files(yarn) -> dict[str, float]:
+    """The user's cache in HDFS: path -> modification time."""
+    from tony_workflow.storage import open_storage
+    store = open_storage("hdfs:///", **yarn.backend.store_options())
+    user = os.environ.get("HADOOP_USER_NAME") or __import__("getpass").getuser()
+    return {k: e.mtime for k, e in store.list(f"user/{user}/.tony/cache").items()}
+
+
+def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(bare_nodes, tmp_path):
+    yarn = TonyClient("yarn")
+    assert yarn.backend.python is None  # the cluster says nothing of its nodes: the runtime goes along
+    want = {"tony_workflow": True, "tensorflow": False, "requests": False, "client_tree": []}
+    h = yarn.submit(load_job(probe_job(tmp_path, "bare", want)))
+    # From outside: the executor runs the nodes' python3.x from the shipped runtime.
+    executor = wait_for(lambda: next((p for p in app_processes(h.app_id)
+                                      if "tony_workflow.task.executor" in " ".join(p.cmdline())), None), timeout=180)
+    env = executor.environ()
+    assert Path(executor.cmdline()[0]).name == f"python{sys.version_info.major}.{sys.version_info.minor}"
+    paths = env["PYTHONPATH"].split(":")
+    assert paths[0].endswith("/runtime/tony") and paths[1].endswith("/runtime/lib"), paths
+    assert "/.venv/" not in executor.cmdline()[0] and env["TONY_RUNTIME"].endswith("/runtime")
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    runtimes = [k for k in cache_files(yarn) if k.endswith(".zip") and "/runtime-" in k]
+    assert len(runtimes) == 1, runtimes
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_second_job_finds_the_runtime_in_the_cache_and_uploads_nothing(bare_nodes, tmp_path):
+    yarn = TonyClient("yarn")
+    want = {"tony_workflow": True, "tensorflow": False}
+    first = yarn.submit(load_job(probe_job(tmp_path, "first", want)))
+    assert first.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
+    before = cache_files(yarn)
+    second = yarn.submit(load_job(probe_job(tmp_path, "second", want)))
+    assert second.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
+    assert cache_files(yarn) == before  # the same copies, not one rewritten
+
+
+def venv_zip(tmp_path: Path) -> Path:
+    """A virtualenv of the base interpreter holding one module of its own, zipped as TonY's users do."""
+    from tony_workflow.backends.yarn_ship import deterministic_zip
+    venv = tmp_path / "venv"
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "hello_tony.py").write_text("GREETING = 'hello from the job's own environment'\n")
+    return deterministic_zip(venv, tmp_path / "venv.zip")
+
+
+@pytest.mark.parametrize("where", ["local zip", "hdfs"])
+def test_the_tasks_run_in_tonys_python_venv(bare_nodes, tmp_path, where):
+    yarn = TonyClient("yarn")
+    archive = venv_zip(tmp_path)
+    location = str(archive)
+    if where == "hdfs":
+        from tony_workflow.storage import open_storage
+        store = open_storage("hdfs:///", **yarn.backend.store_options())
+        store.publish(archive, f"tmp/venvs/{tmp_path.name}/venv.zip")
+        location = f"{bare_nodes['fs_default']}/tmp/venvs/{tmp_path.name}/venv.zip"
+    want = {"tony_workflow": True, "hello_tony": True, "requests": False}
+    st = yarn.submit(load_job(probe_job(tmp_path, f"venv-{where.split()[0]}", want, python_venv=location))).wait(
+        poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+
+
+def test_the_mwms_example_trains_in_the_clients_environment_packed(bare_nodes):
+    # TensorFlow and tf-keras with what they need: packed once (about 2 GB, stored as they are),
+    # uploaded once, localized once per node.
+    spec = load_job(str(REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"),
+                    conf={"tony.yarn.environment": "client", "tony.yarn.environment-packages": "tensorflow,tf-keras",
+                          "tony.task.tensorboard.enabled": "false"})
+    st = TonyClient("yarn").submit(spec).wait(poll_interval=2, timeout=900)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.progress and st.progress.get("step"), st.progress
+
+
+def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes):
+    yarn = TonyClient("yarn")
+    h = yarn.submit(load_job(sleeper_job("am-again", {"tony.am.max-attempts": "2"}, seconds=40, memory="256m")))
+    wait_for(lambda: h.status().state == "RUNNING", timeout=180, interval=1)
+    # The AM's container dies whole (its supervisor and its AM), as with its machine.
+    am = [p for p in app_processes(h.app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())]
+    assert am
+    for root in am:
+        for p in [*root.children(recursive=True), root]:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+    again = wait_for(lambda: (s := h.status()).am_attempt == 2 and s.state == "RUNNING" and s, timeout=300, interval=1)
+    assert again.am_attempt == 2
+    st = h.wait(poll_interval=1, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["ENVIRONMENT_DIR", "RUNTIME_DIR", "Pack", "base_python", "client_environment", "runtime", "runtime_key",
-           "runtime_path", "task_path"]
+__all__ = ["ENVIRONMENT_DIR", "RUNTIME_DIR", "Pack", "base_python", "client_environment", "local_archives", "runtime",
+           "runtime_key", "runtime_path", "task_path"]
 
 log = logging.getLogger("tony.yarn")
 
@@ -215,3 +215,9 @@ def client_environment(packages: list[str]) -> Pack:
     dists.pop("tony-workflow", None)
     key = "environment-" + _digest([*_platform(), *(f"{n}=={d.version}" for n, d in sorted(dists.items()))])
     return _build(key, _dist_files(dists, ""), len(dists), compress=False)
+
+
+def local_archives() -> list[Path]:
+    """The archives this machine keeps (runtimes and environments, every version built here)."""
+    cache = _cache_dir()
+    return sorted(cache.glob("*.zip")) if cache.is_dir() else []

@@ -93,6 +93,15 @@ class Cache:
     def key(self, path: Path, name: str, digest: str | None = None) -> str:
         return f"{self.root}/{digest or digest_of(path)}/{name}"
 
+    def stale(self, older_than_s: float, keep: set[str], now: float | None = None) -> list[tuple[str, int]]:
+        """The cached copies uploaded more than ``older_than_s`` ago, but those whose digest is
+        in ``keep`` (what today's jobs name): (key, size) pairs."""
+        import time
+        now = time.time() if now is None else now
+        listed = self.store.list(self.root)
+        return [(f"{self.root}/{name}", e.size) for name, e in sorted(listed.items())
+                if now - e.mtime > older_than_s and name.split("/", 1)[0] not in keep]
+
     def ship(self, path: Path, name: str, digest: str | None = None) -> str:
         """The URI of the cached copy of local file ``path`` (``name`` in the cache), uploading it
         only when no copy of that content is there yet (``digest`` names the content when the

@@ -165,8 +165,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from ..spec import local_settings
 
     if args.backend != "local":
-        raise UsageError("tony clean removes jobs of the local cluster; YARN keeps and removes its own "
-                         "(yarn.log-aggregation.retain-seconds)")
+        return _clean_shipped(args)
     try:
         older = parse_duration(args.older_than) if args.older_than is not None else local_settings().retention_s
     except ValueError as e:
@@ -184,6 +183,46 @@ def cmd_clean(args: argparse.Namespace) -> int:
         print(f"tony: {app_id} was not removed: {why}", file=sys.stderr)
     print(f"{verb} {len(removed)} job(s), {human_size(sum(r.bytes for r in removed))}")
     return 2 if refused else 0
+
+
+def _clean_shipped(args: argparse.Namespace) -> int:
+    """``tony clean --backend yarn``: what jobs shipped and no job of today's versions names, in the
+    user's HDFS cache once uploaded longer ago than --older-than (default 30 days: a job that
+    still runs may start a container from one), and on this machine. YARN keeps and removes the
+    jobs themselves (yarn.log-aggregation.retain-seconds)."""
+    from ..backends.yarn_runtime import local_archives, runtime_key
+    from ..backends.yarn_ship import open_cache
+    from ..retention import human_size, parse_duration
+
+    if args.app_ids:
+        raise UsageError("on YARN tony clean removes what jobs shipped, not jobs: YARN keeps and removes its own "
+                         "(yarn.log-aggregation.retain-seconds)")
+    try:
+        older = parse_duration(args.older_than or "30d")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    current = runtime_key()
+    verb = "would remove" if args.dry_run else "removed"
+    count, total = 0, 0
+    for path in local_archives():
+        if path.stem != current and time.time() - path.stat().st_mtime > older:
+            count, total = count + 1, total + path.stat().st_size
+            print(f"{verb} {path} ({human_size(path.stat().st_size)})")
+            if not args.dry_run:
+                path.unlink(missing_ok=True)
+    backend = TonyClient(args.backend).backend
+    cache = open_cache(backend.conf_dir, backend.login)  # type: ignore[attr-defined]
+    if cache is None:
+        print("tony: the user's cache in HDFS cannot be reached: only this machine's archives were looked at",
+              file=sys.stderr)
+    else:
+        for key, size in cache.stale(older, {current}):
+            count, total = count + 1, total + size
+            print(f"{verb} {cache.uri}/{key} ({human_size(size)})")
+            if not args.dry_run:
+                cache.store.delete(key)
+    print(f"{verb} {count} shipped file(s), {human_size(total)}")
+    return 0
 
 
 def _since(text: str) -> float:
@@ -332,11 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
     hs.set_defaults(fn=cmd_history)
 
-    cl = sub.add_parser("clean", help="remove the directories of finished local jobs",
+    cl = sub.add_parser("clean", help="remove the directories of finished local jobs, or what YARN jobs shipped",
                         description="Removes the directories of final jobs of the local cluster: the ones "
                                     "named, or every one final for longer than --older-than (default "
                                     "tony.local.retention-sec of tony-site.xml, 7 days). Running jobs are "
-                                    "never removed.")
+                                    "never removed. With --backend yarn: the runtime archives, environments "
+                                    "and configurations jobs shipped, from the user's HDFS cache and this "
+                                    "machine's, uploaded longer ago than --older-than (default 30 days), but "
+                                    "this client's own runtime.")
     cl.add_argument("app_ids", nargs="*", metavar="APPLICATION_ID")
     cl.add_argument("--older-than", metavar="DURATION", help="e.g. 3d, 12h, 30m, 90s (default: the retention)")
     cl.add_argument("--dry-run", action="store_true", help="only say what would be removed")

@@ -263,6 +263,16 @@ def skipped_without_minicluster(args: argparse.Namespace, name: str, metric: str
 
 
 @contextlib.contextmanager
+def isolation_missing() -> str | None:
+    """Why an isolated mini cluster (a mount namespace of its own) cannot run here, or None."""
+    import subprocess
+    try:
+        done = subprocess.run(["unshare", "--mount", "--", "true"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unshare cannot run: {e}"
+    return None if done.returncode == 0 else "unshare --mount is refused here"
+
+
 def minicluster(reuse: str | None = None, **start: Any) -> Iterator[dict]:
     """A running mini cluster with the client environment set: the one in ``reuse`` (a directory
     given by --minicluster or TONY_BENCH_MINICLUSTER) if it runs, else a fresh one (``start``: the

@@ -18,6 +18,12 @@ alternately, after one unmeasured warm-up of each; the ratio is the median of th
 pairs' ratios. Also recorded: the submit call, when YARN reports each application RUNNING, and
 the job's phases from its AM's event log.
 
+The cluster is an isolated mini cluster where it can be (``--isolated``, the default where Linux
+allows a mount namespace): its containers see nothing of this project, so every job brings its
+runtime, as on a real cluster. What that costs is measured first: the first submission with no
+runtime built on this machine nor cached in HDFS, against the next one, with both (the
+runtime's size is recorded too).
+
 Goal: runtime <= 1.3 x floor.
 """
 from __future__ import annotations
@@ -122,11 +128,37 @@ def am_phases(app_id: str, t0: float) -> dict:
     return {}
 
 
+def shipping(yarn, n: int, memory: str) -> dict:
+    """The first submission with nothing built or cached (this machine's runtime archives moved
+    aside, the user's HDFS cache emptied) against the next: the submit call and the command
+    running in every container."""
+    import os
+    import shutil
+    import tempfile
+
+    from tony_workflow.backends.yarn_runtime import local_archives, runtime
+    from tony_workflow.storage import open_storage
+    aside = Path(tempfile.mkdtemp(prefix="tony-bench-runtime-"))
+    for path in local_archives():
+        shutil.move(str(path), aside / path.name)
+    store = open_storage("hdfs:///", **yarn.backend.store_options())
+    user = os.environ.get("HADOOP_USER_NAME") or __import__("getpass").getuser()
+    for key in store.list(f"user/{user}/.tony/cache"):
+        store.delete(f"user/{user}/.tony/cache/{key}")
+    cold = tony_job(yarn, n, memory)
+    warm = tony_job(yarn, n, memory)
+    pack = runtime()
+    return {"cold": cold, "warm": warm, "runtime_mb": rnd(pack.size / 1e6, 1), "distributions": pack.distributions,
+            "shipped": yarn.backend.python is None}
+
+
 def main() -> int:
     ap = common.parser("yarn_submit", __doc__)
     ap.add_argument("--reps", type=int, default=None, help="alternating pairs (default 7; --quick 1)")
     ap.add_argument("--workers", type=int, default=3, help="task containers of the job (default 3)")
     ap.add_argument("--minicluster", default=None, help="reuse the mini cluster running in this directory")
+    ap.add_argument("--isolated", choices=["auto", "no"], default="auto",
+                    help="an isolated mini cluster, whose jobs bring their runtime (default: where it can run)")
     args = ap.parse_args()
     reps = args.reps or (1 if args.quick else 7)
     n, memory_mb = args.workers, 256
@@ -139,9 +171,14 @@ def main() -> int:
         common.write_result(args, "yarn_submit", result, host)
         return 0
     from tony_workflow.client import TonyClient
-    with common.minicluster(args.minicluster):
+    isolated = args.isolated == "auto" and not args.minicluster and common.isolation_missing() is None
+    with common.minicluster(args.minicluster, isolated=isolated):
         yarn = TonyClient("yarn")
         client, rm = yarn.backend.client, yarn.backend.rm
+        log(f"what shipping costs ({'runtime shipped' if yarn.backend.python is None else 'nodes have the project'})")
+        ship = shipping(yarn, n, f"{memory_mb}m")
+        log(f"first submission {ship['cold']['submit_call_s']} s (all running {ship['cold']['seconds']} s), next "
+            f"{ship['warm']['submit_call_s']} s ({ship['warm']['seconds']} s); runtime {ship['runtime_mb']} MB")
         log("warm-up (not measured)")
         bare_skein(client, rm, n, memory_mb)
         tony_job(yarn, n, f"{memory_mb}m")
@@ -164,7 +201,8 @@ def main() -> int:
         "goal_met": bool(ratio <= GOAL), "ratio_of_medians": rnd(value / floor, 3),
         "pair_ratios": [rnd(x, 3) for x in pairs],
         "params": {"reps": reps, "workers": n, "worker_memory_mb": memory_mb, "am_memory_mb": 2048,
-                   "command": COMMAND},
+                   "command": COMMAND, "isolated": isolated},
+        "shipping": ship,
         "medians": {way: {k: rnd(median([x.get(k) for x in runs])) for k in
                           ("submit_call_s", "yarn_running_s", "first_s", "am_started_s", "gang_formed_s")
                           if any(x.get(k) is not None for x in runs)}

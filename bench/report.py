@@ -341,6 +341,16 @@ def details(name: str, r: dict) -> list[str]:
                  f"{fmt(tn.get('gang_formed_s'), 's')} after the submit call. Gangs given back: "
                  f"{r.get('give_backs', 0)}; requests the ResourceManager lost: {r.get('lost_requests', 0)}. "
                  f"Ratios of the back-to-back pairs: {', '.join(map(str, r.get('pair_ratios') or []))}.")]
+        ship = r.get("shipping")
+        if ship:
+            where = ("an isolated mini cluster: every job brings its runtime" if r["params"].get("isolated")
+                     else "a mini cluster whose nodes have the project" if not ship.get("shipped")
+                     else "a mini cluster, the runtime shipped")
+            out += ["", (f"On {where}. What shipping costs: the first submission, with no runtime built on this "
+                         f"machine nor cached in HDFS, took {ship['cold']['submit_call_s']} s to return and "
+                         f"{ship['cold']['seconds']} s to every command running; the next one "
+                         f"{ship['warm']['submit_call_s']} s and {ship['warm']['seconds']} s. The runtime archive "
+                         f"is {ship['runtime_mb']} MB ({ship['distributions']} distributions).")]
     elif name == "rm_load" and r.get("rows"):
         floors = {(f["scenario"], f["nodes"]): f for f in r.get("floors") or []}
         out += [("| waiting | nodes | jobs | queues | requests/s | KB/s | before: requests/s | before: KB/s |"),

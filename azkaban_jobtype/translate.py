@@ -123,7 +123,7 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
     fields["src_dir"] = _text(props.get("src_dir")) or DEFAULT_SRC_DIR
     if base_dir is not None:
         for name in ("src_dir", "python_venv"):
-            if fields[name] and not os.path.isabs(fields[name]):
+            if fields[name] and "://" not in fields[name] and not os.path.isabs(fields[name]):
                 fields[name] = str(Path(base_dir) / fields[name])
 
     no_executes = not fields["executes"] and not _every_type_has_command(conf)

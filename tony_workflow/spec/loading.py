@@ -165,7 +165,7 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
     for key in ("src_dir", "python_venv"):
         given = key in updates
         value = updates.get(key, getattr(loaded, key))
-        if not value:
+        if not value or "://" in str(value):  # a URI (TonY's hdfs:// python_venv) is the cluster's to find
             continue
         path = Path(str(value))
         if not path.is_absolute():

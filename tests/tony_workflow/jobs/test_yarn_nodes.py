@@ -34,7 +34,7 @@ seen = {
     "prefix": sys.prefix,
 }
 print("PROBE " + json.dumps(seen), flush=True)
-want = json.loads(os.environ["WANT"])
+want = json.loads(WANT)
 sys.exit(0 if all(seen[k] == v for k, v in want.items()) else 3)
 '''
 
@@ -61,12 +61,11 @@ def bare_nodes(tmp_path_factory):
 def probe_job(tmp_path: Path, name: str, want: dict, conf: dict | None = None, **fields) -> dict:
     src = tmp_path / f"{name}-src"
     src.mkdir()
-    (src / "probe.py").write_text(PROBE)
+    (src / "probe.py").write_text(f"WANT = {json.dumps(json.dumps(want))}\n{PROBE}")
     return {"name": name, "framework": "standalone", "executes": "probe.py", "src_dir": str(src),
             "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1}},
             "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false",
-                     "tony.execution.envs": f"CLIENT_TREE={REPO},WANT={json.dumps(want, separators=(',', ':'))}",
-                     **(conf or {})}, **fields}
+                     "tony.execution.envs": f"CLIENT_TREE={REPO}", **(conf or {})}, **fields}
 
 
 def cache_files(yarn) -> dict[str, float]:

@@ -135,10 +135,10 @@ def test_the_tasks_run_in_tonys_python_venv(bare_nodes, tmp_path, where):
 
 
 def test_the_mwms_example_trains_in_the_clients_environment_packed(bare_nodes):
-    # TensorFlow and tf-keras with what they need: packed once (about 2 GB, stored as they are),
+    # TensorFlow, tf-keras and TensorBoard with what they need: packed once (about 2 GB, stored as they are),
     # uploaded once, localized once per node.
     spec = load_job(str(REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"),
-                    conf={"tony.yarn.environment": "client", "tony.yarn.environment-packages": "tensorflow,tf-keras",
+                    conf={"tony.yarn.environment": "client", "tony.yarn.environment-packages": "tensorflow,tf-keras,tensorboard",
                           "tony.task.tensorboard.enabled": "false"})
     st = TonyClient("yarn").submit(spec).wait(poll_interval=2, timeout=900)
     assert st.state == "SUCCEEDED", st.diagnostics

@@ -262,7 +262,6 @@ def skipped_without_minicluster(args: argparse.Namespace, name: str, metric: str
     return bool(missing)
 
 
-@contextlib.contextmanager
 def isolation_missing() -> str | None:
     """Why an isolated mini cluster (a mount namespace of its own) cannot run here, or None."""
     import subprocess
@@ -273,6 +272,7 @@ def isolation_missing() -> str | None:
     return None if done.returncode == 0 else "unshare --mount is refused here"
 
 
+@contextlib.contextmanager
 def minicluster(reuse: str | None = None, **start: Any) -> Iterator[dict]:
     """A running mini cluster with the client environment set: the one in ``reuse`` (a directory
     given by --minicluster or TONY_BENCH_MINICLUSTER) if it runs, else a fresh one (``start``: the

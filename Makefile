@@ -68,7 +68,7 @@ kerberos:
 test: $(STAMP) $(FRAMEWORKS) $(MXNET_VENV)/.installed browser kerberos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 # The fast tier: lint, types and every test that starts no process of its own (under a minute).
 FAST = not job and not tf and not frameworks and not yarn and not azkaban

@@ -3,13 +3,12 @@ counts what each endpoint was asked and answered, to measure what clients cost a
 ResourceManager."""
 from __future__ import annotations
 
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+from counting import Counted
 
 
 def endpoint(path: str) -> str:
@@ -20,12 +19,10 @@ def endpoint(path: str) -> str:
     return rest.strip("/").split("/")[0] or "other"
 
 
-class CountingProxy:
+class CountingProxy(Counted):
     def __init__(self, target: str):
+        super().__init__()
         self.target = target.rstrip("/")
-        self.counts: list[tuple[float, str, int]] = []
-        self.lock = threading.Lock()
-        self.server: ThreadingHTTPServer | None = None
 
     def start(self) -> str:
         proxy = self
@@ -47,33 +44,11 @@ class CountingProxy:
                 self.send_header("Content-Length", str(len(r.content)))
                 self.end_headers()
                 self.wfile.write(r.content)
-                with proxy.lock:
-                    proxy.counts.append((time.monotonic(), endpoint(self.path), len(r.content)))
+                proxy.count(endpoint(self.path), len(r.content))
 
             do_GET = do_PUT = do_POST = do_DELETE = _forward
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def load(self, since: float, until: float) -> dict[str, Any]:
-        with self.lock:
-            seen = [(e, b) for t, e, b in self.counts if since <= t < until]
-        span = max(1e-9, until - since)
-        per: dict[str, list[int]] = {}
-        for e, b in seen:
-            per.setdefault(e, [0, 0])
-            per[e][0] += 1
-            per[e][1] += b
-        return {"requests_per_s": round(len(seen) / span, 3), "bytes_per_s": round(sum(b for _, b in seen) / span),
-                "by_endpoint": {e: {"requests_per_s": round(n / span, 3), "bytes_per_s": round(b / span)}
-                                for e, (n, b) in sorted(per.items())}}
+        return self.serve(Handler)

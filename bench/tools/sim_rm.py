@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from counting import Counted
 
 SHAPES = json.loads((Path(__file__).with_name("rm_shapes.json")).read_text())
 _DESELECTABLE = {"resourceRequests": "resourceRequests", "timeouts": "timeouts", "resourceInfo": "resourceInfo",
@@ -31,20 +32,18 @@ def _resource(mb: int, vcores: int, gpus: int = 0) -> dict[str, Any]:
     return {"memory": mb, "vCores": vcores, "resourceInformations": {"resourceInformation": infos}}
 
 
-class SimRM:
+class SimRM(Counted):
     """A cluster of ``nodes`` NodeManagers of ``node_mb`` MB and ``node_vcores`` vcores, each with
     ``free_mb`` free, and ``queues`` leaf queues of ``queue_max_mb`` each with ``queue_used_mb``
     used; TonY applications are added with :meth:`add_app`."""
 
     def __init__(self, nodes: int, queues: list[str], *, node_mb: int = 65536, node_vcores: int = 64,
                  free_mb: int = 0, queue_max_mb: int = 1 << 20, queue_used_mb: int = 1 << 20):
-        self.lock = threading.Lock()
+        super().__init__()
         self.apps: dict[str, dict[str, Any]] = {}
-        self.counts: list[tuple[float, str, int]] = []  # (when, endpoint, bytes)
         self._nodes = self._node_list(nodes, node_mb, node_vcores, free_mb)
         self._scheduler = json.dumps(self._scheduler_doc(queues, queue_max_mb, queue_used_mb)).encode()
         self._metrics = json.dumps(SHAPES["metrics"]).encode()
-        self.server: ThreadingHTTPServer | None = None
 
     # ------------------------------------------------------------------ the cluster
     @staticmethod
@@ -144,32 +143,9 @@ class SimRM:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-                with sim.lock:
-                    sim.counts.append((time.monotonic(), endpoint, len(body)))
+                sim.count(endpoint, len(body))
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def load(self, since: float, until: float) -> dict[str, Any]:
-        """Requests and bytes a second between two monotonic times, in all and per endpoint."""
-        with self.lock:
-            seen = [(e, b) for t, e, b in self.counts if since <= t < until]
-        span = max(1e-9, until - since)
-        per: dict[str, list[int]] = {}
-        for e, b in seen:
-            per.setdefault(e, [0, 0])
-            per[e][0] += 1
-            per[e][1] += b
-        return {"requests_per_s": round(len(seen) / span, 3), "bytes_per_s": round(sum(b for _, b in seen) / span),
-                "by_endpoint": {e: {"requests_per_s": round(n / span, 3), "bytes_per_s": round(b / span)}
-                                for e, (n, b) in sorted(per.items())}}
+        return self.serve(Handler)

@@ -24,7 +24,7 @@ from xml.sax.saxutils import escape
 from .errors import ConfigError
 from .spec import load_tony_xml
 
-__all__ = ["SITE_FILES", "address_conf", "read_conf", "read_site", "rm_web_url", "site_xml", "write_conf_dir"]
+__all__ = ["SITE_FILES", "address_conf", "namenode_rpc_port", "read_conf", "read_site", "rm_web_url", "site_xml", "write_conf_dir"]
 
 #: The files a client's configuration is made of, in the order Hadoop layers them.
 SITE_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")
@@ -149,7 +149,8 @@ def _rpc_address(value: str, what: str, default_port: int) -> tuple[str, str]:
 
 
 def address_conf(*, rm_address: str | None = None, rm_web_address: str | None = None,
-                 webhdfs: str | None = None, base: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
+                 webhdfs: str | None = None, base: Mapping[str, str] | None = None,
+                 namenode_port: int | None = None) -> dict[str, dict[str, str]]:
     """The site properties (file name -> properties) that point a Hadoop client at a cluster:
 
     * ``rm_address``: the ResourceManager's RPC address ``host[:port]`` (port 8032 by default),
@@ -160,7 +161,8 @@ def address_conf(*, rm_address: str | None = None, rm_web_address: str | None = 
     * ``webhdfs``: the NameNode's WebHDFS address ``http(s)://host[:port]`` (port 9870 / 9871),
       where job data and final statuses go: ``dfs.namenode.http(s)-address`` (also for the
       NameNode of ``fs.defaultFS``) and ``dfs.http.policy``; and ``fs.defaultFS`` itself,
-      ``hdfs://host:8020``, when ``base`` (the properties these go on top of) has none.
+      ``hdfs://host:port``, when ``base`` (the properties these go on top of) has none: the port
+      is ``namenode_port`` (what the NameNode says of itself, :func:`namenode_rpc_port`), else 8020.
 
     Empty when none is given."""
     base = base or {}
@@ -188,9 +190,28 @@ def address_conf(*, rm_address: str | None = None, rm_web_address: str | None = 
             # a NameNode-specific address in the base would otherwise win over the generic one
             hdfs[f"{key}.{default_fs.netloc}"] = address
         else:
-            core["fs.defaultFS"] = f"hdfs://{host}:{NAMENODE_PORT}"
+            core["fs.defaultFS"] = f"hdfs://{host}:{namenode_port or NAMENODE_PORT}"
     sites = {"yarn-site.xml": yarn, "core-site.xml": core, "hdfs-site.xml": hdfs}
     return {name: props for name, props in sites.items() if props}
+
+
+def namenode_rpc_port(webhdfs: str, timeout: float = 5.0) -> int | None:
+    """The RPC port of the NameNode at the web address ``webhdfs``, as the NameNode reports it
+    (JMX bean ``NameNodeStatus``, ``HostAndPort``): where its clients, skein's driver and the
+    NodeManagers localizing a job's files, reach it. None when it cannot be asked (a web UI behind
+    SPNEGO, an old NameNode) or gives no port."""
+    import requests
+
+    https, _, address = _web_address(webhdfs, "webhdfs", NAMENODE_WEB_PORT, NAMENODE_WEB_HTTPS_PORT)
+    url = f"{'https' if https else 'http'}://{address}/jmx"
+    try:
+        r = requests.get(url, params={"qry": "Hadoop:service=NameNode,name=NameNodeStatus"}, timeout=timeout)
+        r.raise_for_status()
+        beans = r.json().get("beans") or [{}]
+        port = urlsplit(f"//{beans[0].get('HostAndPort') or ''}").port
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+    return port or None
 
 
 def rm_web_url(conf: Mapping[str, str]) -> str | None:

@@ -47,3 +47,39 @@ def test_addresses_alone_make_a_clients_configuration():
 def test_a_bad_address_is_refused_naming_it(kwargs, says):
     with pytest.raises(ConfigError, match=says.replace("[", r"\[").replace("]", r"\]")):
         address_conf(**kwargs)
+
+
+def test_the_namenodes_rpc_port_is_what_it_says_of_itself():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tony_workflow.hadoop import namenode_rpc_port
+
+    asked = []
+
+    class NameNodeWeb(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            body = json.dumps({"beans": [{"name": "Hadoop:service=NameNode,name=NameNodeStatus",
+                                          "State": "active", "HostAndPort": "nn.example:34603"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NameNodeWeb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        web = f"http://127.0.0.1:{server.server_address[1]}"
+        assert namenode_rpc_port(web) == 34603
+        assert asked and asked[0].startswith("/jmx?qry=Hadoop")
+        sites = address_conf(webhdfs=web, namenode_port=34603)
+        assert sites["core-site.xml"] == {"fs.defaultFS": "hdfs://127.0.0.1:34603"}
+    finally:
+        server.shutdown()
+    # nobody there: no port, and the caller falls back to Hadoop's default
+    assert namenode_rpc_port(web, timeout=1) is None

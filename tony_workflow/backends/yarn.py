@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import hadoop
 from ..context import application_tags, from_tags
@@ -193,8 +194,17 @@ class YarnBackend(Backend):
         if not rm_address and not (base and Path(base, "yarn-site.xml").is_file()):
             raise ConfigError("backend 'yarn' needs the ResourceManager's address: rm_address, or HADOOP_CONF_DIR "
                              f"pointing at a directory with yarn-site.xml (got {base!r})")
+        base_conf = hadoop.read_conf(base)
+        # Without the NameNode's RPC address (a connection gives its web address), ask the NameNode:
+        # the runtime and the job's files are copied to HDFS and localized from there by RPC.
+        default_fs = urlsplit(base_conf.get("fs.defaultFS", ""))
+        guess = bool(webhdfs) and not (default_fs.scheme == "hdfs" and default_fs.netloc)
+        port = hadoop.namenode_rpc_port(webhdfs) if webhdfs and guess else None
+        if guess and port is None:
+            log.warning("the NameNode at %s did not say its RPC port: fs.defaultFS takes Hadoop's default, %d; "
+                        "give a Hadoop conf directory with fs.defaultFS if that is wrong", webhdfs, hadoop.NAMENODE_PORT)
         overrides = hadoop.address_conf(rm_address=rm_address, rm_web_address=rm_web_address, webhdfs=webhdfs,
-                                        base=hadoop.read_conf(base))
+                                        base=base_conf, namenode_port=port)
         self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else base)
         self.conf = hadoop.read_conf(self.conf_dir)
         # An interpreter the nodes have this project installed in (given, or said by the cluster's own

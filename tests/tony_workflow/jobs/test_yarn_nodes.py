@@ -76,11 +76,14 @@ def cache_files(yarn) -> dict[str, float]:
     return {k: e.mtime for k, e in store.list(f"user/{user}/.tony/cache").items()}
 
 
-def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(bare_nodes, tmp_path):
+@pytest.mark.parametrize("way", ["at start", "by the gate"])
+def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(bare_nodes, tmp_path, way):
     yarn = TonyClient("yarn")
     assert yarn.backend.python is None  # the cluster says nothing of its nodes: the runtime goes along
     want = {"tony_workflow": True, "tensorflow": False, "requests": False, "client_tree": []}
-    h = yarn.submit(load_job(probe_job(tmp_path, "bare", want)))
+    # By the gate: skein's master runs the gate from the runtime too.
+    conf = {"tony.gang.line-dir": ""} if way == "by the gate" else {}
+    h = yarn.submit(load_job(probe_job(tmp_path, "bare", want, conf)))
     # From outside: the executor runs the nodes' python3.x from the shipped runtime.
     executor = wait_for(lambda: next((p for p in app_processes(h.app_id)
                                       if "tony_workflow.task.executor" in " ".join(p.cmdline())), None), timeout=180)
@@ -94,6 +97,33 @@ def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(b
     runtimes = [k for k in cache_files(yarn) if k.endswith(".zip") and "/runtime-" in k]
     assert len(runtimes) == 1, runtimes
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_two_clients_shipping_the_same_runtime_at_once_both_succeed_and_one_copy_stays(bare_nodes, tmp_path):
+    import threading
+
+    from tony_workflow.backends.yarn_runtime import runtime
+    from tony_workflow.backends.yarn_ship import Cache
+    from tony_workflow.storage import open_storage
+    yarn = TonyClient("yarn")
+    pack = runtime()
+    store = open_storage("hdfs:///", **yarn.backend.store_options())
+    user = os.environ.get("HADOOP_USER_NAME") or __import__("getpass").getuser()
+    caches = [Cache(store, bare_nodes["fs_default"], user=user) for _ in range(4)]
+    name = f"race-{tmp_path.name}"
+    start, got = threading.Barrier(len(caches)), []
+
+    def ship(cache):
+        start.wait()
+        got.append(cache.ship(pack.path, "runtime.zip", digest=name))
+    threads = [threading.Thread(target=ship, args=(c,)) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == len(caches) and len(set(got)) == 1, got
+    listed = {k: e for k, e in store.list(f"user/{user}/.tony/cache/{name}").items()}
+    assert list(listed) == ["runtime.zip"] and listed["runtime.zip"].size == pack.size  # whole, and no part left
 
 
 def test_a_second_job_finds_the_runtime_in_the_cache_and_uploads_nothing(bare_nodes, tmp_path):
@@ -163,3 +193,18 @@ def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes):
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_tony_clean_removes_what_jobs_shipped_but_the_current_runtime(bare_nodes):
+    from tests.conftest import run_tony
+    from tony_workflow.backends.yarn_runtime import runtime_key
+    yarn = TonyClient("yarn")
+    before = cache_files(yarn)
+    assert any("/runtime-" in k for k in before) and len(before) > 1
+    listed = run_tony("clean", "--backend", "yarn", "--older-than", "0s", "--dry-run")
+    assert listed.returncode == 0, listed.stderr
+    assert "would remove" in listed.stdout and cache_files(yarn) == before  # a dry run removes nothing
+    done = run_tony("clean", "--backend", "yarn", "--older-than", "0s")
+    assert done.returncode == 0, done.stderr
+    left = cache_files(yarn)
+    assert left and all(k.startswith(runtime_key() + "/") for k in left), left

@@ -205,23 +205,34 @@ class WebHDFSStorage(Storage):
             walk(base, "")
         return out
 
-    def put(self, local: Path, key: str) -> None:
+    def _upload(self, local: Path, key: str, verb: str, overwrite: bool) -> bool:
+        """Uploads ``local`` under a name of its own, then renames it to ``key``'s path: over what
+        is there (``overwrite``), or only where nothing is (False when something was). Concurrent
+        writers of one key never share a partial file, and readers skip one (see _is_temp) until
+        the rename publishes it whole; the part is deleted whenever it was not renamed."""
         dest = self._path(key)
-        # A name of its own per upload: concurrent writers of one key never share a partial file,
-        # and readers skip it (see _is_temp) until the rename publishes it whole.
         part = f"{dest}.{uuid.uuid4().hex[:12]}.tony-part"
 
-        def upload() -> None:
+        def upload() -> bool:
             with open(local, "rb") as f:
                 self.client.create(part, f, overwrite=True)
-            self._rename_over(part, dest)
+            if overwrite:
+                self._rename_over(part, dest)
+                return True
+            # Without OVERWRITE, a rename onto a file that is there fails and leaves it be.
+            return bool(self.client.rename(part, dest))
 
+        renamed = False
         try:
-            self._call(f"put {dest}", upload)
-        except Exception:
-            with contextlib.suppress(Exception):  # the upload's error is the one to report
-                self.client.delete(part)
-            raise
+            renamed = self._call(f"{verb} {dest}", upload)
+            return renamed
+        finally:
+            if not renamed:
+                with contextlib.suppress(Exception):  # the copy that lost, or a failed upload's part
+                    self.client.delete(part)
+
+    def put(self, local: Path, key: str) -> None:
+        self._upload(local, key, "put", overwrite=True)
 
     def get(self, key: str, local: Path) -> None:
         src = self._path(key)
@@ -246,23 +257,7 @@ class WebHDFSStorage(Storage):
         return self._exists(self._path(key))
 
     def publish(self, local: Path, key: str) -> bool:
-        dest = self._path(key)
-        part = f"{dest}.{uuid.uuid4().hex[:12]}.tony-part"
-
-        def upload() -> bool:
-            with open(local, "rb") as f:
-                self.client.create(part, f, overwrite=True)
-            # Without OVERWRITE, a rename onto a file that is there fails and leaves it be.
-            return bool(self.client.rename(part, dest))
-
-        published = False
-        try:
-            published = self._call(f"publish {dest}", upload)
-            return published
-        finally:
-            if not published:
-                with contextlib.suppress(Exception):  # the copy that lost, or a failed upload's part
-                    self.client.delete(part)
+        return self._upload(local, key, "publish", overwrite=False)
 
     def touch(self, key: str) -> None:
         path = self._path(key)

@@ -235,6 +235,7 @@ class Line:
                        maximum=maximum)
         if lead:
             self._publish(members, nodes, headroom, maximum, mine)
+            self._sweep({r.id for r in reports})
         return mine
 
     def _nodes_for(self, members: list[Member], headroom: Mapping[str, Capacity] | None) -> list[Node]:
@@ -268,6 +269,24 @@ class Line:
         board = Board(self.app_id, waiting, every, leaving=mine.go)
         self._write(board)
         self.looking = not mine.go
+
+    def _sweep(self, live: set[str]) -> None:
+        """Deletes the boards of lookers that ended without removing theirs (a container killed
+        with its node): gone from the queue's accepted and running applications, and unchanged
+        for :data:`STALE_S`. Only its owner can delete a board of the sticky directory: another
+        user's stays, a file read once per process."""
+        store = self.board
+        assert store is not None
+        now = time.monotonic()
+        for key, seen in list(self._seen.items()):
+            looker = key.rsplit("/", 1)[-1][len(BOARD_PREFIX):]
+            if looker in live or looker == self.app_id or now - seen.since < STALE_S:
+                continue
+            try:
+                store.delete(key)
+                del self._seen[key]
+            except OSError as e:
+                log.debug("%s: the board of %s, which has ended, stays (%s)", self.app_id, looker, e)
 
     def _write(self, board: Board) -> None:
         store = self.board

@@ -15,7 +15,7 @@ jobs ahead of it. Of two submissions at the same moment, the second to write its
 first's, and asks at start only if both gangs fit. Once submitted, the job's tag says that it asks
 at start (:func:`.yarn_gang.asked_at_start`), which counts its gang in every look from then on,
 and the intent is removed. An intent older than :data:`INTENT_TTL_S` is from a client that died
-while submitting, and is ignored.
+while submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
 
 Any trouble (no line directory, HDFS unreachable, a ResourceManager that cannot be read) means
 the gate's way.
@@ -47,12 +47,14 @@ from .yarn_gang import (
 )
 from .yarn_line import BOARD_PREFIX, STALE_S, Board, queue_dir
 
-__all__ = ["INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
+__all__ = ["INTENT_GONE_S", "INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
 
 log = logging.getLogger("tony.yarn")
 
 #: How long an intent counts: a client writes it, looks and submits within seconds.
 INTENT_TTL_S = 30.0
+#: An intent this much older than a new one is deleted by the new one's client.
+INTENT_GONE_S = 600.0
 #: Younger than every real application, so that the job being submitted is served last.
 _NEWCOMER = "application_9999999999999_999999"
 
@@ -116,6 +118,11 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool]
                 except (OSError, ValueError, KeyError):
                     pass
         if entry.mtime < own.mtime - INTENT_TTL_S:
+            if name.startswith("intent-") and entry.mtime < own.mtime - INTENT_GONE_S:
+                # Its client died submitting, long ago: the file goes (its owner's to delete,
+                # the directory being sticky; another user's stays, ignored).
+                with contextlib.suppress(OSError):
+                    store.delete(f"{queue_dir(queue)}/{name}")
             continue
         member = parse_intent(name)
         if member is not None:

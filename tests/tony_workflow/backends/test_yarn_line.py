@@ -162,6 +162,23 @@ def test_the_next_in_line_takes_over_from_a_looker_that_went_quiet_and_only_it(t
     assert rm.calls["apps"] == 5  # one looker again
 
 
+def test_the_board_of_a_looker_that_ended_without_removing_it_goes_once_stale_and_a_live_ones_stays(tmp_path, clock):
+    rm = FakeRM(jobs=4)
+    ls = lines(rm, LocalStorage(tmp_path), 4)
+    look_all(ls, clock, rounds=2)
+    boards = lambda: sorted(p.name for p in (tmp_path / queue_dir(QUEUE)).glob("board-*"))
+    assert boards() == ["board-application_1_0001"]
+    # The looker's container is lost, its application alive: the next one takes over, and the old
+    # board stays (its job may look again).
+    look_all(ls[1:], clock, rounds=int(STALE_S / 2) + 4)
+    assert ls[1].looking
+    assert boards() == ["board-application_1_0001", "board-application_1_0002"]
+    # The application ends (killed with its node): the looker deletes its board, once.
+    rm.reports = [r for r in rm.reports if r.id != "application_1_0001"]
+    look_all(ls[1:], clock, rounds=2)
+    assert boards() == ["board-application_1_0002"]
+
+
 def test_a_looker_whose_turn_came_hands_over_at_once(tmp_path, clock):
     rm = FakeRM(jobs=3, max_mb=16384, used_mb=14000)  # 2.3 GB free: nobody's 5 GB gang fits
     ls = lines(rm, LocalStorage(tmp_path), 3)

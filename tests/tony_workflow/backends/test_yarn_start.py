@@ -13,7 +13,7 @@ import pytest
 from tony_workflow.backends.rm import AppReport
 from tony_workflow.backends.yarn_gang import Node, Shape, gang_tag
 from tony_workflow.backends.yarn_line import queue_dir
-from tony_workflow.backends.yarn_start import INTENT_TTL_S, intent_name, parse_intent, plan_start
+from tony_workflow.backends.yarn_start import INTENT_GONE_S, INTENT_TTL_S, intent_name, parse_intent, plan_start
 from tony_workflow.storage import LocalStorage
 
 QUEUE = "root.default"
@@ -68,6 +68,20 @@ def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):
     old = time.time() - INTENT_TTL_S - 5
     os.utime(path, (old, old))
     assert plan(store).tasks == tasks(3)
+    assert path.exists()  # ignored, not yet deleted: its client may be slow rather than dead
+
+
+def test_an_intent_left_long_ago_is_deleted_by_the_next_submission(tmp_path):
+    store = LocalStorage(tmp_path)
+    dead, slow = plan(store), plan(store, workers=1)
+    old, older = time.time() - INTENT_TTL_S - 5, time.time() - INTENT_GONE_S - 5
+    os.utime(tmp_path / slow.intent, (old, old))
+    os.utime(tmp_path / dead.intent, (older, older))
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    assert not (tmp_path / dead.intent).exists() and (tmp_path / slow.intent).exists()
+    p.done(), slow.done()
+    assert intents(store) == []
 
 
 def test_a_job_submitted_to_ask_at_start_counts_before_its_master_runs(tmp_path):

@@ -336,8 +336,10 @@ class YarnClusterManager(ClusterManager):
         as soon as the container's process ends; the ResourceManager, and skein's master from it,
         hear of it a heartbeat or two later. A NodeManager that does not answer is taken for gone
         with its node. A container the ResourceManager had killed (preempted, say) is left to the
-        ResourceManager's report, which says why. None when the NodeManager's web API refuses us
-        (a secure cluster's asks for a Kerberos login the AM does not have)."""
+        ResourceManager's report, which says why; so is one its NodeManager no longer lists, which
+        it forgets only once the ResourceManager has acknowledged the container's end (a preempted
+        container's too). None when the NodeManager's web API refuses us (a secure cluster's asks
+        for a Kerberos login the AM does not have)."""
         import requests
 
         sid = self._containers.get(container.id)
@@ -353,8 +355,6 @@ class YarnClusterManager(ClusterManager):
             return LOST_NODE_EXIT
         except requests.RequestException:
             return None
-        if r.status_code == 404:
-            return LOST_NODE_EXIT  # the NodeManager no longer knows it: it ended and was cleaned up
         if r.status_code != 200:
             return None
         try:

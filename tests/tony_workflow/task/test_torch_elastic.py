@@ -33,6 +33,9 @@ TRAINER = textwrap.dedent("""
     from tony_workflow.torch_elastic import State, run
 
     STEPS, FAIL = int(sys.argv[1]), sys.argv[2] == "fail"
+    # A member left alone waits, before each step, for a newcomer's process to be up (its marker
+    # file), so that the newcomer's join lands while there are steps left to train together.
+    AWAIT, ARRIVED = os.environ.get("TRAINER_AWAIT"), os.environ.get("TRAINER_ARRIVED")
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     state = State(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), step=0)
@@ -43,6 +46,9 @@ TRAINER = textwrap.dedent("""
               f"from={state.step}", flush=True)
         ddp = DistributedDataParallel(state.model) if group.world_size > 1 else state.model
         while state.step < STEPS:
+            deadline = time.time() + 120
+            while group.world_size == 1 and AWAIT and not os.path.exists(AWAIT) and time.time() < deadline:
+                time.sleep(0.1)
             if FAIL and state.step == 3:
                 raise ValueError("the script's own mistake")
             x = data[group.rank::group.world_size]
@@ -51,10 +57,12 @@ TRAINER = textwrap.dedent("""
             state.optimizer.step()
             state.step += 1
             print(f"step={state.step}", flush=True)
-            time.sleep(0.1)
+            time.sleep(0.1 if group.world_size > 1 or not AWAIT else 0.3)
             state.commit()
         return group
 
+    if ARRIVED:
+        open(ARRIVED, "w").close()
     group = run(train, state)
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:12]
     print(f"done pid={os.getpid()} steps={state.step} world={group.world_size} params={digest}", flush=True)
@@ -73,7 +81,9 @@ def am(tmp_path):
 
 
 def trainer(tmp_path, address: str, task_id: str, steps: int = 40, mode: str = "ok",
-            in_place: bool = True) -> subprocess.Popen:
+            in_place: bool = True, **marks: str) -> subprocess.Popen:
+    """A trainer process; ``marks`` (``await_``, ``arrived``) name the marker files of a member
+    left alone and of a newcomer (see the script)."""
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -82,6 +92,10 @@ def trainer(tmp_path, address: str, task_id: str, steps: int = 40, mode: str = "
                     "TONY_ELASTIC_TOKEN": protocol.group_token("secret"), "TONY_ELASTIC_RUN_ID": RUN,
                     "TONY_ELASTIC_HOST": "127.0.0.1", "TONY_TASK_ID": task_id, "SESSION_ID": "0"})
     env["PYTHONPATH"] = str(REPO)
+    if marks.get("await_"):
+        env["TRAINER_AWAIT"] = marks["await_"]
+    if marks.get("arrived"):
+        env["TRAINER_ARRIVED"] = marks["arrived"]
     out = open(tmp_path / f"{task_id.replace(':', '-')}-{time.monotonic_ns()}.log", "w+")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, str(script), str(steps), mode], env=env, stdout=out,
                             stderr=subprocess.STDOUT, text=True)
@@ -100,7 +114,8 @@ def node_of(proc: subprocess.Popen, task_id: str) -> str:
 
 def test_a_member_lost_and_replaced_while_the_survivor_trains_on_in_the_same_process(am, tmp_path):
     state, address = am
-    first = {t: trainer(tmp_path, address, t) for t in ("worker:0", "worker:1")}
+    arrived = str(tmp_path / "newcomer-up")
+    first = {t: trainer(tmp_path, address, t, await_=arrived) for t in ("worker:0", "worker:1")}
     try:
         wait_for(lambda: "step=8" in output(first["worker:0"]), timeout=90, interval=0.2)
         # worker:1's process dies (SIGKILL: no goodbye), and the AM names it gone, as on its task's end.
@@ -113,7 +128,7 @@ def test_a_member_lost_and_replaced_while_the_survivor_trains_on_in_the_same_pro
         resumed = int(again.split("from=")[1].split()[0])
         assert resumed >= 8, again[:200]
         # A replacement asks to join: the survivor regroups at a commit and hands it the state.
-        newcomer = trainer(tmp_path, address, "worker:1")
+        newcomer = trainer(tmp_path, address, "worker:1", arrived=arrived)
         assert first["worker:0"].wait(120) == 0, output(first["worker:0"])[-3000:]
         assert newcomer.wait(60) == 0, output(newcomer)[-3000:]
     finally:

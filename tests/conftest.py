@@ -65,15 +65,16 @@ def run_tony(*args: str, timeout: float = 600, env: dict | None = None, cwd: Pat
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd or REPO, check=False)
 
 
-def wait_for(pred, timeout: float = 120.0, interval: float = 0.2):
-    """Polls ``pred`` until it returns something truthy, and returns that; fails after ``timeout``."""
+def wait_for(pred, timeout: float = 120.0, interval: float = 0.2, describe=None):
+    """Polls ``pred`` until it returns something truthy, and returns that; fails after ``timeout``,
+    saying what ``describe()`` says of the state it was left in, when given."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = pred()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
+    raise AssertionError(f"condition not met within {timeout} s" + (f": {describe()}" if describe else ""))
 
 
 def minicluster_missing() -> str | None:

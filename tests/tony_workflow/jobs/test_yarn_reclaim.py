@@ -244,7 +244,8 @@ def test_a_spread_worker_whose_node_gives_no_container_is_asked_anywhere(cluster
     minicluster.stop_nodemanager(info["dir"], 2)
     h = TonyClient("yarn").submit(load_job(job(3, 45, {"tony.worker.spread": "true"}, memory="256m")))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 3 and
-                  all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1)
+                  all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1,
+                  describe=lambda: told(h))
     nodes = task_nodes(info, st)
     assert set(nodes.values()) == {0, 1}, nodes  # two on their own nodes, the third where there was room
     st = h.wait(poll_interval=1, timeout=300)
@@ -253,6 +254,14 @@ def test_a_spread_worker_whose_node_gives_no_container_is_asked_anywhere(cluster
     [placed] = [w for w in timeline if "placed anywhere" in w]
     assert placed.endswith(f"node {info['nodes'][2]['node_id'].split(':')[0]} gave no container in 20 s"), placed
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def told(h) -> str:
+    """What the job says of itself, and its timeline: for a wait that ran out."""
+    s = h.status()
+    timeline = [(t["what"], t.get("detail")) for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
+    return (f"{s.state} {s.waiting_reason!r} {s.diagnostics!r} "
+            f"{[(t.task_id, t.state, bool(t.log_url)) for t in s.tasks]} {timeline}")
 
 
 def test_the_application_priority_is_asked_of_the_resource_manager(clusters):

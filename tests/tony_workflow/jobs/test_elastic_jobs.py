@@ -26,7 +26,7 @@ SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.
 # Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps. On YARN a
 # replacement is granted and started in about 15 s, while the survivors train on: slower steps.
 PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep {sleep}"
-STEP_SLEEP = {"local": 0.15, "yarn": 0.6}
+STEP_SLEEP = {"local": 0.25, "yarn": 0.6}
 
 
 def container_tree(status, task_id: str) -> list[psutil.Process]:
@@ -207,7 +207,7 @@ def test_two_losses_in_a_row(backend):
     # The second loss once the group trains again, not while its members connect to each other
     # (a member lost there holds the others for gloo's connect timeout).
     back = wait_for(lambda: (s := h.status()).is_final and s or
-                    (s.progress or {}).get("step", 0) >= (back.progress or {}).get("step", 0) + 3 and s,
+                    (s.progress or {}).get("step", 0) >= (back.progress or {}).get("step", 0) + 2 and s,
                     timeout=300, interval=0.3)
     assert not back.is_final, back.diagnostics
     kill_container(back, "worker:2")

@@ -185,15 +185,21 @@ class Member:
     #: it asks for its whole gang as its master starts, which YARN has not yet done (within
     #: :data:`START_GRACE_S` of its submission)
     starting: bool = False
+    #: YARN has placed its master's container, though the master has not registered yet
+    master_placed: bool = False
 
     def remaining(self) -> list[Shape]:
         """What it still lacks, largest first: its whole gang unless it runs part of it. Nothing
         before YARN starts its master (YARN decides when: the queue's share for ApplicationMasters
         may hold it back, and a job waiting for that must not hold back those already started),
-        unless its master will ask for the whole gang as it starts."""
+        unless its master will ask for the whole gang as it starts: then the master's container
+        too, which no node holds yet."""
         ordered = sorted(self.gang, key=lambda s: s.size, reverse=True)
         if self.state != "RUNNING":
-            return ordered if self.starting else []
+            if not self.starting:
+                return []
+            return ordered if self.master_placed else sorted((*self.gang, self.master), key=lambda s: s.size,
+                                                              reverse=True)
         if self.held is None:
             return ordered
         return ordered[:max(0, len(self.gang) - self.held)]
@@ -491,7 +497,8 @@ def members_from(reports: Iterable[AppReport], queue: str, now: float | None = N
         held = None if r.state != "RUNNING" or r.running_containers is None else max(0, r.running_containers - 1)
         starting = (r.state != "RUNNING" and asked_at_start(r.tags)
                     and now - (r.started_at or now) < START_GRACE_S)
-        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, starting))
+        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, starting,
+                          master_placed=r.state != "RUNNING" and bool(r.running_containers)))
     return out
 
 

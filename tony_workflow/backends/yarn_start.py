@@ -57,6 +57,8 @@ INTENT_TTL_S = 30.0
 INTENT_GONE_S = 600.0
 #: Younger than every real application, so that the job being submitted is served last.
 _NEWCOMER = "application_9999999999999_999999"
+#: skein's master, as a reason names it
+_MASTER = "skein's master"
 
 
 @dataclass
@@ -94,7 +96,8 @@ def parse_intent(name: str) -> Member | None:
     parsed = parse_gang_tag([GANG_TAG_PREFIX + parts[4].replace("+", "/")])
     if parsed is None:
         return None
-    return Member(f"intent:{parts[1]}-{parts[2]}", int(parts[3]), "RUNNING", parsed[0], parsed[1], 0)
+    # A job about to be submitted that asks at start: its master's container is placed with its gang.
+    return Member(f"intent:{parts[1]}-{parts[2]}", int(parts[3]), "ACCEPTED", parsed[0], parsed[1], 0, starting=True)
 
 
 def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool]:
@@ -159,9 +162,12 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     counts: dict[str, tuple[int, int]] = {}
     for ttype, _ in gang:
         counts[ttype] = (0, counts.get(ttype, (0, 0))[1] + 1)
+    # skein's master is placed with the gang too: last, so that a reason names a task of the
+    # same size before it.
+    counts[_MASTER] = (0, 1)
     members = [*others, *members_from(reports, queue)]
-    v = verdict(_NEWCOMER, priority, members, nodes, headroom_from(queue_info), list(gang), counts, queue=queue,
-                maximum=maximum_from(queue_info))
+    v = verdict(_NEWCOMER, priority, members, nodes, headroom_from(queue_info), [*gang, (_MASTER, master)], counts,
+                queue=queue, maximum=maximum_from(queue_info))
     plan.looked = {"intents": len(others), "members": len(members), "go": v.go}
     if v.go:
         plan.tasks, plan.why = list(tasks), "the queue has room for the whole gang now"

@@ -67,7 +67,11 @@ def test_a_job_that_asks_at_start_says_so_in_its_tag_and_counts_from_its_submiss
                          am_rpc_address=None, priority=0, tags=frozenset({"tony", *tags}))
     now = 1000.0
     [starting] = members_from([report([tag], now - 5)], "root.default", now=now)
-    assert starting.starting and starting.remaining() == [W, W, W, AM]  # its whole gang, before its master runs
+    # its whole gang and its master, before YARN places the master; once placed, the gang
+    assert starting.starting and starting.remaining() == [W, W, W, AM, MASTER]
+    [placed] = members_from([AppReport(**{**report([tag], now - 5).__dict__, "running_containers": 1})],
+                            "root.default", now=now)
+    assert placed.master_placed and placed.remaining() == [W, W, W, AM]
     [late] = members_from([report([tag], now - START_GRACE_S - 1)], "root.default", now=now)
     assert not late.starting and late.remaining() == []  # YARN holds it back: it must not hold others
     [gated] = members_from([report([gang_tag(MASTER, [AM, W])], now - 5)], "root.default", now=now)

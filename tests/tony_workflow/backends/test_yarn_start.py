@@ -61,6 +61,32 @@ def test_two_submissions_at_once_see_each_other_and_only_both_start_asking_when_
     a.done(), b.done()
 
 
+def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path):
+    # Two 4 GB nodes; each job is skein's master, an AM of 512 MB and two 1 GB workers: 3 GB. Four
+    # submitted at once: two start asking; the other two see them (and each other) and wait.
+    store = LocalStorage(tmp_path)
+    nodes = [Node(f"nm-{i}", "", (4096, 8, 0), (4096, 8, 0)) for i in range(2)]
+    small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
+
+    def one():
+        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store)
+    plans = [one() for _ in range(4)]
+    assert [bool(p.tasks) for p in plans] == [True, True, False, False], [p.why for p in plans]
+    assert "2 jobs" in plans[2].why
+    # A job submitted to ask at start whose master YARN has placed (still ACCEPTED) counts it once.
+    for p in plans:
+        p.done()
+    tag = gang_tag(MASTER, [s for _, s in small], at_start=True)
+    placed = [AppReport(id=f"application_1_000{i}", name="other", user="u", queue=QUEUE, state="ACCEPTED",
+                        final_status="UNDEFINED", diagnostics="", started_at=time.time() - 1, finished_at=None,
+                        am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}), running_containers=1)
+              for i in (1, 2)]
+    on_nodes = [Node(f"nm-{i}", "", (3584, 7, 0), (4096, 8, 0)) for i in range(2)]  # each holds one master
+    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, placed, store).tasks
+    three_nodes = [*on_nodes, Node("nm-2", "", (4096, 8, 0), (4096, 8, 0))]
+    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, placed, store).tasks == tasks(2)
+
+
 def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):
     store = LocalStorage(tmp_path)
     dead = plan(store)
@@ -115,9 +141,11 @@ def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(t
 def test_an_intent_is_all_in_its_name(label):
     name = intent_name(MASTER, [Shape(2048, 2, 1, label), Shape(256, 1)], 4)
     member = parse_intent(name)
-    assert member is not None and member.priority == 4 and member.held == 0 and member.state == "RUNNING"
+    assert member is not None and member.priority == 4 and member.starting and not member.master_placed
     assert member.master == MASTER and sorted(member.gang, key=lambda s: s.memory_mb) == [
         Shape(256, 1), Shape(2048, 2, 1, label)]
+    # Nothing of it is placed yet: its master's container is part of what it lacks.
+    assert sorted(member.remaining(), key=lambda s: s.memory_mb) == [Shape(256, 1), MASTER, Shape(2048, 2, 1, label)]
     assert parse_intent("intent-1-2-x-512.1.0+1.1.0*1") is None and parse_intent("board-1") is None
 
 

@@ -192,6 +192,9 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     first_tracking = st.tracking_url
     [lost] = wait_for(lambda: am_node(info, h.app_id), timeout=60)
     assert lost in (1, 2)
+    # The AM copies its events to HDFS on a thread as a session starts, and the executors may run
+    # before that copy lands: the node goes once it has (a node lost sooner loses that history).
+    wait_for(lambda: "session_started" in events_copy(yarn, h.app_id), timeout=60)
     before = {p.pid for p in app_processes(h.app_id)}
     minicluster.stop_nodemanager(info["dir"], lost)
     # YARN declares the node lost, skein starts the AM's service on the other labelled node, and
@@ -217,6 +220,22 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     assert "session 0 started" in timeline and "ApplicationMaster attempt 2 started" in timeline, timeline
     assert "ApplicationMaster attempt 1 failed (not counted against tony.am.max-attempts)" in timeline, timeline
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def events_copy(yarn: TonyClient, app_id: str) -> str:
+    """The copy of the job's events the AM keeps in the application's HDFS directory ("" till one is)."""
+    import tempfile
+
+    from tony_workflow.backends.yarn_attempts import EVENTS_COPY
+    from tony_workflow.backends.yarn_containers import app_store
+    from tony_workflow.storage import open_storage
+    store = open_storage(app_store(app_id), **yarn.backend.store_options())
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            store.get(EVENTS_COPY, Path(tmp) / "events.jsonl")
+        except Exception:  # noqa: BLE001 - not there yet
+            return ""
+        return (Path(tmp) / "events.jsonl").read_text()
 
 
 def task_nodes(info: dict, status) -> dict[str, int]:

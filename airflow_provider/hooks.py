@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -95,6 +96,27 @@ class TonyHook(BaseHook):
         NameNode of its ``fs.defaultFS``, a local path becomes ``file:///…``)."""
         conf_dir = getattr(self.get_conn().backend, "conf_dir", None) if self.backend == "yarn" else None
         return qualified(location, conf_dir)
+
+    def deployment(self) -> tuple[bytes | None, str]:
+        """(key, server): what names this deployment's task runs in the identity of their jobs
+        (:func:`tony_workflow.context.identity`). The key is the connection's ``reattach_key``, else
+        Airflow's ``[tony] reattach_key``, else its ``[core] fernet_key`` (every part of a deployment
+        holds the same one), else a key file made on first use, ``$AIRFLOW_HOME/tony/reattach.key``
+        (one machine's). The server is Airflow's ``[api] base_url``. None for the key, with a
+        warning, when none can be had: a later try then does not look for this try's job."""
+        from airflow.configuration import AIRFLOW_HOME, conf
+
+        from tony_workflow.context import deployment_key
+        server = str(conf.get("api", "base_url", fallback="") or "")
+        for text in (self.fields.get("reattach_key"), conf.get("tony", "reattach_key", fallback=None),
+                     conf.get("core", "fernet_key", fallback=None)):
+            if text and str(text).strip():
+                return str(text).strip().encode(), server
+        try:
+            return deployment_key(Path(AIRFLOW_HOME) / "tony" / "reattach.key"), server
+        except OSError as e:
+            self.log.warning("No key to name this task run's job by (%s): a later try will not find it", e)
+            return None, server
 
     def connection_conf(self) -> dict[str, str]:
         """tony.* keys this connection sets on every job (queue, node label)."""

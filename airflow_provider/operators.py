@@ -105,9 +105,13 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         the last reported ``step`` and ``metrics``, ``final_state``, ``tracking_url`` and where the
         job came from (``context``). DAGs scheduled on the asset start with it.
     :param reattach: before submitting, look for an application this task run (DAG, run, task,
-        map index; any try) submitted earlier and that still runs, by its context tag, and follow
+        map index; any try) submitted earlier, as the same user, and that still runs, and follow
         it instead of submitting a second one. That covers a worker lost between the submission
-        and the recording of the application id, which Airflow's own reconnection cannot.
+        and the recording of the application id, which Airflow's own reconnection cannot. The
+        job is found by its identity tag: an HMAC of the task run and the deployment's
+        ``[api] base_url`` under the deployment's key (:meth:`TonyHook.deployment
+        <airflow_provider.hooks.TonyHook.deployment>`), so a job of another deployment with the
+        same DAG, or one whose spec merely sets the same ``tony.context.*`` keys, is never followed.
 
     Every job carries the task's context (:mod:`tony_workflow.context`): DAG, run, task, try and
     map index, and the link to the task's log, as ``tony.context.*`` keys, YARN tags and
@@ -176,6 +180,9 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
             spec.validate()
         except TonyError as e:
             raise airflow_error(e) from None
+        if spec.context:
+            # What a later try of this task run finds the job by, and nobody else can give a job.
+            spec = spec.with_identity(*self.hook.deployment())
         return spec
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
@@ -193,9 +200,9 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         return self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
-        if self.reattach and self._spec.context:
+        if self.reattach and self._spec.identity:
             try:
-                running = self.hook.get_conn().find_running(self._spec.context)
+                running = self.hook.get_conn().find_running(self._spec)
             except TonyError as e:
                 raise airflow_error(e) from None
             if running:

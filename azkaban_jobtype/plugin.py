@@ -4,11 +4,16 @@ An Azkaban executor loads every directory of its ``plugins/jobtypes`` folder as 
 after the directory. Each has a ``private.properties`` (what the executor itself reads; here, that
 the job type is Azkaban's own ``ProcessJob``) and a ``plugin.properties`` (defaults merged into
 the props of every job of that type, for keys the job does not set; here, the ``command`` that
-starts the runner).
+starts the runner). Beside them, ``reattach.key``: the executor's key for naming its jobs (one
+key for every type, kept when the plugin is installed again; readable by the executor's user
+only), which the runner finds through ``env.TONY_REATTACH_KEY_FILE``
+(:mod:`azkaban_jobtype.runner`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -79,13 +84,36 @@ def install_plugin(plugins_dir: str | os.PathLike, *, python: str | None = None,
         raise SpecError(issues)
 
     command = runner_command(python)
-    plugin_props = {"command": command, **{f"env.{k}": v for k, v in (env or {}).items()}}
+    types = list(types)
+    folders = [Path(plugins_dir).absolute() / job_type for job_type in types]
+    key = _shared_key(folders)
     written = []
-    for job_type in types:
-        folder = Path(plugins_dir) / job_type
+    for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
+        key_file = folder / KEY_FILE
+        if not key_file.exists():
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(key + "\n")
+        plugin_props = {"command": command, "env.TONY_REATTACH_KEY_FILE": str(key_file),
+                        **{f"env.{k}": v for k, v in (env or {}).items()}}
         comment = _HEADER.format(command=command)
         dump_properties({"jobtype.class": JOBTYPE_CLASS}, folder / "private.properties", comment)
         dump_properties(plugin_props, folder / "plugin.properties", comment)
-        written += [folder / "private.properties", folder / "plugin.properties"]
+        written += [folder / "private.properties", folder / "plugin.properties", key_file]
     return written
+
+
+#: The executor's key's file, in each type's folder.
+KEY_FILE = "reattach.key"
+
+
+def _shared_key(folders: list[Path]) -> str:
+    """The key every type's folder holds: the one a folder already has (an earlier installation's:
+    jobs it named are still found), else a new one."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            text = (folder / KEY_FILE).read_text().strip()
+            if text:
+                return text
+    return secrets.token_hex(32)

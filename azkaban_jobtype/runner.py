@@ -35,7 +35,12 @@ stop, records the final status and exits.
 
 An application an earlier attempt of the same job in the same execution submitted and that still
 runs (its runner was killed without the chance to stop it) is followed instead of submitting a
-second one: it is found by the execution's context (:mod:`tony_workflow.context`).
+second one. It is found by the identity the runner gives its job (:mod:`tony_workflow.context`):
+an HMAC of the execution id, flow and job and of the web server's host, keyed by the executor's
+own key, the file ``TONY_REATTACH_KEY_FILE`` names (the plugin's ``reattach.key``, which
+``tony-azkaban install-plugin`` makes), else ``$TONY_HOME/azkaban-reattach.key``, made on first
+use. Another Azkaban server (another key, another host) counts its execution ids from 1 too, and
+a job whose props merely carry the same ids is not followed either; nor is another user's job.
 
 The backend is the props' ``tony.backend``, else ``$TONY_BACKEND``, else ``local``.
 """
@@ -127,6 +132,8 @@ def run(out: TextIO | None = None) -> int:
         resolved = load_properties(prop_file, source=label).flatten()
         base_dir = resolved.get("working.dir") or os.getcwd()
         spec = translate(resolved, source=label, base_dir=base_dir, check_paths=True)
+        if spec.context:
+            spec = spec.with_identity(_reattach_key(env, say), spec.context.get("host", ""))
         backend = resolved.get("tony.backend") or env.get("TONY_BACKEND") or "local"
         try:
             client = TonyClient(backend)
@@ -141,7 +148,7 @@ def run(out: TextIO | None = None) -> int:
     try:
         # An earlier attempt of this job in this execution whose runner died (an executor restarted)
         # may have left its application running: follow that one rather than train twice.
-        running = client.find_running(spec.context)
+        running = client.find_running(spec)
     except TonyError as exc:
         say(f"warning: could not look for an application of an earlier attempt: {exc}")
         running = None
@@ -287,3 +294,21 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     return run()
+
+
+#: The variable naming the executor's key (the plugin's ``env.TONY_REATTACH_KEY_FILE``).
+KEY_FILE_VAR = "TONY_REATTACH_KEY_FILE"
+
+
+def _reattach_key(env, say) -> bytes | None:
+    """The executor's key for naming its jobs (see the module's notes); None, said once, when
+    there is none to be had: an earlier attempt's application is then not looked for."""
+    from tony_workflow.context import deployment_key
+    from tony_workflow.spec.site import tony_home
+    path = env.get(KEY_FILE_VAR) or str(tony_home() / "azkaban-reattach.key")
+    try:
+        return deployment_key(path, create=not env.get(KEY_FILE_VAR))
+    except OSError as exc:
+        say(f"warning: no key to name this job's application by ({exc}): an application left by an earlier "
+            "attempt will not be found")
+        return None

@@ -16,10 +16,14 @@ From the keys the job gets:
   there are more tags than room, the context's come last and those that do not fit are left off
   (in :data:`FIELDS` order, the identifying fields first). What was left off is said in the job's
   warnings; the whole context is always in the job's status and history.
-- **The identity tag** ``tony.context:<hash>`` (:func:`identity`): the hash of the fields that name
-  one run of one workflow task (Airflow: DAG, run, task, map index; Azkaban: execution, flow, job),
-  not the try. A retried task, or a worker restarted before it recorded the application id, finds
-  its still-running application by it instead of submitting a second one.
+- **The identity tag** ``tony.context:<hmac>`` (:func:`identity`), which only a front end gives a
+  job (:attr:`tony_workflow.spec.JobSpec.identity`), never a spec: an HMAC, under a key the
+  deployment holds (:func:`deployment_key`), of the fields that name one run of one workflow task
+  (Airflow: DAG, run, task, map index; Azkaban: execution, flow, job) and of the server that ran it,
+  not of the try. A retried task, or a worker restarted before it recorded the application id,
+  finds its still-running application by it instead of submitting a second one; a job whose spec
+  merely sets the same ``tony.context.*`` keys, or one from another deployment with the same DAG
+  ids or execution ids, has another identity or none, and is never followed.
 - **Environment variables** in every task (:func:`task_env`): ``TONY_CONTEXT_<FIELD>`` for each
   field set (``TONY_CONTEXT_DAG_ID``, ``TONY_CONTEXT_EXECUTION_ID``, ...), and for Airflow jobs
   Airflow's own ``AIRFLOW_CTX_DAG_ID``, ``AIRFLOW_CTX_DAG_RUN_ID``, ``AIRFLOW_CTX_TASK_ID`` and
@@ -30,9 +34,13 @@ From the keys the job gets:
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "FIELDS",
@@ -43,6 +51,7 @@ __all__ = [
     "TONY_TAGS",
     "Field",
     "application_tags",
+    "deployment_key",
     "describe",
     "dropped_warning",
     "fit_tag",
@@ -129,19 +138,49 @@ def from_conf(conf: Mapping[str, str]) -> dict[str, str]:
     return context
 
 
-def identity(context: Mapping[str, str]) -> str | None:
-    """The hash naming the workflow task run that submitted the job (None: not enough context to
-    name one: a job submitted by hand)."""
+def identity(context: Mapping[str, str], key: bytes | None, server: str = "") -> str | None:
+    """The keyed hash naming the workflow task run that submitted the job: an HMAC-SHA256 under
+    ``key`` (the deployment's secret, :func:`deployment_key`) of the context's identifying fields
+    and ``server`` (what runs the workflow: the Airflow deployment's address, the Azkaban web
+    server), 32 hex digits. None without a key, or without the fields that name a run (a job
+    submitted by hand)."""
     names = _IDENTITY.get(context.get("source") or "")
-    if not names or not all(context.get(n) for n in names if n != "map_index"):
+    if not key or not names or not all(context.get(n) for n in names if n != "map_index"):
         return None
-    text = "\x1f".join([context["source"], *(context.get(n) or "" for n in names)])
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    text = "\x1f".join([context["source"], server.strip().lower(), *(context.get(n) or "" for n in names)])
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def identity_tag(context: Mapping[str, str]) -> str | None:
-    key = identity(context)
-    return f"{IDENTITY_TAG}:{key}" if key else None
+def identity_tag(identity_hash: str | None) -> str | None:
+    """The tag an application with ``identity_hash`` (:func:`identity`) carries."""
+    return f"{IDENTITY_TAG}:{identity_hash}" if identity_hash else None
+
+
+#: How long a deployment key is, in bytes, when one is made.
+KEY_BYTES = 32
+
+
+def deployment_key(path: str | os.PathLike[str], create: bool = True) -> bytes:
+    """The key in the file ``path``, made there (random, readable by its owner only) when there is
+    none and ``create``. A key that others may read is refused: whoever reads it can name jobs as
+    this deployment's. OSError when it cannot be read or made."""
+    p = Path(path).expanduser()
+    if create and not p.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first: read theirs
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(KEY_BYTES) + "\n")
+    mode = p.stat().st_mode
+    if mode & 0o077:
+        raise OSError(f"the key file {p} may be read by others (mode {mode & 0o777:o}): make it 600")
+    text = p.read_text().strip()
+    if len(text) < 16:
+        raise OSError(f"the key file {p} holds no key (at least 16 characters)")
+    return text.encode()
 
 
 def fit_tag(name: str, value: str) -> str:
@@ -156,12 +195,13 @@ def fit_tag(name: str, value: str) -> str:
     return f"{name}:{_TAG_SAFE.sub('_', value.lower())[:room]}~{digest}"
 
 
-def application_tags(required: Iterable[str], user_tags: Iterable[str],
-                     context: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(tags, left off): ``required`` (TonY's own), the identity tag, the user's tags, then the
-    context's fields while there is room; the names of the context's fields left off."""
+def application_tags(required: Iterable[str], user_tags: Iterable[str], context: Mapping[str, str],
+                     identity_hash: str | None = None) -> tuple[list[str], list[str]]:
+    """(tags, left off): ``required`` (TonY's own), the identity tag (of ``identity_hash``, which a
+    front end gave the job), the user's tags, then the context's fields while there is room; the
+    names of the context's fields left off."""
     tags: list[str] = []
-    for tag in [*required, identity_tag(context), *user_tags]:
+    for tag in [*required, identity_tag(identity_hash), *user_tags]:
         if tag and tag.lower() not in tags:
             tags.append(tag.lower())
     dropped = []

@@ -43,8 +43,10 @@ __all__ = [
     "DelegationToken",
     "Login",
     "LoginError",
+    "cache_principal",
     "hdfs_delegation_token",
     "is_secure",
+    "principal_user",
     "read_token_file",
 ]
 
@@ -90,6 +92,22 @@ def _gssapi() -> Any:
                          f"requests-gssapi ({e}): install tony-workflow[yarn], after MIT Kerberos's headers "
                          "(make kerberos)") from None
     return gssapi
+
+
+def principal_user(principal: str) -> str:
+    """The user Hadoop names a principal by, by its default rule: its first component
+    (``alice`` of ``alice@EXAMPLE.COM``, ``tony`` of ``tony/host@EXAMPLE.COM``)."""
+    return principal.split("@", 1)[0].split("/", 1)[0]
+
+
+def cache_principal() -> str | None:
+    """The principal of the ticket in the ticket cache (``KRB5CCNAME``, else the default one);
+    None without a ticket or without GSSAPI."""
+    try:
+        import gssapi
+        return str(gssapi.Credentials(usage="initiate").name)
+    except Exception:  # noqa: BLE001 - no ticket, no library: nobody known
+        return None
 
 
 _CREDENTIALS: dict[tuple[str, str], Any] = {}

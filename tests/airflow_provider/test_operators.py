@@ -1,6 +1,8 @@
 """TonyOperator under a real Airflow 3 (SQLite metadata DB, dag.test()) on the embedded cluster."""
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 from tests.airflow_provider.conftest import load_dag, task_instance, write_dag, xcoms
@@ -88,3 +90,38 @@ def test_the_pytorch_and_jax_example_dags_train_and_evaluate(airflow_db, tony_ho
     evaluation = xcoms(dag_id, dr.run_id, "evaluate")["return_value"]
     assert evaluation["accuracy"] >= 0.85 and evaluation["examples"] == 360, evaluation
     assert evaluation["trained_steps"] == (176 if dag_id == "tony_pytorch_ddp" else 300)
+
+
+def test_a_job_carrying_this_task_runs_context_but_not_submitted_by_it_is_not_followed(airflow_db, tony_home, capfd):
+    # Run ids are predictable: a stranger submits by hand a job whose spec sets the coming run's
+    # tony.context.* keys, and another deployment (another key) runs the same DAG run; both still
+    # run when this deployment's run starts. Its task submits and trains its own job.
+    from datetime import datetime
+
+    from airflow_provider.hooks import TonyHook
+    from tony_workflow.client import TonyClient, load_job
+
+    logical = datetime(2026, 3, 1, tzinfo=UTC)
+    run_id = f"manual__{logical.isoformat()}"
+    keys = {"tony.context.source": "airflow", "tony.context.dag-id": "tony_forged", "tony.context.dag-run-id": run_id,
+            "tony.context.task-id": "train", "tony.context.map-index": "-1", "tony.context.try-number": "1"}
+    client = TonyClient("local")
+    theirs = {**SMALL_JOB, "command": "sleep 60", "tasks": {"worker": {"instances": 1, "memory": "128m"}}}
+    strangers = [client.submit(load_job(theirs, conf=keys)),
+                 client.submit(load_job(theirs, conf=keys)
+                               .with_identity(b"the-staging-deployments-key", TonyHook().deployment()[1]))]
+    try:
+        dag = _one_task_dag("tony_forged", job_spec={**SMALL_JOB, "command": "echo mine"})
+        dr = dag.test(run_after=logical, logical_date=logical)
+        assert dr.state == "success" and dr.run_id == run_id  # the very run the strangers named
+        x = xcoms("tony_forged", dr.run_id, "train")
+        assert x["application_id"] not in {h.app_id for h in strangers}
+        assert x["status"]["state"] == "SUCCEEDED"
+        assert "following it instead of submitting another" not in "".join(capfd.readouterr())
+        assert all(h.status().state == "RUNNING" for h in strangers)  # untouched, still theirs
+        # This deployment's own identity would find its own job again (it has ended: nothing).
+        own = client.attach(x["application_id"])
+        assert "mine" in own.logs("worker:0")["worker:0/stdout"].read_text()
+    finally:
+        for h in strangers:
+            h.kill("test over")

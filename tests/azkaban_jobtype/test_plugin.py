@@ -18,14 +18,20 @@ def test_both_job_types_are_written(tmp_path):
     written = install_plugin(tmp_path / "jobtypes", env={"TONY_HOME": "/var/lib/tony", "TONY_BACKEND": "local"})
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [
         "jobtypes/TensorFlowJob/plugin.properties", "jobtypes/TensorFlowJob/private.properties",
-        "jobtypes/TonyJob/plugin.properties", "jobtypes/TonyJob/private.properties"]
+        "jobtypes/TensorFlowJob/reattach.key",
+        "jobtypes/TonyJob/plugin.properties", "jobtypes/TonyJob/private.properties", "jobtypes/TonyJob/reattach.key"]
+    keys = set()
     for job_type in ("TensorFlowJob", "TonyJob"):
         folder = tmp_path / "jobtypes" / job_type
         assert load_properties(folder / "private.properties").flatten() == {"jobtype.class": JOBTYPE_CLASS}
         assert load_properties(folder / "plugin.properties").flatten() == {
-            "command": f"{sys.executable} -m azkaban_jobtype",
+            "command": f"{sys.executable} -m azkaban_jobtype", "env.TONY_REATTACH_KEY_FILE": str(folder / "reattach.key"),
             "env.TONY_HOME": "/var/lib/tony", "env.TONY_BACKEND": "local"}
         assert (folder / "plugin.properties").read_bytes().isascii()
+        # The executor's key, its user's alone: one for both types (a job's attempts may differ in type).
+        assert (folder / "reattach.key").stat().st_mode & 0o777 == 0o600
+        keys.add((folder / "reattach.key").read_text())
+    assert len(keys) == 1 and len(keys.pop().strip()) == 64
     assert JOBTYPE_CLASS == "azkaban.jobExecutor.ProcessJob"
 
 
@@ -51,9 +57,12 @@ def test_an_interpreter_path_with_spaces_is_quoted():
 def test_reinstalling_updates_the_files_and_keeps_the_rest(tmp_path):
     install_plugin(tmp_path, env={"TONY_HOME": "/old"})
     (tmp_path / "TonyJob" / "extra.jar").write_bytes(b"PK")
+    key = (tmp_path / "TonyJob" / "reattach.key").read_text()
     install_plugin(tmp_path)
     assert "env.TONY_HOME" not in load_properties(tmp_path / "TonyJob" / "plugin.properties")
     assert (tmp_path / "TonyJob" / "extra.jar").read_bytes() == b"PK"
+    # The key stays: jobs named by it before are still found by their next attempts.
+    assert (tmp_path / "TonyJob" / "reattach.key").read_text() == key
 
 
 def test_an_interpreter_that_cannot_run_the_runner_is_refused(tmp_path):

@@ -33,14 +33,15 @@ class Execution:
     """One job run as ProcessJob runs it: the props stored to a file in the working directory, the
     plugin's command split into argv without a shell, JOB_* variables, stdout and stderr merged."""
 
-    def __init__(self, working_dir: Path, job_name: str, props: dict[str, str]):
+    def __init__(self, working_dir: Path, job_name: str, props: dict[str, str], env: dict[str, str] | None = None):
         self.working_dir = working_dir
         self.prop_file = working_dir / f"{job_name}_props_1234_tmp"
         self.output_file = working_dir / f"{job_name}_output_5678_tmp"
         dump_properties(props, self.prop_file)
-        self.output_file.touch()
+        self.output_file.write_text("")
         env = {**os.environ, "JOB_PROP_FILE": str(self.prop_file), "JOB_NAME": job_name,
-               "JOB_OUTPUT_PROP_FILE": str(self.output_file), "KRB5CCNAME": f"/tmp/krb5cc__test__{job_name}"}
+               "JOB_OUTPUT_PROP_FILE": str(self.output_file), "KRB5CCNAME": f"/tmp/krb5cc__test__{job_name}",
+               **(env or {})}
         self.process = subprocess.Popen(partition_command_line(runner_command(sys.executable)), cwd=working_dir,
                                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
@@ -267,6 +268,45 @@ def test_a_retry_after_its_runner_died_follows_the_running_application(tony_home
     # Nothing of either application outlives it, the one the killed runner left included.
     for done in (app_id, other.output()["tony.application.id"]):
         wait_for(lambda done=done: not app_processes(done), timeout=60)
+
+
+def test_an_execution_id_of_another_server_or_set_by_hand_is_not_followed(tony_home, tmp_path):
+    # Every Azkaban server counts its execution ids from 1: server A's execution 7 left its
+    # application running (its runner was killed); a stranger then submitted by hand a job whose
+    # props set the same execution, flow and job.
+    project = script_project(tmp_path / "project", "import time\ntime.sleep(20)\n")
+    a = {"azkaban.webserverhost": "azkaban-a.example.com"}
+    first = Execution(project, "job", job_props(project, **a))
+    first.wait_for(r"worker:0=RUNNING")
+    [left] = first.application_ids()
+    first.process.kill()
+    first.wait(30)
+    by_hand = tmp_path / "forged.json"
+    by_hand.write_text(json.dumps({"name": "forged", "command": "sleep 20", "tasks": {"worker": {"instances": 1}},
+                                   "conf": {**QUICK, "tony.context.execution-id": "7", "tony.context.flow-id": "flow",
+                                            "tony.context.job-id": "job",
+                                            "tony.context.host": "azkaban-a.example.com"}}))
+    forged = run_tony("submit", str(by_hand), "--json")
+    assert forged.returncode == 0, forged.stderr[-2000:]
+    stranger = json.loads(forged.stdout)["application_id"]
+    quick = script_project(tmp_path / "quick", "print('trained', flush=True)\n")
+    # Server B's execution 7, and a server under another key that calls itself by the same host:
+    # each runs a job of its own.
+    other_key = tmp_path / "other.key"
+    other_key.write_text("another-executors-key-0123456789\n")
+    other_key.chmod(0o600)
+    for props, env in (({"azkaban.webserverhost": "azkaban-b.example.com"}, None),
+                       (a, {"TONY_REATTACH_KEY_FILE": str(other_key)})):
+        other = Execution(quick, "job", job_props(quick, **props, **{"azkaban.job.attempt": "1"}), env=env)
+        assert other.wait() == 0, other.log
+        assert other.output()["tony.application.id"] not in (left, stranger), other.log
+        assert "still runs: following it" not in other.log
+    # Server A's own retry follows the application its first attempt left, not the newer forged one.
+    again = Execution(quick, "job", job_props(quick, **a, **{"azkaban.job.attempt": "1"}))
+    assert again.wait() == 0, again.log
+    assert again.output()["tony.application.id"] == left, again.log
+    for app_id in (left, stranger):
+        wait_for(lambda app_id=app_id: not app_processes(app_id), timeout=90)
 
 
 @pytest.mark.frameworks

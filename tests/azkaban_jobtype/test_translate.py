@@ -94,8 +94,10 @@ def test_the_execution_is_the_jobs_context_and_tags_it_as_tony_did():
     assert spec.context == {"source": "azkaban", "project": "ML", "flow_id": "mnist", "execution_id": "42",
                             "job_id": "train", "attempt": "1", "host": "az.example.com",
                             "url": "https://az.example.com/executor?execid=42"}
-    tags, dropped = application_tags(["tony", "gang:x"], spec.tags, spec.context)
-    assert dropped == [] and tags[:4] == ["tony", "gang:x", f"tony.context:{identity(spec.context)}", "team-a"]
+    named = spec.with_identity(b"the-executors-key-0123", "az.example.com")
+    tags, dropped = application_tags(["tony", "gang:x"], named.tags, named.context, named.identity)
+    assert named.identity == identity(spec.context, b"the-executors-key-0123", "az.example.com")
+    assert dropped == [] and tags[:4] == ["tony", "gang:x", f"tony.context:{named.identity}", "team-a"]
     # TonY's own tags, as its Azkaban job type wrote them (lowercased: YARN keeps them so).
     assert tags[4:] == ["azkaban.flow.execid:42", "azkaban.flow.flowid:mnist", "azkaban.flow.projectname:ml",
                         "azkaban.job.id:train", "azkaban.job.attempt:1", "azkaban.webserverhost:az.example.com"]

@@ -26,32 +26,72 @@ def test_the_keys_make_the_context_and_its_source_is_the_one_whose_fields_are_se
     assert ctx.from_conf({"tony.context.url": "http://x"}) == {"url": "http://x"}  # no source to tell
 
 
+KEY = b"0123456789abcdef0123456789abcdef"
+
+
 def test_the_identity_names_the_task_run_whatever_the_try():
     first = ctx.from_conf({**AIRFLOW, "tony.context.try-number": "1"})
     again = ctx.from_conf(AIRFLOW)
-    assert ctx.identity(first) == ctx.identity(again) and len(ctx.identity(first)) == 24
+    assert ctx.identity(first, KEY) == ctx.identity(again, KEY) and len(ctx.identity(first, KEY)) == 32
     other_index = ctx.from_conf({**AIRFLOW, "tony.context.map-index": "4"})
     other_run = ctx.from_conf({**AIRFLOW, "tony.context.dag-run-id": "manual__1"})
-    assert len({ctx.identity(first), ctx.identity(other_index), ctx.identity(other_run)}) == 3
-    # Not enough to name a run: no identity, so nothing is ever taken over by mistake.
-    assert ctx.identity(ctx.from_conf({"tony.context.dag-id": "d"})) is None
-    assert ctx.identity({}) is None
+    assert len({ctx.identity(first, KEY), ctx.identity(other_index, KEY), ctx.identity(other_run, KEY)}) == 3
+    # Not enough to name a run, or no key: no identity, so nothing is ever taken over by mistake.
+    assert ctx.identity(ctx.from_conf({"tony.context.dag-id": "d"}), KEY) is None
+    assert ctx.identity({}, KEY) is None and ctx.identity(first, None) is None and ctx.identity(first, b"") is None
     az = ctx.from_conf({"tony.context.execution-id": "42", "tony.context.flow-id": "f", "tony.context.job-id": "j"})
-    assert az["source"] == "azkaban" and ctx.identity_tag(az) == f"tony.context:{ctx.identity(az)}"
+    assert az["source"] == "azkaban" and ctx.identity_tag(ctx.identity(az, KEY)) == f"tony.context:{ctx.identity(az, KEY)}"
+    assert ctx.identity_tag(None) is None
+
+
+def test_the_same_run_of_another_deployment_or_server_has_another_identity():
+    run = ctx.from_conf(AIRFLOW)
+    staging, production = b"staging-key-0123456789", b"production-key-0123456789"
+    assert ctx.identity(run, staging, "http://airflow:8080") != ctx.identity(run, production, "http://airflow:8080")
+    az = ctx.from_conf({"tony.context.execution-id": "1", "tony.context.flow-id": "f", "tony.context.job-id": "j"})
+    # Two Azkaban servers both count execution ids from 1: the server's host tells them apart
+    # even under one key, as the key does on one host.
+    assert ctx.identity(az, KEY, "azkaban-a") != ctx.identity(az, KEY, "azkaban-b")
+    assert ctx.identity(az, KEY, "Azkaban-A ") == ctx.identity(az, KEY, "azkaban-a")
+    # Without the key, the fields alone give nothing a job can be found by.
+    assert ctx.identity(run, KEY) != ctx.identity(run, b"another-key-0123456789")
+
+
+def test_a_spec_never_carries_an_identity_of_its_own_and_may_not_forge_its_tag():
+    s = spec(AIRFLOW)
+    assert s.identity is None  # the context keys alone name nothing a workflow run reattaches to
+    named = s.with_identity(KEY, "http://airflow:8080")
+    assert named.identity == ctx.identity(s.context, KEY, "http://airflow:8080") and named.conf == s.conf
+    assert type(s).from_dict(named.to_dict()).identity == named.identity  # staged with the job
+    with pytest.raises(SpecError) as e:
+        spec(AIRFLOW, tags=[f"tony.context:{named.identity}"]).validate()
+    assert "tony.application.tags" in str(e.value) and "Airflow or Azkaban only" in str(e.value)
+
+
+def test_a_deployment_key_is_made_once_for_its_owner_only(tmp_path):
+    import os
+    path = tmp_path / "k" / "reattach.key"
+    key = ctx.deployment_key(path)
+    assert len(key) == 64 and ctx.deployment_key(path) == key and os.stat(path).st_mode & 0o777 == 0o600
+    os.chmod(path, 0o644)
+    with pytest.raises(OSError, match="may be read by others"):
+        ctx.deployment_key(path)
+    with pytest.raises(OSError):
+        ctx.deployment_key(tmp_path / "absent", create=False)
 
 
 def test_tags_keep_yarns_limits_and_say_what_was_left_off():
     c = ctx.from_conf(AIRFLOW)
-    tags, dropped = ctx.application_tags(["tony", "gang:1"], [], c)
+    tags, dropped = ctx.application_tags(["tony", "gang:1"], [], c, ctx.identity(c, KEY))
     assert dropped == [] and len(tags) == 8
     assert "airflow.dag_id:nightly_train" in tags and "airflow.map_index:3" in tags  # lowercased, as YARN keeps them
     assert not any(t.startswith("airflow.url") for t in tags)
     user = [f"team-{i}" for i in range(7)]
-    tags, dropped = ctx.application_tags(["tony", "gang:1"], user, c)
-    assert len(tags) == ctx.MAX_TAGS and tags[:3] == ["tony", "gang:1", ctx.identity_tag(c)]
+    tags, dropped = ctx.application_tags(["tony", "gang:1"], user, c, ctx.identity(c, KEY))
+    assert len(tags) == ctx.MAX_TAGS and tags[:3] == ["tony", "gang:1", ctx.identity_tag(ctx.identity(c, KEY))]
     assert dropped == ["dag_id", "dag_run_id", "task_id", "try_number", "map_index"]
     assert "dag_id, dag_run_id" in ctx.dropped_warning(dropped) and ctx.dropped_warning([]) is None
-    tags, dropped = ctx.application_tags(["tony", "gang:1"], user[:4], c)
+    tags, dropped = ctx.application_tags(["tony", "gang:1"], user[:4], c, ctx.identity(c, KEY))
     assert dropped == ["try_number", "map_index"]  # the fields naming the run get the room first
 
 

@@ -255,6 +255,6 @@ def _tag_warnings(spec: JobSpec, backend: str) -> list[str]:
     """On YARN, the context's fields that found no room among the application's tags."""
     if backend != "yarn" or not spec.context:
         return []
-    _, dropped = application_tags(["tony", "gang"], spec.tags, spec.context)
+    _, dropped = application_tags(["tony", "gang"], spec.tags, spec.context, spec.identity)
     warning = dropped_warning(dropped)
     return [warning] if warning else []

@@ -368,20 +368,26 @@ class Backend(ABC):
         (``tony.application.tags``) and the context's."""
         return []
 
-    def running_with(self, identity_tag: str) -> list[str]:
-        """The applications not yet final whose context's identity tag
-        (:func:`tony_workflow.context.identity_tag`) is ``identity_tag``, newest last: what a
-        workflow task run submitted before, and that still runs."""
-        from ..context import identity_tag as tag_of
+    def running_with(self, identity_tag: str, spec: JobSpec | None = None) -> list[str]:
+        """The applications not yet final that carry ``identity_tag``
+        (:func:`tony_workflow.context.identity_tag`) and that the user this client submits
+        ``spec`` as submitted (:meth:`submitted_as_me`), newest last: what a workflow task run
+        submitted before, and that still runs."""
         found = []
         for app_id in self.list_applications():
+            if identity_tag.lower() not in self.tags(app_id) or not self.submitted_as_me(app_id, spec):
+                continue
             try:
                 status = self.stored_status(app_id)
             except UnknownApplication:
                 continue
-            if not status.is_final and tag_of(status.context or {}) == identity_tag:
+            if not status.is_final:
                 found.append(app_id)
         return found
+
+    def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
+        """Whether the application was submitted by the user this client would submit ``spec`` as."""
+        return True
 
     def store_options(self) -> dict[str, Any]:
         """How this backend's client reaches the cluster's files (the job history, a job's final

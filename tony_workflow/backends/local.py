@@ -405,6 +405,13 @@ class LocalBackend(Backend):
                 out[f"{tid}/stdout{suffix}"], out[f"{tid}/stderr{suffix}"] = cdir / "stdout", cdir / "stderr"
         return out
 
+    def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
+        # The embedded cluster's jobs are its users' processes: the one who submitted owns its folder.
+        try:
+            return self.app_dir(app_id).stat().st_uid == os.getuid()
+        except (OSError, ValueError):
+            return False
+
     def tags(self, app_id: str) -> list[str]:
         # Those the job would carry on YARN: the embedded cluster keeps the spec, not tags.
         from ..context import application_tags
@@ -412,7 +419,7 @@ class LocalBackend(Backend):
             spec = JobSpec.from_dict(json.loads((self.app_dir(app_id) / "spec.json").read_text()))
         except (OSError, ValueError):
             return []
-        return application_tags(["tony"], spec.tags, spec.context)[0]
+        return application_tags(["tony"], spec.tags, spec.context, spec.identity)[0]
 
     def list_applications(self) -> list[str]:
         apps = []

@@ -49,7 +49,8 @@ from urllib.parse import urlsplit
 from .. import hadoop
 from ..context import application_tags, from_tags
 from ..errors import ConfigError, UnknownApplication
-from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
+from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, cache_principal, is_secure, principal_user
+from ..process import user_name
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..status import JobState, JobStatus
@@ -346,7 +347,7 @@ class YarnBackend(Backend):
                                              r.vcores, r.gpus, task.instances)
         # TonY's tags, the user's, then where the job came from, as many as YARN takes.
         tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(plan.tasks))],
-                                   spec.tags, spec.context)
+                                   spec.tags, spec.context, spec.identity)
         app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
                           docker_env=lambda image: docker_env(image, spec.docker_mounts))
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
@@ -537,7 +538,32 @@ class YarnBackend(Backend):
     def tags(self, app_id: str) -> list[str]:
         return sorted(self._report(app_id).tags)
 
-    def running_with(self, identity_tag: str) -> list[str]:
-        # The ResourceManager knows the tag from the submission on: no gap before the AM runs.
+    def running_with(self, identity_tag: str, spec: JobSpec | None = None) -> list[str]:
+        # The ResourceManager knows the tag from the submission on: no gap before the AM runs. Its
+        # word on the application's user decides whose it is: a tag can be copied by anyone.
         tag = identity_tag.lower()
-        return [a.id for a in self.rm.apps(tags=(tag,), states=_YARN_ACTIVE) if tag in a.tags and "tony" in a.tags]
+        user = self.submitting_user(spec)
+        if user is None:
+            log.warning("not looking for an earlier application of this workflow run: the Kerberos login's "
+                        "user is not known here")
+            return []
+        return [a.id for a in self.rm.apps(tags=(tag,), states=_YARN_ACTIVE)
+                if tag in a.tags and "tony" in a.tags and a.user == user]
+
+    def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
+        user = self.submitting_user(spec)
+        return user is not None and self._report(app_id).user == user
+
+    def submitting_user(self, spec: JobSpec | None = None) -> str | None:
+        """The user the ResourceManager names as the owner of ``spec`` submitted from here: on a
+        secure cluster the short name of the Kerberos login's principal (the job's own keytab
+        login, else this client's, else the ticket cache's; None when that cannot be known), else
+        ``HADOOP_USER_NAME`` or the login name, as skein submits."""
+        login = self.login
+        if spec is not None:
+            with contextlib.suppress(SpecError, LoginError):
+                login = job_login(spec) or login
+        if login is None and not is_secure(self.conf):
+            return user_name()
+        principal = (login.principal if login else None) or cache_principal()
+        return principal_user(principal) if principal else None

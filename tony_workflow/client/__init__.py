@@ -263,10 +263,12 @@ class TonyClient:
             out.append(status)
         return out
 
-    def find_running(self, context: Mapping[str, str]) -> str | None:
-        """The newest application not yet final that the same workflow task run as ``context``
-        submitted (:func:`tony_workflow.context.identity`), or None."""
-        tag = identity_tag(context)
-        found = self.backend.running_with(tag) if tag else []
+    def find_running(self, spec: JobSpec) -> str | None:
+        """The newest application not yet final that the workflow task run ``spec`` comes from
+        submitted before, as the same user, or None: found by the identity a front end gave
+        ``spec`` (:meth:`~tony_workflow.spec.JobSpec.with_identity`); a spec without one (submitted
+        by hand, or by a front end with no key) finds nothing."""
+        tag = identity_tag(spec.identity)
+        found = self.backend.running_with(tag, spec) if tag else []
         return found[-1] if found else None
 

@@ -175,7 +175,9 @@ class JobSpec:
     virtualenv directory or zip and ``src_dir`` a source directory, both shipped to every container.
     ``shell_env`` is extra environment for the user process. ``source`` is the file the spec came
     from and ``key_origin`` maps conf keys to the user's spelling (``tasks.worker.memory``), both
-    only for messages.
+    only for messages. ``identity`` names the workflow task run that submitted the job
+    (:func:`tony_workflow.context.identity`, keyed by the deployment's secret): only a front end
+    sets it (:meth:`with_identity`), never a spec, and a retry of that run finds the job by it.
     """
 
     conf: dict[str, str] = field(default_factory=dict)
@@ -187,6 +189,7 @@ class JobSpec:
     shell_env: dict[str, str] = field(default_factory=dict)
     source: str | None = None
     key_origin: dict[str, str] = field(default_factory=dict)
+    identity: str | None = None
 
     def __post_init__(self) -> None:
         issues = []
@@ -202,7 +205,7 @@ class JobSpec:
                 except ValueError as exc:
                     issues.append(SpecIssue(f"{name}.{key}", item, str(exc), self.source))
             object.__setattr__(self, name, converted)
-        for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source"):
+        for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source", "identity"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 issues.append(SpecIssue(name, value, "must be a string or null", self.source))
@@ -501,6 +504,13 @@ class JobSpec:
         if not isinstance(data, Mapping):
             raise error("job spec", type(data).__name__, "must be a mapping")
         return cls(**known_fields(cls, data, "job spec"))
+
+    def with_identity(self, key: bytes | None, server: str = "") -> JobSpec:
+        """A copy that carries the identity of the workflow task run its context names, keyed with
+        ``key`` and naming ``server`` (:func:`tony_workflow.context.identity`); none without a key
+        or without such a context."""
+        from ..context import identity
+        return dataclasses.replace(self, identity=identity(self.context, key, server))
 
     def with_overrides(self, pairs: Iterable[str] | Mapping[str, object], origin: str = "--conf") -> JobSpec:
         """A copy with ``key=value`` overrides applied as :func:`apply_overrides` does."""

@@ -91,7 +91,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
 def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
     """The user's tags must fit YARN's limits beside TonY's own; the context's source must be one
     a context is made of (:mod:`tony_workflow.context`)."""
-    from ..context import MAX_TAG_LENGTH, MAX_TAGS, SOURCES, TONY_TAGS
+    from ..context import IDENTITY_TAG, MAX_TAG_LENGTH, MAX_TAGS, SOURCES, TONY_TAGS
     issues = []
     tags = spec.tags
     room = MAX_TAGS - TONY_TAGS
@@ -103,6 +103,10 @@ def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
         if len(tag) > MAX_TAG_LENGTH or not tag.isascii() or not tag.isprintable():
             issues.append(spec.issue("tony.application.tags", tag, f"a tag is at most {MAX_TAG_LENGTH} "
                                      "printable ASCII characters (YARN's limit)"))
+        elif tag.lower().startswith(IDENTITY_TAG + ":"):
+            issues.append(spec.issue("tony.application.tags", tag, f"a tag other than {IDENTITY_TAG}:…, which names "
+                                     "the workflow run that submitted a job and is given by Airflow or "
+                                     "Azkaban only"))
     source = (spec.get("tony.context.source") or "").strip()
     if source and source not in SOURCES:
         issues.append(spec.issue("tony.context.source", source, f"one of {', '.join(SOURCES)} (or empty: the "

@@ -181,13 +181,25 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
     # Also: where the job came from tags it within YARN's ten, is in its status, and finds it.
     context = ["tony.context.dag-id=Nightly", "tony.context.dag-run-id=manual__7", "tony.context.task-id=train",
                "tony.context.try-number=1", "tony.context.map-index=-1"]
-    spec = load_job(str(MWMS), conf=[*SMALL, *context, "tony.application.tags=a,b,c,d,e,f"],
-                    task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
+    forged = load_job(str(MWMS), conf=[*SMALL, *context, "tony.application.tags=a,b,c,d,e,f"],
+                      task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
+    spec = forged.with_identity(b"the-deployments-key-0123", "http://airflow-a:8080")
     h = yarn.submit(spec)
     tags = set(requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}",
                             timeout=30).json()["app"]["applicationTags"].split(","))
-    assert len(tags) == 10 and {"tony", identity_tag(spec.context), "a", "f", "airflow.dag_id:nightly"} <= tags
-    assert yarn.find_running(spec.context) == h.app_id  # from the submission on, before the AM says anything
+    assert len(tags) == 10 and {"tony", identity_tag(spec.identity), "a", "f", "airflow.dag_id:nightly"} <= tags
+    assert yarn.find_running(spec) == h.app_id  # from the submission on, before the AM says anything
+    # The same task run's keys set by hand name nothing; another deployment's run has another identity.
+    assert forged.identity is None and yarn.find_running(forged) is None
+    assert yarn.find_running(forged.with_identity(b"another-deployments-key", "http://airflow-a:8080")) is None
+    # A tag copied into another user's application is not that user's job: the ResourceManager's
+    # word on the application's user decides.
+    report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
+    assert report["user"] == yarn.backend.submitting_user(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HADOOP_USER_NAME", report["user"] + "-other")
+        assert yarn.backend.running_with(identity_tag(spec.identity), spec) == []
+        assert not yarn.backend.submitted_as_me(h.app_id, spec)
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s, timeout=240)
     assert st.context == spec.context
     # The checkpoints (the model, for lineage and assets) are named with the NameNode of fs.defaultFS.
@@ -200,4 +212,4 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
     assert r.returncode == 0 and "KILLED" in r.stdout, r.stderr[-2000:]
     report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
     assert report["state"] in ("KILLED", "FINISHED") and report["finalStatus"] in ("KILLED",)
-    assert yarn.find_running(spec.context) is None
+    assert yarn.find_running(spec) is None

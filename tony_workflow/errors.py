@@ -36,6 +36,7 @@ from typing import Any
 __all__ = [
     "AMError",
     "AMUnreachable",
+    "AccessDenied",
     "ClusterError",
     "ConfigError",
     "LoginError",
@@ -114,6 +115,11 @@ class LoginError(TonyError, ValueError):
 
 class ClusterError(TonyError, RuntimeError):
     """The cluster (its ResourceManager, a mini cluster being started) failed or refused a request."""
+
+
+class AccessDenied(TonyError, PermissionError):
+    """The cluster refuses this user a job: its access control lists
+    (tony.application.view-acls, tony.application.modify-acls) do not name them."""
 
 
 class ConfigError(TonyError, ValueError):

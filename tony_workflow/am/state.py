@@ -134,10 +134,11 @@ class AMState:
         self.cond = threading.Condition(self.lock)
         self.events = EventLog(self.app_dir / "events.jsonl")
         resume = resume or Resume()
+        self._backend_warnings = _tag_warnings(spec, cluster.name) + acl_warnings(spec, cluster.name)
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
                                 started_at=resume.started_at or time.time(), backend=cluster.name,
                                 retries=resume.retries, reclaims=resume.reclaims, am_attempt=resume.attempt,
-                                warnings=list(spec.warnings) + _tag_warnings(spec, cluster.name),
+                                warnings=[*spec.warnings, *self._backend_warnings],
                                 diagnostics=resume.diagnostics,
                                 context=dict(spec.context) or None)
         self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
@@ -174,7 +175,7 @@ class AMState:
 
     def warnings_changed(self) -> None:
         """The store's warnings changed: the status shows the spec's and the store's. Lock held."""
-        self.status.warnings = [*self.spec.warnings, *self.store.warnings]
+        self.status.warnings = [*self.spec.warnings, *self._backend_warnings, *self.store.warnings]
 
     def fail_for_store(self, why: str) -> None:
         """The checkpoint store's trouble fails the job (``tony.checkpoint.on-store-failure``); the
@@ -249,6 +250,23 @@ class AMState:
     def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
         with self.lock:
             return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}
+
+
+def acl_warnings(spec: JobSpec, backend: str) -> list[str]:
+    """What of tony.application.view-acls and modify-acls cannot be done where the job runs: the
+    embedded cluster has no ACLs (every user of its machine may see and stop its jobs), and the
+    pages skein's web UI serves take users, not groups."""
+    keys = [k for k, (users, groups) in (("tony.application.view-acls", spec.view_acls),
+                                         ("tony.application.modify-acls", spec.modify_acls)) if users or groups]
+    if not keys:
+        return []
+    if backend != "yarn":
+        return [(f"{' and '.join(keys)}: the embedded cluster has no access control lists; any user of its "
+                "machine may see and stop its jobs (YARN applies them)")]
+    if spec.view_acls[1]:
+        return [(f"tony.application.view-acls: the groups {', '.join(spec.view_acls[1])} may see the job through "
+                "YARN, not its pages (skein's web UI names users only)")]
+    return []
 
 
 def _tag_warnings(spec: JobSpec, backend: str) -> list[str]:

@@ -385,6 +385,11 @@ class Backend(ABC):
                 found.append(app_id)
         return found
 
+    def kills_through_cluster(self, app_id: str) -> bool:
+        """Whether a kill of the application must go through the cluster, which checks who may
+        (YARN's modify ACL), rather than through the AM, which cannot tell who asks."""
+        return False
+
     def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
         """Whether the application was submitted by the user this client would submit ``spec`` as."""
         return True

@@ -55,7 +55,12 @@ def node_totals(node: dict[str, Any]) -> tuple[int, int, int]:
 
 
 class RMError(ClusterError):
-    """The ResourceManager refused a request, or could not be reached."""
+    """The ResourceManager refused a request (``status``: its HTTP status), or could not be
+    reached (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ class ResourceManager:
         self.last_bytes = len(r.content)
         if r.status_code >= 400:
             raise RMError(f"the ResourceManager at {self.url} refused {method} {path}: HTTP {r.status_code} "
-                          f"{_message(r)}")
+                          f"{_message(r)}", r.status_code)
         return r.json() if r.content else {}
 
     # ------------------------------------------------------------------ reading
@@ -168,7 +173,7 @@ class ResourceManager:
             return None
         if r.status_code >= 400:
             raise RMError(f"the ResourceManager at {self.url} refused GET /apps/{app_id}: HTTP {r.status_code} "
-                          f"{_message(r)}")
+                          f"{_message(r)}", r.status_code)
         return AppReport.from_json(r.json()["app"])
 
     def apps(self, *, tags: tuple[str, ...] = (), states: tuple[str, ...] = (), queue: str | None = None,

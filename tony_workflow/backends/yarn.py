@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 
 from .. import hadoop
 from ..context import application_tags, from_tags
-from ..errors import ConfigError, UnknownApplication
+from ..errors import AccessDenied, ConfigError, UnknownApplication
 from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, cache_principal, is_secure, principal_user
 from ..process import user_name
 from ..spec import JobSpec, SpecError, SpecIssue
@@ -349,7 +349,7 @@ class YarnBackend(Backend):
         tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(plan.tasks))],
                                    spec.tags, spec.context, spec.identity)
         app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
-                          docker_env=lambda image: docker_env(image, spec.docker_mounts))
+                          docker_env=lambda image: docker_env(image, spec.docker_mounts), secure=is_secure(self.conf))
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
         app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
         shutil.rmtree(staging, ignore_errors=True)
@@ -412,6 +412,11 @@ class YarnBackend(Backend):
     def endpoint(self, app_id: str) -> AMEndpoint | None:
         try:
             report = self._rm(app_id).app(app_id)
+        except RMError:
+            return None
+        if report is not None:
+            self._may_view(report)  # before anything of the job is read: YARN's ACLs decide
+        try:
             if report is None or report.state not in _YARN_RUNNING or not report.am_rpc_address:
                 return None
             kv = self._app_client(report).kv.get_prefix("tony.am.")
@@ -423,8 +428,21 @@ class YarnBackend(Backend):
                 self._apps.pop(app_id, None)
             return None
 
+    def _may_view(self, report: AppReport) -> None:
+        """AccessDenied when the ResourceManager withholds the application's details from the user
+        this client acts as: its VIEW ACL (the owner, the cluster's administrators and
+        tony.application.view-acls) does not name them. YARN then reports only what anyone may
+        see: no start time for an application it has accepted, which always has one."""
+        if not is_secure(self.conf) or report.started_at is not None or report.state in ("NEW", "NEW_SAVING",
+                                                                                         "SUBMITTED"):
+            return  # without Kerberos the REST API does not know who asks: YARN's RPC alone can tell
+        me = self.submitting_user() or "this client's user"
+        raise AccessDenied(f"YARN does not let {me} see application {report.id} of {report.user}: its view ACL "
+                           f"(tony.application.view-acls) does not name {me}")
+
     def stored_status(self, app_id: str) -> JobStatus:
         report = self._report(app_id)
+        self._may_view(report)
         state, final = report.state, report.final_status
         if state in _YARN_ENDED:
             saved = self._saved_status(app_id)
@@ -487,8 +505,17 @@ class YarnBackend(Backend):
         rm = self._rm(app_id)
         try:
             rm.kill(app_id)
-        except RMError:  # a ResourceManager whose web endpoints refuse us still takes the driver's word
-            self.client.kill_application(app_id)
+        except RMError as e:
+            # On a secure cluster the REST API knows who asks; elsewhere it may take the caller
+            # for its static web user, and the driver's word (the user's own) decides.
+            if e.status == 403 and is_secure(self.conf):
+                raise self._kill_refused(app_id) from None
+            try:
+                self.client.kill_application(app_id)
+            except Exception as driver_error:
+                if "MODIFY_APP" in str(driver_error) or "AccessControlException" in str(driver_error):
+                    raise self._kill_refused(app_id) from None
+                raise
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -498,7 +525,13 @@ class YarnBackend(Backend):
                     return
             time.sleep(0.2)
 
+    def _kill_refused(self, app_id: str) -> AccessDenied:
+        me = self.submitting_user() or "this client's user"
+        return AccessDenied(f"YARN does not let {me} kill application {app_id}: its modify ACL "
+                            f"(tony.application.modify-acls) does not name {me}")
+
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
+        self._may_view(self._report(app_id))
         out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))
         path = out_dir / "yarn-logs.txt"
         if self.conf.get("yarn.log-aggregation-enable", "").strip().lower() == "false":
@@ -549,6 +582,11 @@ class YarnBackend(Backend):
             return []
         return [a.id for a in self.rm.apps(tags=(tag,), states=_YARN_ACTIVE)
                 if tag in a.tags and "tony" in a.tags and a.user == user]
+
+    def kills_through_cluster(self, app_id: str) -> bool:
+        # Another user's job: the ResourceManager decides whether they may (tony.application.modify-acls).
+        user = self.submitting_user()
+        return user is None or self._report(app_id).user != user
 
     def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
         user = self.submitting_user(spec)

@@ -69,11 +69,12 @@ def prelude(shipment: Shipment) -> str:
 
 
 def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: list[str],
-                spread: Mapping[str, list[str]], docker_env: Any) -> Any:
+                spread: Mapping[str, list[str]], docker_env: Any, secure: bool = False) -> Any:
     """The skein ``ApplicationSpec`` of ``spec``: ``at_start`` names the tasks skein's master asks
     for as the application starts (none: the gate asks when the job's turn comes), ``spread`` the
     hosts of each spread type's services, ``docker_env(image)`` the variables of a container's
-    image, ``tags`` the application's tags."""
+    image, ``tags`` the application's tags, ``secure`` whether the cluster uses Kerberos
+    (:func:`acls`)."""
     import skein
 
     python, head = shipment.python, prelude(shipment)
@@ -117,4 +118,25 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
                           script=f"{gate}exec sleep 2147483647", files=shipment.common() if not at_start else {},
                           env=base_env if not at_start else {}, security=shipment.security)
     return skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
-                                 tags=set(tags), max_attempts=1, node_label=spec.node_label or "")
+                                 tags=set(tags), max_attempts=1, node_label=spec.node_label or "",
+                                 acls=acls(spec, secure))
+
+
+def acls(spec: Any, secure: bool = True) -> Any:
+    """The application's access control lists: always enforced (where the cluster enables ACLs,
+    ``yarn.acl.enable``), the owner and the cluster's administrators always in them, anyone else
+    only as tony.application.view-acls (status, logs, and the pages skein's web UI serves through
+    the ResourceManager's proxy, which take users, not groups) and tony.application.modify-acls
+    (killing it) name them. A cluster without Kerberos (``secure`` false) cannot tell who asks
+    for the pages: they stay open to all, as its web servers are."""
+    import skein
+
+    (view_users, view_groups), (modify_users, modify_groups) = spec.view_acls, spec.modify_acls
+    # Who may kill a job may see it too.
+    viewers = list(dict.fromkeys((*view_users, *modify_users)))
+    viewer_groups = list(dict.fromkeys((*view_groups, *modify_groups)))
+    if "*" in viewers:
+        viewers, viewer_groups = ["*"], []
+    return skein.ACLs(enable=True, view_users=viewers, view_groups=viewer_groups,
+                      modify_users=list(modify_users), modify_groups=list(modify_groups),
+                      ui_users=viewers if secure else ["*"])

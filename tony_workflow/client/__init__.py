@@ -183,8 +183,11 @@ class JobHandle:
         return stored if stored.is_final else st
 
     def kill(self, reason: str = "killed by user", timeout: float = 60.0) -> JobStatus:
-        """Asks the AM to stop every task; force-kills if the AM does not answer."""
+        """Asks the AM to stop every task; force-kills if the AM does not answer, or when the
+        cluster must decide whether this user may (another user's job on YARN)."""
         am = self._am()
+        if am is not None and self.backend.kills_through_cluster(self.app_id):
+            am = None
         if am is not None:
             try:
                 am.kill(reason)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from ..context import FIELDS as CONTEXT_FIELDS
 from ..context import describe as describe_context
 from ..errors import (
+    AccessDenied,
     AMUnreachable,
     ConfigError,
     LoginError,
@@ -406,6 +407,7 @@ ERROR_REPORTS: tuple[tuple[type[TonyError], str, int], ...] = (
     (SubmissionRefused, "the job cannot run on this cluster, nothing was submitted:\n", 2),
     (UnknownApplication, "", 2),
     (LoginError, "cannot log in to the cluster: ", 2),
+    (AccessDenied, "", 2),
     (ConfigError, "", 2),
     (UsageError, "", 2),
     (AMUnreachable, "the job's ApplicationMaster does not answer: ", 1),

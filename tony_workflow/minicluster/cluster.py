@@ -51,7 +51,7 @@ from .build import (
 from .config import Settings, merged, write_client_conf, write_file, write_server_conf
 from .isolation import check_isolation, hidden_paths, isolate
 from .scheduling import Scheduling
-from .secure import Kerberos, find_kinit, kinit
+from .secure import OTHER_USERS, Kerberos, find_kinit, kinit
 
 __all__ = ["client_env", "login", "start", "status", "stop"]
 
@@ -380,7 +380,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         **scheduling.describe(),
         "nodes": nodes,
         **({"realm": addresses["realm"], "kdc": addresses["kdc"], "krb5_conf": str(krb.krb5_conf),
-            "principal": krb.principal, "keytab": str(krb.keytab), "ccache": str(krb.ccache)} if krb else {}),
+            "principal": krb.principal, "keytab": str(krb.keytab), "ccache": str(krb.ccache),
+            "other_users": {n: {"principal": f"{n}@{addresses['realm']}", "keytab": str(krb.user_keytab(n))}
+                            for n in OTHER_USERS if n != krb.user}} if krb else {}),
         "started_in_s": round(time.monotonic() - t0, 1),
     }
     write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")

@@ -19,6 +19,11 @@ how, is what a Kerberized production cluster does, short of what needs root:
   Maven do not include. The logs stay in the NodeManager's log directory, under the cluster's
   ``data/``.
 
+Three more users have principals and keytabs (:data:`OTHER_USERS`), for what a shared cluster is
+about: a teammate who may stop a job (``colleague``), one who may only watch it (``viewer``) and a
+stranger (``outsider``). YARN's access control
+lists are on (``yarn.acl.enable``), with the service and the submitting user as administrators.
+
 All daemons share one service principal, ``hadoop/localhost``: a JVM has a single Kerberos login,
 which every daemon in it serves as, and a client checks a server's principal against the setting
 for that server, so the settings can only name that one. The submitting user gets a principal of
@@ -35,7 +40,7 @@ from pathlib import Path
 
 from .build import MiniClusterError, tail
 
-__all__ = ["REALM", "SERVICE_PRINCIPAL", "SPNEGO_PRINCIPAL", "Kerberos", "find_kinit", "kinit"]
+__all__ = ["OTHER_USERS", "REALM", "SERVICE_PRINCIPAL", "SPNEGO_PRINCIPAL", "Kerberos", "find_kinit", "kinit"]
 
 REALM = "EXAMPLE.COM"
 # Hosts are written "localhost", never resolved: the daemons listen on the loopback only, and the
@@ -44,6 +49,8 @@ _SERVICE = "hadoop/localhost"
 _SPNEGO = "HTTP/localhost"
 SERVICE_PRINCIPAL = f"{_SERVICE}@{REALM}"
 SPNEGO_PRINCIPAL = f"{_SPNEGO}@{REALM}"
+#: Users besides the submitting one, each with a principal and a keytab (:meth:`Kerberos.user_keytab`).
+OTHER_USERS = ("colleague", "viewer", "outsider")
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,10 @@ class Kerberos:
     def principal(self) -> str:
         return f"{self.user}@{REALM}"
 
+    def user_keytab(self, name: str) -> Path:
+        """The keytab of ``name``, one of :data:`OTHER_USERS` (principal ``name@REALM``)."""
+        return self.dir / f"{name}.keytab"
+
     @property
     def ccache(self) -> Path:
         """The ticket cache clients of this cluster use, so that a login here leaves the user's
@@ -96,7 +107,8 @@ class Kerberos:
     def launcher_args(self) -> list[str]:
         """The launcher's arguments that start the KDC: the realm, then each keytab with its
         principals."""
-        return [REALM, f"{self.service_keytab}={_SERVICE},{_SPNEGO}", f"{self.keytab}={self.user}"]
+        return [REALM, f"{self.service_keytab}={_SERVICE},{_SPNEGO}", f"{self.keytab}={self.user}",
+                *(f"{self.user_keytab(n)}={n}" for n in OTHER_USERS if n != self.user)]
 
     def java_options(self) -> tuple[str, ...]:
         """What a client JVM needs to find the KDC: Java does not read ``KRB5_CONFIG``."""
@@ -139,6 +151,10 @@ class Kerberos:
             "yarn.resourcemanager.webapp.spnego-keytab-file": keytab,
             "yarn.nodemanager.webapp.spnego-principal": SPNEGO_PRINCIPAL,
             "yarn.nodemanager.webapp.spnego-keytab-file": keytab,
+            # Applications' access control lists are enforced; the service and the submitting user
+            # administer the cluster, the other users do not.
+            "yarn.acl.enable": True,
+            "yarn.admin.acl": f"hadoop,{self.user}",
             # Containers run as the NodeManager's user, not the submitter's: the executor that
             # switches users is a setuid binary that only root can install.
             "yarn.nodemanager.container-executor.class":

@@ -287,6 +287,8 @@ class JobSpec:
     node_label = field_of(table.NODE_LABEL)
     am_node_label = field_of(table.AM_NODE_LABEL)
     tags = field_of(table.TAGS)
+    view_acls = field_of(table.VIEW_ACLS)
+    modify_acls = field_of(table.MODIFY_ACLS)
     untracked_types = field_of(table.UNTRACKED_TYPES)
     sidecar_types = field_of(table.SIDECAR_TYPES)
     stop_on_failure_types = field_of(table.STOP_ON_FAILURE_TYPES)

@@ -30,7 +30,16 @@ from .keys import (
     TASK_FIELDS,
     TONY_XML_DEFAULTS,
 )
-from .values import parse_bool, parse_env, parse_environment, parse_int, parse_list, parse_regroup, parse_store_failure
+from .values import (
+    parse_acl,
+    parse_bool,
+    parse_env,
+    parse_environment,
+    parse_int,
+    parse_list,
+    parse_regroup,
+    parse_store_failure,
+)
 
 __all__ = [
     "KEYS",
@@ -120,6 +129,12 @@ STOP_ON_FAILURE_TYPES = listing("tony.application.stop-on-failure-jobtypes",
                                 "task types whose failure stops the job")
 TAGS = listing("tony.application.tags", "the application's tags on YARN")
 NODE_LABEL = text("tony.application.node-label", "on YARN, the node label expression of every container")
+VIEW_ACLS = Key("tony.application.view-acls", parse_acl,
+                "on YARN, who besides the job's owner and the cluster's administrators may see it (its status, "
+                "logs and pages): `users groups`, or * for everyone", "", kind="YARN ACL")
+MODIFY_ACLS = Key("tony.application.modify-acls", parse_acl,
+                  "on YARN, who besides the job's owner and the cluster's administrators may kill it: "
+                  "`users groups`, or * for everyone", "", kind="YARN ACL")
 CONTAINER_COMMAND = text("tony.containers.command", "the command of every task type without its own")
 CONTAINER_ENV = environment("tony.containers.envs", "the environment of every container")
 EXECUTION_ENV = environment("tony.execution.envs", "the environment of every user process")

@@ -98,6 +98,35 @@ def parse_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+_ACL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@$-]*$")
+
+
+def parse_acl(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A YARN access control list, ``users groups``: comma-separated users, then (after a space)
+    comma-separated groups, or ``*`` for everyone; as in YARN, a list that starts with a space
+    names groups only. Empty: nobody beyond the job's owner and the cluster's administrators.
+    (users, groups); ValueError names what is wrong."""
+    text = (value or "").rstrip()
+    if not text.strip():
+        return (), ()
+    if text.strip() == "*":
+        return ("*",), ()
+    parts = text.split()
+    if len(parts) > 2:
+        raise ValueError("at most two parts: users, then groups, each comma-separated, with one space between "
+                         "(e.g. 'alice,bob ml-team'; ' ml-team' for groups only), or * for everyone")
+    if text[0].isspace():
+        users, groups = [], parse_list(parts[0])
+    else:
+        users, groups = parse_list(parts[0]), parse_list(parts[1]) if len(parts) > 1 else []
+    for name in (*users, *groups):
+        if name == "*":
+            raise ValueError("* stands alone: it means everyone")
+        if not _ACL_NAME.match(name):
+            raise ValueError(f"{name!r} is not a user or group name (letters, digits and . _ @ $ -)")
+    return tuple(users), tuple(groups)
+
+
 def parse_env(value: str) -> dict[str, str]:
     """``"K=V,K2=V2"`` as TonY writes tony.containers.envs; ValueError names the first bad entry."""
     env = {}

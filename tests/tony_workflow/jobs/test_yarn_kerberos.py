@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REPO, minicluster_missing, own_minicluster, run_tony, sleeper_job, user_process, wait_for
+from tests.conftest import (
+    REPO,
+    app_processes,
+    minicluster_missing,
+    own_minicluster,
+    run_tony,
+    sleeper_job,
+    user_process,
+    wait_for,
+)
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -208,6 +217,66 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     # This cluster aggregates no logs: `tony logs` says so instead of running `yarn logs` for nothing.
     logs = run_tony("--backend", "yarn", "logs", app_id)
     assert logs.returncode == 0 and "yarn.log-aggregation-enable=false" in logs.stdout, logs.stdout + logs.stderr
+
+
+def logged_in_as(secure, name: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of ``name`` (one of the cluster's other users) after kinit: a ticket cache of
+    their own."""
+    from tony_workflow.minicluster.secure import kinit
+    ccache = tmp_path / f"krb5cc_{name}"
+    user = secure["other_users"][name]
+    kinit(secure["krb5_conf"], ccache, user["principal"], user["keytab"])
+    return {"KRB5CCNAME": str(ccache)}
+
+
+def test_only_those_the_acls_name_may_see_or_stop_a_job_and_the_rest_are_told_so(secure, tmp_path):
+    spec = tmp_path / "shared.json"
+    spec.write_text(json.dumps(sleeper_job("shared", {"tony.application.view-acls": "viewer",
+                                                      "tony.application.modify-acls": "colleague"})))
+    r = run_tony("--backend", "yarn", "submit", str(spec), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    app_id = r.stdout.strip().splitlines()[-1]
+    owner = TonyClient("yarn").attach(app_id)
+    wait_for(lambda: (s := owner.status()).state == "RUNNING" and s.tasks and s.tasks[0].state == "RUNNING",
+             timeout=300, interval=1)
+
+    # A stranger: YARN tells them nothing of the job and refuses to kill it; so does tony, in one line.
+    outsider = logged_in_as(secure, "outsider", tmp_path)
+    for command, verb in (("status", "see"), ("logs", "see"), ("kill", "see")):
+        r = run_tony("--backend", "yarn", command, app_id, env=outsider, timeout=300)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+        assert f"YARN does not let outsider {verb} application {app_id}" in r.stderr, r.stderr
+        assert "tony.application.view-acls" in r.stderr
+    # The ResourceManager's own word: the stranger's kill through its REST API is refused too.
+    refused = follow_elsewhere(f"""
+        import json
+        from requests_gssapi import HTTPSPNEGOAuth
+        import requests
+        r = requests.put("{secure['rm_web']}/ws/v1/cluster/apps/{app_id}/state", json={{"state": "KILLED"}},
+                         auth=HTTPSPNEGOAuth(), timeout=60)
+        print(json.dumps({{"status": r.status_code}}))
+    """, outsider)
+    assert refused["status"] == 403, refused
+    assert owner.status().state == "RUNNING"
+
+    # A teammate the view ACL names sees it, and may not stop it.
+    viewer = logged_in_as(secure, "viewer", tmp_path)
+    seen = run_tony("--backend", "yarn", "status", app_id, "--json", env=viewer, timeout=300)
+    assert seen.returncode == 0 and json.loads(seen.stdout)["state"] == "RUNNING", seen.stderr[-2000:]
+    r = run_tony("--backend", "yarn", "kill", app_id, env=viewer, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert f"YARN does not let viewer kill application {app_id}" in r.stderr, r.stderr
+    assert "tony.application.modify-acls" in r.stderr
+    assert owner.status().state == "RUNNING"
+
+    # A colleague the modify ACL names sees the job and stops it.
+    colleague = logged_in_as(secure, "colleague", tmp_path)
+    seen = run_tony("--backend", "yarn", "status", app_id, "--json", env=colleague, timeout=300)
+    assert seen.returncode == 0 and json.loads(seen.stdout)["state"] == "RUNNING", seen.stderr[-2000:]
+    killed = run_tony("--backend", "yarn", "kill", app_id, env=colleague, timeout=300)
+    assert killed.returncode == 0 and "KILLED" in killed.stdout, killed.stderr[-2000:]
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
+    wait_for(lambda: not app_processes(app_id), timeout=120)
 
 
 WRITE_TOKENS = """

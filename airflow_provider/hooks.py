@@ -26,6 +26,7 @@ __all__ = ["TonyHook"]
 _CONN_TO_CONF = {
     "queue": "tony.yarn.queue",
     "node_label": "tony.application.node-label",
+    "proxy_user": "tony.application.proxy-user",
 }
 
 #: connection fields that configure the YARN backend (see tony_workflow.backends.yarn.YarnBackend)
@@ -119,7 +120,7 @@ class TonyHook(BaseHook):
             return None, server
 
     def connection_conf(self) -> dict[str, str]:
-        """tony.* keys this connection sets on every job (queue, node label)."""
+        """tony.* keys this connection sets on every job (queue, node label, proxy user)."""
         return {key: str(self.fields[f]) for f, key in _CONN_TO_CONF.items() if self.fields.get(f)}
 
     def submit(self, spec: JobSpec) -> JobHandle:

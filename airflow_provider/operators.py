@@ -104,6 +104,10 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         ``application_id``, ``checkpoint_location`` (the URI of the job's checkpoints: the model),
         the last reported ``step`` and ``metrics``, ``final_state``, ``tracking_url`` and where the
         job came from (``context``). DAGs scheduled on the asset start with it.
+    :param proxy_user: on YARN, the user the job runs as (``tony.application.proxy-user``),
+        impersonated by the connection's login, which the cluster's ``hadoop.proxyuser.*`` settings
+        must allow; default the connection's ``proxy_user`` extra, else the login itself. As with
+        ``SparkSubmitOperator``'s.
     :param reattach: before submitting, look for an application this task run (DAG, run, task,
         map index; any try) submitted earlier, as the same user, and that still runs, and follow
         it instead of submitting a second one. That covers a worker lost between the submission
@@ -118,7 +122,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     ``TONY_CONTEXT_*`` / ``AIRFLOW_CTX_*`` variables in every task.
     """
 
-    template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv",
+    template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv", "proxy_user",
                                       "python_binary_path", "shell_env")
     template_ext: Sequence[str] = (".yaml", ".yml", ".xml", ".j2")
     template_fields_renderers: ClassVar[dict[str, str]] = {"job_spec": "yaml", "conf": "json", "shell_env": "json"}
@@ -134,7 +138,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                  shell_env: Mapping[str, str] | None = None, tony_conn_id: str = TonyHook.default_conn_name,
                  deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval: float = 5.0, tensorboard_wait: float = 60.0, reattach: bool = True,
-                 model_asset: Asset | None = None, **kwargs: Any) -> None:
+                 model_asset: Asset | None = None, proxy_user: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_asset = model_asset
         if model_asset is not None and model_asset not in (self.outlets or []):
@@ -152,6 +156,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self.poll_interval = poll_interval
         self.tensorboard_wait = tensorboard_wait
         self.reattach = reattach
+        self.proxy_user = proxy_user
         self.application_id: str | None = None
 
     @functools.cached_property
@@ -172,6 +177,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         if isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
             spec_in = str(base / spec_in.strip())
         conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()},
+                **({"tony.application.proxy-user": self.proxy_user} if self.proxy_user else {}),
                 **task_context_conf(context)}
         try:
             spec = load_job(spec_in, conf=conf, base_dir=base, executes=self.executes, task_params=self.task_params,

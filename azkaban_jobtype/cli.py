@@ -1,6 +1,6 @@
 """The ``tony-azkaban`` command.
 
-``tony-azkaban install-plugin PLUGINS_DIR [--python PATH] [--env NAME=VALUE ...]``
+``tony-azkaban install-plugin PLUGINS_DIR [--python PATH] [--env NAME=VALUE ...] [--proxy]``
     Writes the ``TonyJob`` and ``TensorFlowJob`` job types into an Azkaban executor's
     ``plugins/jobtypes`` folder.
 ``tony-azkaban validate PROJECT_DIR_OR_ZIP [--param NAME=VALUE ...] [--json]``
@@ -32,7 +32,8 @@ _STAND_INS = ("azkaban.flow.execid", "azkaban.flow.flowid", "azkaban.flow.projec
 
 
 def cmd_install_plugin(args: argparse.Namespace) -> int:
-    written = install_plugin(args.plugins_dir, python=args.python, env=parse_pairs(args.env, "--env"))
+    written = install_plugin(args.plugins_dir, python=args.python, env=parse_pairs(args.env, "--env"),
+                             proxy=args.proxy)
     for path in written:
         print(path)
     return 0
@@ -114,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", help="interpreter that runs the jobs (default: this one)")
     p.add_argument("--env", action="append", metavar="NAME=VALUE",
                    help="environment of every job of these types, e.g. TONY_HOME=/var/tony (repeatable)")
+    p.add_argument("--proxy", action="store_true",
+                   help="run each job as its flow's user.to.proxy on YARN (azkaban.should.proxy=true), as TonY's "
+                        "job type did; the executor's login must be allowed to impersonate them")
     p.set_defaults(func=cmd_install_plugin)
 
     p = sub.add_parser("validate", help="show the job spec of every TonY job in a project, or what is wrong")

@@ -51,14 +51,15 @@ def runner_command(python: str) -> str:
 
 def install_plugin(plugins_dir: str | os.PathLike, *, python: str | None = None,
                    env: Mapping[str, str] | None = None, types: Iterable[str] = TONY_JOB_TYPES,
-                   check: bool = True) -> list[Path]:
+                   check: bool = True, proxy: bool = False) -> list[Path]:
     """Writes one folder per job type (default ``TonyJob`` and ``TensorFlowJob``) under ``plugins_dir``.
 
     ``python`` is the interpreter that runs the runner (default: this one); it must be able to import
     ``azkaban_jobtype``, which is checked unless ``check`` is false. ``env`` becomes ``env.NAME=value``
     defaults, which ProcessJob exports to the runner (``TONY_HOME``, ``TONY_CONF_DIR``,
     ``TONY_BACKEND``, ...). Existing ``private.properties`` and ``plugin.properties`` are replaced;
-    anything else in the folders is left alone. Returns the files written.
+    anything else in the folders is left alone. With ``proxy``, jobs run on YARN as their flow's
+    ``user.to.proxy`` (``azkaban.should.proxy=true``). Returns the files written.
     """
     if not python:
         python = sys.executable
@@ -96,6 +97,7 @@ def install_plugin(plugins_dir: str | os.PathLike, *, python: str | None = None,
             with os.fdopen(fd, "w") as fh:
                 fh.write(key + "\n")
         plugin_props = {"command": command, "env.TONY_REATTACH_KEY_FILE": str(key_file),
+                        **({"azkaban.should.proxy": "true"} if proxy else {}),
                         **{f"env.{k}": v for k, v in (env or {}).items()}}
         comment = _HEADER.format(command=command)
         dump_properties({"jobtype.class": JOBTYPE_CLASS}, folder / "private.properties", comment)

@@ -65,6 +65,14 @@ DATASET_ENV = {"azkaban.input.dataset": "AZKABAN_INPUT_DATASET",
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: The executor's say whether jobs run as their flow's ``user.to.proxy`` (``install-plugin --proxy``).
+SHOULD_PROXY = "azkaban.should.proxy"
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "yes", "1")
+
+
 def context_conf(props: Mapping[str, str]) -> dict[str, str]:
     """The ``tony.context.*`` keys of the execution Azkaban's runtime ``props`` describe (none
     when Azkaban set none of them: a job run by hand)."""
@@ -117,6 +125,10 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
                                   if any(values)})
     # Where the job came from is Azkaban's to say, not the job's.
     conf = apply_overrides(conf, context_conf(props))
+    # As TonY's job type did: where the executor proxies (azkaban.should.proxy), the job runs as
+    # the flow's user.to.proxy, whatever the job's own keys say.
+    if _true(props.get(SHOULD_PROXY)) and (proxy := (props.get("user.to.proxy") or "").strip()):
+        conf = apply_overrides(conf, {"tony.application.proxy-user": proxy})
 
     fields = {name: _text(props.get(name)) for name in ("executes", "task_params", "python_binary_path",
                                                         "python_venv")}

@@ -45,6 +45,21 @@ def test_a_connection_sets_the_queue_and_node_label_of_its_jobs(airflow_db, monk
     assert hook.connection_conf() == {"tony.yarn.queue": "research", "tony.application.node-label": "gpu"}
 
 
+def test_a_jobs_proxy_user_comes_from_the_operator_else_the_connection(airflow_db, tony_home, monkeypatch):
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+    define(monkeypatch, "tony_proxy", backend="local", proxy_user="etl")
+    job = {"name": "p", "command": "true", "tasks": {"worker": {"instances": 1}}}
+    with DAG("tony_proxy_users", schedule=None, start_date=datetime(2026, 1, 1)):
+        theirs = TonyOperator(task_id="a", job_spec=job, tony_conn_id="tony_proxy")
+        mine = TonyOperator(task_id="b", job_spec=job, tony_conn_id="tony_proxy", proxy_user="alice")
+        nobody = TonyOperator(task_id="c", job_spec=job)
+    assert theirs.build_spec().proxy_user == "etl"
+    assert mine.build_spec().proxy_user == "alice" and "proxy_user" in TonyOperator.template_fields
+    assert nobody.build_spec().proxy_user is None
+
+
 def test_an_unknown_connection_raises(airflow_db):
     from airflow.sdk.exceptions import AirflowNotFoundException
     with pytest.raises(AirflowNotFoundException):

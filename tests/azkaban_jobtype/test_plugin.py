@@ -46,6 +46,13 @@ def test_the_command_starts_the_runner_once_split_as_azkaban_splits_it(tmp_path)
     assert r.returncode == 2 and "JOB_PROP_FILE is not set" in r.stdout
 
 
+def test_an_executor_that_proxies_says_so_to_its_jobs(tmp_path):
+    install_plugin(tmp_path, proxy=True)
+    assert load_properties(tmp_path / "TonyJob" / "plugin.properties")["azkaban.should.proxy"] == "true"
+    install_plugin(tmp_path)
+    assert "azkaban.should.proxy" not in load_properties(tmp_path / "TonyJob" / "plugin.properties")
+
+
 def test_an_interpreter_path_with_spaces_is_quoted():
     command = runner_command("/opt/my tools/bin/python3")
     assert command == '"/opt/my tools/bin/python3" -m azkaban_jobtype'

@@ -106,6 +106,14 @@ def test_the_execution_is_the_jobs_context_and_tags_it_as_tony_did():
     assert context_conf({}) == {} and translate(MINIMAL).context == {}
 
 
+def test_where_the_executor_proxies_the_job_runs_as_the_flows_user_to_proxy():
+    flow = {**MINIMAL, "user.to.proxy": "alice", "tony.application.proxy-user": "someone-else"}
+    assert translate({**flow, "azkaban.should.proxy": "true"}).proxy_user == "alice"  # Azkaban's say, not the job's
+    assert translate(flow).proxy_user == "someone-else"  # an executor that does not proxy: the job's own key
+    assert translate({**MINIMAL, "user.to.proxy": "alice"}).proxy_user is None
+    assert translate({**MINIMAL, "azkaban.should.proxy": "true"}).proxy_user is None
+
+
 def test_hdfs_classpath_is_localised_like_a_container_resource():
     spec = translate({**MINIMAL, "hdfs_classpath": "hdfs:///libs/tony", "tony.containers.resources": "data.zip"})
     assert spec.container_resources == ["data.zip", "hdfs:///libs/tony"]

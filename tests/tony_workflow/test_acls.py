@@ -1,5 +1,6 @@
-"""Who may see and stop a job (tony.application.view-acls, tony.application.modify-acls): the keys
-as YARN's ACLs, what skein is given, and what cannot be done where the job runs. The ACLs at work,
+"""Who may see and stop a job (tony.application.view-acls, tony.application.modify-acls), and whom it
+runs as (tony.application.proxy-user): the keys as YARN's ACLs, what skein is given, and what
+cannot be done where the job runs. The ACLs at work,
 with several users of a secure cluster, are tested in tests/tony_workflow/jobs/test_yarn_kerberos.py."""
 from __future__ import annotations
 
@@ -54,3 +55,16 @@ def test_what_acls_cannot_do_where_the_job_runs_is_said():
     [groups] = acl_warnings(spec(view_acls="viewer analysts"), "yarn")
     assert "analysts" in groups and "not its pages" in groups
     assert acl_warnings(spec(view_acls="viewer"), "yarn") == [] and acl_warnings(spec(), "local") == []
+
+
+def test_a_job_run_as_its_proxy_user_lets_its_submitter_follow_and_stop_it():
+    a = acls(spec(proxy_user="alice", view_acls="viewer"), submitter="airflow")
+    assert a.modify_users == ["airflow"] and a.view_users == ["viewer", "airflow"]
+    # Submitted as oneself: nobody added.
+    assert acls(spec(proxy_user="airflow"), submitter="airflow").modify_users == []
+    assert acls(spec(), submitter="airflow").modify_users == []
+    [local] = acl_warnings(spec(proxy_user="alice"), "local")
+    assert "tony.application.proxy-user=alice" in local and "runs every job as the user who submits it" in local
+    assert acl_warnings(spec(proxy_user="alice"), "yarn") == []
+    with pytest.raises(SpecError, match="tony.application.proxy-user"):
+        spec(proxy_user="al ice").validate()

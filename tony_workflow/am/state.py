@@ -253,20 +253,22 @@ class AMState:
 
 
 def acl_warnings(spec: JobSpec, backend: str) -> list[str]:
-    """What of tony.application.view-acls and modify-acls cannot be done where the job runs: the
-    embedded cluster has no ACLs (every user of its machine may see and stop its jobs), and the
-    pages skein's web UI serves take users, not groups."""
+    """What of tony.application.view-acls, modify-acls and proxy-user cannot be done where the job
+    runs: the embedded cluster has no ACLs (every user of its machine may see and stop its jobs)
+    and runs jobs as their submitter, and the pages skein's web UI serves take users, not groups."""
+    out = []
+    if spec.proxy_user and backend != "yarn":
+        out.append(f"tony.application.proxy-user={spec.proxy_user}: the embedded cluster runs every job as the user "
+                   "who submits it (YARN runs it as the proxy user)")
     keys = [k for k, (users, groups) in (("tony.application.view-acls", spec.view_acls),
                                          ("tony.application.modify-acls", spec.modify_acls)) if users or groups]
-    if not keys:
-        return []
-    if backend != "yarn":
-        return [(f"{' and '.join(keys)}: the embedded cluster has no access control lists; any user of its "
-                "machine may see and stop its jobs (YARN applies them)")]
-    if spec.view_acls[1]:
-        return [(f"tony.application.view-acls: the groups {', '.join(spec.view_acls[1])} may see the job through "
-                "YARN, not its pages (skein's web UI names users only)")]
-    return []
+    if keys and backend != "yarn":
+        out.append(f"{' and '.join(keys)}: the embedded cluster has no access control lists; any user of its "
+                   "machine may see and stop its jobs (YARN applies them)")
+    elif keys and spec.view_acls[1]:
+        out.append(f"tony.application.view-acls: the groups {', '.join(spec.view_acls[1])} may see the job through "
+                   "YARN, not its pages (skein's web UI names users only)")
+    return out
 
 
 def _tag_warnings(spec: JobSpec, backend: str) -> list[str]:

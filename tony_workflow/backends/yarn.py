@@ -325,6 +325,8 @@ class YarnBackend(Backend):
             rm = resource_manager(self.rm_web, login)  # logs in: LoginError when it cannot
         except LoginError as e:
             raise LoginError(f"{e}; nothing was submitted") from None
+        if spec.proxy_user:
+            self._may_act_as(spec.proxy_user, login)
         gang = self.check_fits(spec, rm)
         plan = self._start_plan(spec, rm, gang, login)
         try:
@@ -332,9 +334,24 @@ class YarnBackend(Backend):
         finally:
             plan.done()
 
+    def _may_act_as(self, proxy: str, login: Login | None) -> None:
+        """LoginError, before anything is submitted, when the cluster does not let this client's
+        login act as ``proxy`` (tony.application.proxy-user): HDFS is asked, as the job's files
+        will be written there as that user."""
+        me = self.submitting_user() or "this client's login"
+        try:
+            open_storage("hdfs:///", hadoop_conf_dir=str(self.conf_dir), login=login, doas=proxy).exists("")
+        except PermissionError as e:
+            raise LoginError(f"tony.application.proxy-user={proxy}: the cluster does not let {me} act as {proxy} "
+                             f"(its hadoop.proxyuser.{me}.hosts and .users or .groups must allow it; HDFS said: "
+                             f"{str(e).splitlines()[0][:300]}); nothing was submitted") from None
+        except (ConfigError, OSError) as e:
+            raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {me} may act as "
+                             f"{proxy} ({e}); nothing was submitted") from None
+
     def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
-        shipment = self._ship(spec, staging, open_cache(self.conf_dir, login))
+        shipment = self._ship(spec, staging, open_cache(self.conf_dir, login, spec.proxy_user))
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
         # in one round when the queue has room for it now (yarn_start); none, and the gate asks
         # once the job's turn has come, otherwise.
@@ -349,9 +366,17 @@ class YarnBackend(Backend):
         tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(plan.tasks))],
                                    spec.tags, spec.context, spec.identity)
         app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
-                          docker_env=lambda image: docker_env(image, spec.docker_mounts), secure=is_secure(self.conf))
+                          docker_env=lambda image: docker_env(image, spec.docker_mounts), secure=is_secure(self.conf),
+                          submitter=self.submitting_user())
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
-        app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
+        try:
+            app_id = shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app)
+        except Exception as e:
+            if spec.proxy_user and "impersonate" in str(e):
+                raise LoginError(f"tony.application.proxy-user={spec.proxy_user}: the ResourceManager does not let "
+                                 f"{self.submitting_user()} act as {spec.proxy_user} ({str(e).splitlines()[0][:300]}); "
+                                 "nothing was submitted") from None
+            raise
         shutil.rmtree(staging, ignore_errors=True)
         if login is not None:
             self._logins[app_id] = login
@@ -445,7 +470,7 @@ class YarnBackend(Backend):
         self._may_view(report)
         state, final = report.state, report.final_status
         if state in _YARN_ENDED:
-            saved = self._saved_status(app_id)
+            saved = self._saved_status(app_id, report.user)
             if saved is not None:
                 return saved
         status = JobStatus(application_id=app_id, name=report.name, backend=self.name,
@@ -489,9 +514,11 @@ class YarnBackend(Backend):
             else "skein's master asks for the whole gang as the application starts" if asked_at_start(report.tags)
             else "waiting for its turn in the queue")
 
-    def _saved_status(self, app_id: str) -> JobStatus | None:
+    def _saved_status(self, app_id: str, user: str | None = None) -> JobStatus | None:
+        """The final status the AM wrote in the application's directory (in the home of ``user``,
+        whom it ran as)."""
         try:
-            store = open_storage(app_store(app_id), hadoop_conf_dir=str(self.conf_dir),
+            store = open_storage(app_store(app_id, user), hadoop_conf_dir=str(self.conf_dir),
                                  login=self._logins.get(app_id, self.login))
             with tempfile.TemporaryDirectory() as tmp:
                 store.get("status.json", Path(tmp) / "status.json")
@@ -597,6 +624,8 @@ class YarnBackend(Backend):
         secure cluster the short name of the Kerberos login's principal (the job's own keytab
         login, else this client's, else the ticket cache's; None when that cannot be known), else
         ``HADOOP_USER_NAME`` or the login name, as skein submits."""
+        if spec is not None and spec.proxy_user:
+            return spec.proxy_user
         login = self.login
         if spec is not None:
             with contextlib.suppress(SpecError, LoginError):

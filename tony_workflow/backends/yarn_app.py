@@ -69,12 +69,14 @@ def prelude(shipment: Shipment) -> str:
 
 
 def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: list[str],
-                spread: Mapping[str, list[str]], docker_env: Any, secure: bool = False) -> Any:
+                spread: Mapping[str, list[str]], docker_env: Any, secure: bool = False,
+                submitter: str | None = None) -> Any:
     """The skein ``ApplicationSpec`` of ``spec``: ``at_start`` names the tasks skein's master asks
     for as the application starts (none: the gate asks when the job's turn comes), ``spread`` the
     hosts of each spread type's services, ``docker_env(image)`` the variables of a container's
-    image, ``tags`` the application's tags, ``secure`` whether the cluster uses Kerberos
-    (:func:`acls`)."""
+    image, ``tags`` the application's tags, ``secure`` whether the cluster uses Kerberos and
+    ``submitter`` the user who submits it (:func:`acls`). A job with tony.application.proxy-user
+    runs as that user."""
     import skein
 
     python, head = shipment.python, prelude(shipment)
@@ -119,19 +121,23 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
                           env=base_env if not at_start else {}, security=shipment.security)
     return skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
                                  tags=set(tags), max_attempts=1, node_label=spec.node_label or "",
-                                 acls=acls(spec, secure))
+                                 acls=acls(spec, secure, submitter), user=spec.proxy_user or "")
 
 
-def acls(spec: Any, secure: bool = True) -> Any:
+def acls(spec: Any, secure: bool = True, submitter: str | None = None) -> Any:
     """The application's access control lists: always enforced (where the cluster enables ACLs,
     ``yarn.acl.enable``), the owner and the cluster's administrators always in them, anyone else
     only as tony.application.view-acls (status, logs, and the pages skein's web UI serves through
     the ResourceManager's proxy, which take users, not groups) and tony.application.modify-acls
     (killing it) name them. A cluster without Kerberos (``secure`` false) cannot tell who asks
-    for the pages: they stay open to all, as its web servers are."""
+    for the pages: they stay open to all, as its web servers are. A job run as its proxy user
+    names the user who submitted it (``submitter``) in both lists, so that the service which
+    submits for others may follow and stop what it submitted."""
     import skein
 
     (view_users, view_groups), (modify_users, modify_groups) = spec.view_acls, spec.modify_acls
+    if spec.proxy_user and submitter and submitter != spec.proxy_user and "*" not in modify_users:
+        modify_users = (*modify_users, submitter)
     # Who may kill a job may see it too.
     viewers = list(dict.fromkeys((*view_users, *modify_users)))
     viewer_groups = list(dict.fromkeys((*view_groups, *modify_groups)))

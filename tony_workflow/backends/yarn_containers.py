@@ -107,6 +107,7 @@ def reclaim_cause(exit_message: str) -> str | None:
     return next((cause for marker, cause in _RECLAIM_CAUSES if marker in text), None)
 
 
-def app_store(app_id: str) -> str:
-    """The application's own HDFS directory: checkpoints and the final status live there."""
-    return f"hdfs:///user/{user_name()}/.tony/{app_id}"
+def app_store(app_id: str, user: str | None = None) -> str:
+    """The application's own HDFS directory, in the home of ``user``, the one it runs as (default:
+    this process's, as in its own containers): checkpoints and the final status live there."""
+    return f"hdfs:///user/{user or user_name()}/.tony/{app_id}"

@@ -123,12 +123,14 @@ def spec_env(spec: dict) -> dict[str, str] | None:
     return {SPEC_ENV: encoded} if len(encoded) <= _SPEC_ENV_MAX else None
 
 
-def open_cache(conf_dir: str | os.PathLike[str], login: Login | None) -> Cache | None:
+def open_cache(conf_dir: str | os.PathLike[str], login: Login | None, user: str | None = None) -> Cache | None:
     """The user's cache in the HDFS of the Hadoop configuration in ``conf_dir`` (as ``login`` on a
-    secure cluster); None when HDFS cannot be reached (every file is then uploaded with the
-    application, as skein does)."""
+    secure cluster); ``user``: that of the user a job runs as, impersonated by the login (its
+    files are its own, which its containers read). None when HDFS cannot be reached (every file
+    is then uploaded with the application, as skein does)."""
     try:
-        return Cache(open_storage("hdfs:///", hadoop_conf_dir=str(conf_dir), login=login), qualified("hdfs:///", conf_dir))
+        return Cache(open_storage("hdfs:///", hadoop_conf_dir=str(conf_dir), login=login, doas=user),
+                     qualified("hdfs:///", conf_dir), user=user)
     except (ConfigError, OSError) as e:
         log.info("no cache of shipped files (%s): they are uploaded with each job", e)
         return None

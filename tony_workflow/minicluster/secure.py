@@ -21,7 +21,7 @@ how, is what a Kerberized production cluster does, short of what needs root:
 
 Three more users have principals and keytabs (:data:`OTHER_USERS`), for what a shared cluster is
 about: a teammate who may stop a job (``colleague``), one who may only watch it (``viewer``) and a
-stranger (``outsider``). YARN's access control
+stranger (``outsider``). The submitting user may act as either teammate (a job's proxy user). YARN's access control
 lists are on (``yarn.acl.enable``), with the service and the submitting user as administrators.
 
 All daemons share one service principal, ``hadoop/localhost``: a JVM has a single Kerberos login,
@@ -127,6 +127,10 @@ class Kerberos:
             "hadoop.http.authentication.kerberos.principal": SPNEGO_PRINCIPAL,
             "hadoop.http.authentication.kerberos.keytab": keytab,
             "hadoop.http.authentication.signature.secret.file": str(self._http_secret),
+            # The submitting user may run jobs as its teammates (a job's proxy user), from anywhere;
+            # the stranger may not.
+            f"hadoop.proxyuser.{self.user}.hosts": "*",
+            f"hadoop.proxyuser.{self.user}.users": "colleague,viewer",
         }
         hdfs = {
             "dfs.namenode.kerberos.principal": SERVICE_PRINCIPAL,

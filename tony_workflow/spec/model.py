@@ -287,6 +287,7 @@ class JobSpec:
     node_label = field_of(table.NODE_LABEL)
     am_node_label = field_of(table.AM_NODE_LABEL)
     tags = field_of(table.TAGS)
+    proxy_user = field_of(table.PROXY_USER)
     view_acls = field_of(table.VIEW_ACLS)
     modify_acls = field_of(table.MODIFY_ACLS)
     untracked_types = field_of(table.UNTRACKED_TYPES)

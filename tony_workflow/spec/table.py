@@ -39,6 +39,7 @@ from .values import (
     parse_list,
     parse_regroup,
     parse_store_failure,
+    parse_user,
 )
 
 __all__ = [
@@ -129,6 +130,8 @@ STOP_ON_FAILURE_TYPES = listing("tony.application.stop-on-failure-jobtypes",
                                 "task types whose failure stops the job")
 TAGS = listing("tony.application.tags", "the application's tags on YARN")
 NODE_LABEL = text("tony.application.node-label", "on YARN, the node label expression of every container")
+PROXY_USER = Key("tony.application.proxy-user", parse_user, "on YARN, the user the job runs as, impersonated by "
+                 "the submitting login (which hadoop.proxyuser.<login>.* must allow); empty: the login itself", "")
 VIEW_ACLS = Key("tony.application.view-acls", parse_acl,
                 "on YARN, who besides the job's owner and the cluster's administrators may see it (its status, "
                 "logs and pages): `users groups`, or * for everyone", "", kind="YARN ACL")

@@ -127,6 +127,14 @@ def parse_acl(value: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(users), tuple(groups)
 
 
+def parse_user(value: str) -> str | None:
+    """A user's name (None when empty); ValueError when it cannot be one."""
+    text = (value or "").strip()
+    if text and not _ACL_NAME.match(text):
+        raise ValueError(f"{text!r} is not a user name (letters, digits and . _ @ $ -)")
+    return text or None
+
+
 def parse_env(value: str) -> dict[str, str]:
     """``"K=V,K2=V2"`` as TonY writes tony.containers.envs; ValueError names the first bad entry."""
     env = {}

@@ -39,14 +39,15 @@ def qualified(location: str, hadoop_conf_dir: str | os.PathLike[str] | None = No
 
 
 def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | None = None,
-                 login: Login | None = None) -> Storage:
+                 login: Login | None = None, doas: str | None = None) -> Storage:
     """A store for ``location``: a local path or ``file://`` URI, ``webhdfs://host:port/path``
     (``swebhdfs://`` for HTTPS), or ``hdfs://namenode[:port]/path`` (``hdfs:///path`` means
     ``fs.defaultFS``). For ``hdfs://`` the WebHDFS address comes from the Hadoop configuration in
     ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``). When that configuration says
     ``hadoop.security.authentication=kerberos``, HDFS is reached as ``login`` (default: the
     ticket cache), or with the container's delegation token (see :class:`WebHDFSStorage`); a
-    missing login is a :class:`~tony_workflow.kerberos.LoginError`."""
+    missing login is a :class:`~tony_workflow.kerberos.LoginError`. ``doas``: HDFS is reached as
+    that user, impersonated by the login (a job's proxy user; :class:`WebHDFSStorage`)."""
     location = location.removeprefix("file://")
     if "://" not in location:
         return LocalStorage(location)
@@ -58,7 +59,7 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
         if not parts.netloc:
             raise ConfigError(f"{location!r}: a webhdfs:// location needs host:port of the NameNode's HTTP server")
         return WebHDFSStorage(parts.netloc, parts.path or "/", https=scheme == "swebhdfs", uri=location,
-                              kerberos=kerberos, login=login)
+                              kerberos=kerberos, login=login, doas=doas)
     if scheme == "hdfs":
         authority = parts.netloc
         if not authority:
@@ -69,6 +70,6 @@ def open_storage(location: str, *, hadoop_conf_dir: str | os.PathLike[str] | Non
             authority = default.netloc
         https = conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
         return WebHDFSStorage(namenode_web_addresses(authority, conf, https), parts.path or "/", https=https,
-                              uri=location, namenode=authority, kerberos=kerberos, login=login)
+                              uri=location, namenode=authority, kerberos=kerberos, login=login, doas=doas)
     raise ConfigError(f"unsupported storage location {location!r}: use a local path, file://, hdfs:// or "
                      "webhdfs:// URI")

@@ -63,12 +63,16 @@ class WebHDFSStorage(Storage):
     :func:`~tony_workflow.kerberos.hdfs_delegation_token`), else with ``login``'s Kerberos ticket
     over SPNEGO (default: the ticket cache). ``namenode`` (``host:port`` of the NameNode's RPC
     server, or an HA nameservice) picks that NameNode's token when the container has several.
+
+    ``doas`` acts as that user (a job's proxy user) rather than as the login, which the NameNode
+    allows only where ``hadoop.proxyuser.<login>.*`` lets the login impersonate them: what is
+    written belongs to ``doas``.
     """
 
     def __init__(self, hosts: str | Sequence[str], root: str = "/", *, user: str | None = None,
                  https: bool = False, timeout: float = 30.0, attempts: int = 5, base_delay: float = 0.5,
                  uri: str | None = None, kerberos: bool = False, login: Login | None = None,
-                 delegation: str | None = None, namenode: str | None = None):
+                 delegation: str | None = None, namenode: str | None = None, doas: str | None = None):
         try:
             import pyhdfs
             import requests
@@ -91,6 +95,8 @@ class WebHDFSStorage(Storage):
                     if token:
                         params["delegation"] = token
                     kwargs["params"] = params
+                if doas and isinstance(params, dict) and not token:
+                    kwargs["params"] = {**kwargs["params"], "doas": doas}
                 response = super().request(method, url, *args, **kwargs)
                 if response.status_code == 401:
                     raise _refused(where, kerberos, login)
@@ -100,7 +106,7 @@ class WebHDFSStorage(Storage):
         self._session = _Session()
         if kerberos and not token:
             self._session.auth = (login or Login()).http_auth()
-        self.kerberos, self.delegation = kerberos, token
+        self.kerberos, self.delegation, self.doas = kerberos, token, doas
         self.user = user or user_name()
         self.scheme = "https" if https else "http"
         self.timeout = timeout

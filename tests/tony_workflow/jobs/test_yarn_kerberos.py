@@ -279,6 +279,54 @@ def test_only_those_the_acls_name_may_see_or_stop_a_job_and_the_rest_are_told_so
     wait_for(lambda: not app_processes(app_id), timeout=120)
 
 
+def hdfs_owners(cluster, path: str) -> dict[str, str]:
+    """Every file and directory below ``path`` (relative to it) with its owner, through WebHDFS."""
+    r = requests.get(f"{cluster['webhdfs']}/webhdfs/v1{path}", params={"op": "LISTSTATUS"}, auth=spnego(),
+                     timeout=60)
+    if r.status_code == 404:
+        return {}
+    assert r.status_code == 200, r.text[:500]
+    out = {}
+    for st in r.json()["FileStatuses"]["FileStatus"]:
+        name = st["pathSuffix"]
+        out[name] = st["owner"]
+        if st["type"] == "DIRECTORY":
+            out.update({f"{name}/{k}": v for k, v in hdfs_owners(cluster, f"{path}/{name}").items()})
+    return out
+
+
+def test_a_job_runs_as_its_proxy_user_whose_files_are_theirs_and_a_login_not_allowed_submits_nothing(secure,
+                                                                                                    tmp_path):
+    spec = tmp_path / "proxied.json"
+    spec.write_text(json.dumps(sleeper_job("proxied", {"tony.application.proxy-user": "colleague"})))
+    before = rm_app_ids(secure)
+    # A stranger's login may not act as the colleague: one line, nothing submitted.
+    r = run_tony("--backend", "yarn", "submit", str(spec), env=logged_in_as(secure, "outsider", tmp_path), timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "tony.application.proxy-user=colleague: the cluster does not let outsider act as colleague" in r.stderr
+    assert "nothing was submitted" in r.stderr and rm_app_ids(secure) == before
+
+    # The submitting user may: the ResourceManager names the colleague as the application's user.
+    r = run_tony("--backend", "yarn", "submit", str(spec), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    app_id = r.stdout.strip().splitlines()[-1]
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["user"] == "colleague"
+    handle = TonyClient("yarn").attach(app_id)
+    wait_for(lambda: (s := handle.status()).state == "RUNNING" and s.tasks and s.tasks[0].state == "RUNNING",
+             timeout=300, interval=1)
+    # Its files are the colleague's: its directory (status, events, checkpoints) and the shipped runtime.
+    own = hdfs_owners(secure, f"/user/colleague/.tony/{app_id}")
+    assert own and set(own.values()) == {"colleague"}, own
+    cached = hdfs_owners(secure, "/user/colleague/.tony/cache")
+    assert cached and set(cached.values()) == {"colleague"}, cached
+    assert not hdfs_owners(secure, f"/user/{secure['principal'].split('@')[0]}/.tony/{app_id}")
+    # The user who submitted it follows and stops it (the job's ACLs name them).
+    killed = run_tony("--backend", "yarn", "kill", app_id, timeout=300)
+    assert killed.returncode == 0 and "KILLED" in killed.stdout, killed.stderr[-2000:]
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
+    wait_for(lambda: not app_processes(app_id), timeout=120)
+
+
 WRITE_TOKENS = """
 import java.io.DataOutputStream;
 import java.io.FileOutputStream;

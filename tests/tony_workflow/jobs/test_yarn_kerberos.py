@@ -259,8 +259,26 @@ def test_only_those_the_acls_name_may_see_or_stop_a_job_and_the_rest_are_told_so
     assert refused["status"] == 403, refused
     assert owner.status().state == "RUNNING"
 
+    # The job's pages, behind the ResourceManager's proxy (past its warning to those who do not own
+    # the application): skein's UI lets the view ACL's users through, and nobody else.
+    page = owner.status().tracking_url
+    assert f"/proxy/{app_id}/" in page
+
+    def fetch(env):
+        return follow_elsewhere(f"""
+            import json
+            import requests
+            from requests_gssapi import HTTPSPNEGOAuth
+            r = requests.get("{page}", params={{"proxyapproved": "true"}}, auth=HTTPSPNEGOAuth(), timeout=60)
+            print(json.dumps({{"status": r.status_code, "tony": "TonY" in r.text}}))
+        """, env)
+    assert fetch({})["status"] == 200  # the owner
+    assert fetch(outsider)["status"] in (401, 403)
+
     # A teammate the view ACL names sees it, and may not stop it.
     viewer = logged_in_as(secure, "viewer", tmp_path)
+    shown = fetch(viewer)
+    assert shown["status"] == 200 and shown["tony"], shown
     seen = run_tony("--backend", "yarn", "status", app_id, "--json", env=viewer, timeout=300)
     assert seen.returncode == 0 and json.loads(seen.stdout)["state"] == "RUNNING", seen.stderr[-2000:]
     r = run_tony("--backend", "yarn", "kill", app_id, env=viewer, timeout=300)

@@ -341,11 +341,14 @@ class YarnBackend(Backend):
         me = self.submitting_user() or "this client's login"
         try:
             open_storage("hdfs:///", hadoop_conf_dir=str(self.conf_dir), login=login, doas=proxy).exists("")
-        except PermissionError as e:
+        except OSError as e:
+            if not isinstance(e, PermissionError) and "impersonate" not in str(e):
+                raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {me} may "
+                                 f"act as {proxy} ({e}); nothing was submitted") from None
             raise LoginError(f"tony.application.proxy-user={proxy}: the cluster does not let {me} act as {proxy} "
                              f"(its hadoop.proxyuser.{me}.hosts and .users or .groups must allow it; HDFS said: "
                              f"{str(e).splitlines()[0][:300]}); nothing was submitted") from None
-        except (ConfigError, OSError) as e:
+        except ConfigError as e:
             raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {me} may act as "
                              f"{proxy} ({e}); nothing was submitted") from None
 

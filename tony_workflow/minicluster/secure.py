@@ -173,7 +173,12 @@ class Kerberos:
             # local copies of uploaded logs do.
             "yarn.nodemanager.log.retain-seconds": 0,
         }
-        return {"core-site.xml": core, "hdfs-site.xml": hdfs, "yarn-site.xml": yarn}
+        # Who administers a queue may see and stop every application of it: the administrators
+        # only, or the applications' own ACLs would stand for nothing.
+        admins = f"hadoop,{self.user}"
+        queues = {"yarn.scheduler.capacity.root.acl_administer_queue": admins,
+                  "yarn.scheduler.capacity.root.default.acl_administer_queue": admins}
+        return {"core-site.xml": core, "hdfs-site.xml": hdfs, "yarn-site.xml": yarn, "capacity-scheduler.xml": queues}
 
     def client_settings(self) -> dict[str, dict[str, object]]:
         """What clients need on top of the addresses: to use Kerberos, the principals to expect of

@@ -48,9 +48,8 @@ from urllib.parse import urlsplit
 
 from .. import hadoop
 from ..context import application_tags, from_tags
-from ..errors import AccessDenied, ConfigError, UnknownApplication
-from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, cache_principal, is_secure, principal_user
-from ..process import user_name
+from ..errors import ConfigError, UnknownApplication
+from ..kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ..spec import JobSpec, SpecError, SpecIssue
 from ..spec.keys import TONY_XML_DEFAULTS
 from ..status import JobState, JobStatus
@@ -58,6 +57,7 @@ from ..storage import open_storage
 from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
+from .yarn_access import check_proxy, kill_refused, refused_by_yarn, submitting_user, view_refused
 from .yarn_am import YarnClusterManager
 from .yarn_app import Shipment, application
 from .yarn_containers import (
@@ -335,22 +335,7 @@ class YarnBackend(Backend):
             plan.done()
 
     def _may_act_as(self, proxy: str, login: Login | None) -> None:
-        """LoginError, before anything is submitted, when the cluster does not let this client's
-        login act as ``proxy`` (tony.application.proxy-user): HDFS is asked, as the job's files
-        will be written there as that user."""
-        me = self.submitting_user() or "this client's login"
-        try:
-            open_storage("hdfs:///", hadoop_conf_dir=str(self.conf_dir), login=login, doas=proxy).exists("")
-        except OSError as e:
-            if not isinstance(e, PermissionError) and "impersonate" not in str(e):
-                raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {me} may "
-                                 f"act as {proxy} ({e}); nothing was submitted") from None
-            raise LoginError(f"tony.application.proxy-user={proxy}: the cluster does not let {me} act as {proxy} "
-                             f"(its hadoop.proxyuser.{me}.hosts and .users or .groups must allow it; HDFS said: "
-                             f"{str(e).splitlines()[0][:300]}); nothing was submitted") from None
-        except ConfigError as e:
-            raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {me} may act as "
-                             f"{proxy} ({e}); nothing was submitted") from None
+        check_proxy(proxy, self.submitting_user(), str(self.conf_dir), login)
 
     def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
@@ -457,16 +442,9 @@ class YarnBackend(Backend):
             return None
 
     def _may_view(self, report: AppReport) -> None:
-        """AccessDenied when the ResourceManager withholds the application's details from the user
-        this client acts as: its VIEW ACL (the owner, the cluster's administrators and
-        tony.application.view-acls) does not name them. YARN then reports only what anyone may
-        see: no start time for an application it has accepted, which always has one."""
-        if not is_secure(self.conf) or report.started_at is not None or report.state in ("NEW", "NEW_SAVING",
-                                                                                         "SUBMITTED"):
-            return  # without Kerberos the REST API does not know who asks: YARN's RPC alone can tell
-        me = self.submitting_user() or "this client's user"
-        raise AccessDenied(f"YARN does not let {me} see application {report.id} of {report.user}: its view ACL "
-                           f"(tony.application.view-acls) does not name {me}")
+        refused = view_refused(report, is_secure(self.conf), self.submitting_user())
+        if refused is not None:
+            raise refused
 
     def stored_status(self, app_id: str) -> JobStatus:
         report = self._report(app_id)
@@ -539,13 +517,12 @@ class YarnBackend(Backend):
             # On a secure cluster the REST API knows who asks; elsewhere it may take the caller
             # for its static web user, and the driver's word (the user's own) decides.
             if e.status == 403 and is_secure(self.conf):
-                raise self._kill_refused(app_id) from None
+                raise kill_refused(app_id, self.submitting_user()) from None
             try:
                 self.client.kill_application(app_id)
-            except Exception as driver_error:
-                if "MODIFY_APP" in str(driver_error) or "AccessControlException" in str(driver_error):
-                    raise self._kill_refused(app_id) from None
-                raise
+            except Exception as driver_error:  # noqa: BLE001 - raised again, as AccessDenied if YARN refused
+                raise (kill_refused(app_id, self.submitting_user()) if refused_by_yarn(driver_error)
+                       else driver_error) from None
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -554,11 +531,6 @@ class YarnBackend(Backend):
                 if report is None or report.state in _YARN_ENDED:
                     return
             time.sleep(0.2)
-
-    def _kill_refused(self, app_id: str) -> AccessDenied:
-        me = self.submitting_user() or "this client's user"
-        return AccessDenied(f"YARN does not let {me} kill application {app_id}: its modify ACL "
-                            f"(tony.application.modify-acls) does not name {me}")
 
     def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
         self._may_view(self._report(app_id))
@@ -606,12 +578,8 @@ class YarnBackend(Backend):
         # word on the application's user decides whose it is: a tag can be copied by anyone.
         tag = identity_tag.lower()
         user = self.submitting_user(spec)
-        if user is None:
-            log.warning("not looking for an earlier application of this workflow run: the Kerberos login's "
-                        "user is not known here")
-            return []
         return [a.id for a in self.rm.apps(tags=(tag,), states=_YARN_ACTIVE)
-                if tag in a.tags and "tony" in a.tags and a.user == user]
+                if tag in a.tags and "tony" in a.tags and a.user == user] if user else []
 
     def kills_through_cluster(self, app_id: str) -> bool:
         # Another user's job: the ResourceManager decides whether they may (tony.application.modify-acls).
@@ -623,17 +591,10 @@ class YarnBackend(Backend):
         return user is not None and self._report(app_id).user == user
 
     def submitting_user(self, spec: JobSpec | None = None) -> str | None:
-        """The user the ResourceManager names as the owner of ``spec`` submitted from here: on a
-        secure cluster the short name of the Kerberos login's principal (the job's own keytab
-        login, else this client's, else the ticket cache's; None when that cannot be known), else
-        ``HADOOP_USER_NAME`` or the login name, as skein submits."""
-        if spec is not None and spec.proxy_user:
-            return spec.proxy_user
+        """The user the ResourceManager names as the owner of ``spec`` submitted from here
+        (:func:`.yarn_access.submitting_user`)."""
         login = self.login
         if spec is not None:
             with contextlib.suppress(SpecError, LoginError):
                 login = job_login(spec) or login
-        if login is None and not is_secure(self.conf):
-            return user_name()
-        principal = (login.principal if login else None) or cache_principal()
-        return principal_user(principal) if principal else None
+        return submitting_user(spec.proxy_user if spec is not None else None, login, is_secure(self.conf))

@@ -10,6 +10,10 @@ listing can filter by state and time without opening a file
 (``config.json``) and its events (``events.jsonl``). Records older than
 ``tony.history.retention-sec`` (TonY's default, 30 days) are purged whenever one is written.
 
+A job that runs as another user (tony.application.proxy-user) is theirs, and so is its record, in
+their history; the submitter leaves a mark in its own (``proxied/<user>``) and reads the records of
+the jobs it submitted there too, as that user (:class:`SubmitterHistory`).
+
 A record is built from the final status and the event log alone (:func:`build_record`): the
 sessions' timeline, each task's end, restarts and final resource figures across sessions, where
 its logs were, and sizing hints that compare what each task type asked for with what it used.
@@ -38,10 +42,13 @@ from .storage import Storage, open_storage
 if TYPE_CHECKING:
     from .spec import JobSpec
 
-__all__ = ["JobHistory", "build_record", "history_default", "live_record", "parse_record_name", "record_history", "record_job", "record_name", "site_history", "sizing_hints"]
+__all__ = ["JobHistory", "SubmitterHistory", "build_record", "history_default", "live_record", "parse_record_name",
+           "record_history", "record_job", "record_name", "site_history", "sizing_hints", "submitter_history"]
 
 FINISHED = "finished"
+PROXIED = "proxied"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
 _FINAL_TASK = {"SUCCEEDED", "FAILED", "KILLED", "LOST"}
 
 
@@ -250,6 +257,24 @@ class JobHistory:
             removed.append(meta["application_id"])
         return removed
 
+    def note_proxied(self, user: str) -> None:
+        """Marks that this history's user submitted a job run as ``user``, whose record is kept in
+        ``user``'s history (:class:`SubmitterHistory` reads it there)."""
+        check_user(user)
+        if user in self.proxied_users():
+            return
+        with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
+            mark = Path(tmp) / user
+            mark.write_text("")
+            self.store.put(mark, f"{PROXIED}/{user}")
+
+    def proxied_users(self) -> list[str]:
+        """The users this history's user has submitted jobs as (:meth:`note_proxied`)."""
+        try:
+            return sorted(name for name in self.store.list(PROXIED) if "/" not in name and _USER.fullmatch(name))
+        except FileNotFoundError:
+            return []
+
     def list(self, state: str | None = None, since: float | None = None, limit: int | None = None,
              full: bool = True, context: Mapping[str, str] | None = None,
              tags: Sequence[str] = ()) -> list[dict[str, Any]]:
@@ -301,11 +326,18 @@ class JobHistory:
         return record
 
 
-def history_default(name: str) -> str:
+def check_user(user: str) -> str:
+    if not _USER.fullmatch(user or ""):
+        raise ValueError(f"not a user name: {user!r}")
+    return user
+
+
+def history_default(name: str, user: str | None = None) -> str:
     """Where backend ``name`` keeps the job history when tony.history.location does not say:
-    ``$TONY_HOME/history`` locally, ``/user/<user>/.tony/history`` in HDFS on YARN."""
+    ``$TONY_HOME/history`` locally, ``/user/<user>/.tony/history`` in HDFS on YARN (``user``:
+    this process's by default)."""
     if name == "yarn":
-        return f"hdfs:///user/{user_name()}/.tony/history"
+        return f"hdfs:///user/{check_user(user or user_name())}/.tony/history"
     return str(tony_home() / "history")
 
 
@@ -322,6 +354,20 @@ def site_history(backend: str, **store_options: Any) -> JobHistory:
     return JobHistory(open_storage(configured, **store_options))
 
 
+def submitter_history(backend: Any) -> JobHistory | SubmitterHistory:
+    """What ``backend``'s (:class:`~tony_workflow.backends.base.Backend`) user reads as its job
+    history: :func:`site_history`, with, on YARN, the records of the jobs it submitted to run as
+    other users (:meth:`JobHistory.note_proxied`), read from their histories as them."""
+    options = backend.store_options()
+    own = site_history(backend.name, **options)
+    me = backend.submitting_user() if backend.name == "yarn" else None
+    users = [u for u in own.proxied_users() if u != me] if me else []
+    if not me or not users:
+        return own
+    return SubmitterHistory(own, [(u, JobHistory(open_storage(history_default("yarn", u), doas=u, **options)))
+                                  for u in users], me)
+
+
 def record_history(app_dir: Path, backend: str) -> str | None:
     """:func:`record_job` for the ApplicationMaster and its supervisor as a job ends: the
     backend's default place, the user the job ran as; a failure is said on stderr, never raised
@@ -330,7 +376,8 @@ def record_history(app_dir: Path, backend: str) -> str | None:
 
     try:
         spec = JobSpec.from_dict(json.loads((Path(app_dir) / "spec.json").read_text()))
-        return record_job(app_dir, spec, history_default(backend), user_name())
+        user = spec.proxy_user or user_name()  # a job run as its proxy user is theirs, and so is its record
+        return record_job(app_dir, spec, history_default(backend, user), user)
     except Exception as e:  # noqa: BLE001 - the store's errors, a status that could not be written, ...
         print(f"tony: the job's history record was not written: {e}", file=sys.stderr, flush=True)
         return None
@@ -350,6 +397,7 @@ def live_record(status: dict[str, Any], app_dir: Path, spec: JobSpec, series: di
         except (OSError, ValueError):
             series = None
     record["series"] = series
+    record["submitter"] = spec.submitter or record["user"]
     return record
 
 
@@ -362,3 +410,42 @@ def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str) -
     history = JobHistory.at(spec.history_location or default_location, spec.history_retention_s,
                             spec.history_timezone)
     return history.write(record, Path(app_dir) / "events.jsonl")
+
+
+class SubmitterHistory:
+    """The history a submitter reads: its own (``own``), and the records of the jobs it submitted
+    to run as other users, which are theirs and kept in their histories (``proxied``: each user
+    with their history, read as them). Another user's own jobs stay out of it."""
+
+    def __init__(self, own: JobHistory, proxied: Sequence[tuple[str, JobHistory]], submitter: str):
+        self.own, self.proxied, self.submitter = own, list(proxied), submitter
+        self.store = own.store
+
+    def _mine(self, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in records if r.get("submitter") == self.submitter]
+
+    def list(self, state: str | None = None, since: float | None = None, limit: int | None = None,
+             full: bool = True, context: Mapping[str, str] | None = None,
+             tags: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """:meth:`JobHistory.list` over all of them, newest first (records read whole)."""
+        found = self.own.list(state, since, limit, full, context, tags)
+        for user, history in self.proxied:
+            try:
+                found += self._mine(history.list(state, since, None, True, context, tags))
+            except OSError as e:  # their history unreadable now (impersonation withdrawn, HDFS away)
+                print(f"tony: the history of jobs run as {user} was not read: {e}", file=sys.stderr)
+        found.sort(key=lambda r: r.get("finished_at") or 0, reverse=True)
+        return found[:limit] if limit is not None else found
+
+    def get(self, app_id: str) -> dict[str, Any] | None:
+        record = self.own.get(app_id)
+        for user, history in self.proxied:
+            if record is not None:
+                break
+            try:
+                mine = self._mine([history.get(app_id) or {}])
+            except OSError as e:
+                print(f"tony: the history of jobs run as {user} was not read: {e}", file=sys.stderr)
+                continue
+            record = mine[0] if mine else None
+        return record

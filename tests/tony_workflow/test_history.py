@@ -8,7 +8,14 @@ import pytest
 
 from tests.conftest import run_tony
 from tests.tony_workflow.jobs.test_runtime import submit
-from tony_workflow.history import JobHistory, build_record, parse_record_name, record_name, sizing_hints
+from tony_workflow.history import (
+    JobHistory,
+    SubmitterHistory,
+    build_record,
+    parse_record_name,
+    record_name,
+    sizing_hints,
+)
 from tony_workflow.spec.errors import HIDDEN, mask_secrets
 from tony_workflow.storage import LocalStorage
 
@@ -94,6 +101,35 @@ def test_old_records_are_purged_when_a_new_one_is_written(tmp_path):
     history.write(build_record(new, [], user="u", conf={}, requested={}))
     assert [r["application_id"] for r in history.list()] == ["application_1763900000000_0002"]
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and "_0001" in str(p)], "its config and events too"
+
+
+def test_a_submitter_reads_the_jobs_it_ran_as_others_in_their_history_and_nothing_else_of_theirs(tmp_path):
+    own = JobHistory(LocalStorage(tmp_path / "svc"), retention_s=0)
+    theirs = JobHistory(LocalStorage(tmp_path / "alice"), retention_s=0)
+
+    def record(n, user, submitter, finished):
+        r = build_record(status(f"application_1763900000000_000{n}", finished=finished), [], user=user, conf={},
+                         requested={})
+        return {**r, "submitter": submitter}
+
+    own.write(record(1, "svc", "svc", T0 + 10))
+    theirs.write(record(2, "alice", "svc", T0 + 30))     # svc submitted it to run as alice
+    theirs.write(record(3, "alice", "alice", T0 + 20))   # alice's own job
+    theirs.write(record(4, "alice", "mallory", T0 + 40))  # somebody else's, run as alice
+    own.note_proxied("alice")
+    own.note_proxied("alice")
+    assert own.proxied_users() == ["alice"] and theirs.proxied_users() == []
+    assert [r["application_id"] for r in own.list()] == ["application_1763900000000_0001"], "marks are no records"
+
+    joint = SubmitterHistory(own, [("alice", theirs)], "svc")
+    assert [r["application_id"] for r in joint.list()] == ["application_1763900000000_0002",
+                                                           "application_1763900000000_0001"], "newest first"
+    assert [r["application_id"] for r in joint.list(limit=1)] == ["application_1763900000000_0002"]
+    assert joint.get("application_1763900000000_0002")["user"] == "alice"
+    assert joint.get("application_1763900000000_0001")["user"] == "svc"
+    assert joint.get("application_1763900000000_0003") is None and joint.get("application_1763900000000_0004") is None
+    with pytest.raises(ValueError, match="not a user name"):
+        own.note_proxied("../etc")
 
 
 def test_record_names_round_trip_and_secrets_stay_out_of_the_kept_configuration():

@@ -57,7 +57,7 @@ from ..storage import open_storage
 from .base import AMEndpoint, Backend, gang_requests, label_key
 from .driver import close_drivers, driver_running, shared_driver
 from .rm import AppReport, RMError, node_totals, resource_manager
-from .yarn_access import check_proxy, kill_refused, refused_by_yarn, submitting_user, view_refused
+from .yarn_access import act_as, kill_refused, proxied_by, refused_by_yarn, submitting_user, view_refused
 from .yarn_am import YarnClusterManager
 from .yarn_app import Shipment, application
 from .yarn_containers import (
@@ -326,16 +326,13 @@ class YarnBackend(Backend):
         except LoginError as e:
             raise LoginError(f"{e}; nothing was submitted") from None
         if spec.proxy_user:
-            self._may_act_as(spec.proxy_user, login)
+            spec = act_as(spec, self.submitting_user(), str(self.conf_dir), login)
         gang = self.check_fits(spec, rm)
         plan = self._start_plan(spec, rm, gang, login)
         try:
             return self._submit(spec, rm, gang, plan, login)
         finally:
             plan.done()
-
-    def _may_act_as(self, proxy: str, login: Login | None) -> None:
-        check_proxy(proxy, self.submitting_user(), str(self.conf_dir), login)
 
     def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
@@ -582,9 +579,10 @@ class YarnBackend(Backend):
                 if tag in a.tags and "tony" in a.tags and a.user == user] if user else []
 
     def kills_through_cluster(self, app_id: str) -> bool:
-        # Another user's job: the ResourceManager decides whether they may (tony.application.modify-acls).
-        user = self.submitting_user()
-        return user is None or self._report(app_id).user != user
+        # Another user's job: the ResourceManager decides whether they may (tony.application.modify-acls),
+        # unless this user submitted it to run as them (its ACLs name this user): its AM ends it whole.
+        user, owner = self.submitting_user(), self._report(app_id).user
+        return user is None or (owner != user and not proxied_by(user, owner, self.store_options()))
 
     def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
         user = self.submitting_user(spec)

@@ -7,17 +7,26 @@
   user its view ACL leaves out; the client says so before it reads anything of the job.
 * :func:`kill_refused`: the words for a kill the ResourceManager refused (its modify ACL).
 * :func:`check_proxy`: whether the cluster lets the login act as a job's proxy user, asked of HDFS
-  before anything is submitted.
+  before anything is submitted; :func:`act_as` then names the submitter in the job and marks its
+  history to find the job's record in the proxy user's.
 """
 from __future__ import annotations
 
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Any
+
 from ..errors import AccessDenied, ConfigError
+from ..history import site_history
 from ..kerberos import Login, LoginError, cache_principal, principal_user
 from ..process import user_name
 from ..storage import open_storage
 from .rm import AppReport
 
-__all__ = ["check_proxy", "kill_refused", "refused_by_yarn", "submitting_user", "view_refused"]
+if TYPE_CHECKING:
+    from ..spec import JobSpec
+
+__all__ = ["act_as", "check_proxy", "kill_refused", "proxied_by", "refused_by_yarn", "submitting_user", "view_refused"]
 
 #: YARN's states before it has accepted an application (and given it a start time).
 _NOT_YET_ACCEPTED = ("NEW", "NEW_SAVING", "SUBMITTED")
@@ -65,13 +74,31 @@ def check_proxy(proxy: str, me: str | None, hadoop_conf_dir: str, login: Login |
     who = me or "this client's login"
     try:
         open_storage("hdfs:///", hadoop_conf_dir=hadoop_conf_dir, login=login, doas=proxy).exists("")
-    except OSError as e:
-        if not isinstance(e, PermissionError) and "impersonate" not in str(e):
-            raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {who} may act "
-                             f"as {proxy} ({e}); nothing was submitted") from None
-        raise LoginError(f"tony.application.proxy-user={proxy}: the cluster does not let {who} act as {proxy} "
-                         f"(its hadoop.proxyuser.{who}.hosts and .users or .groups must allow it; HDFS said: "
-                         f"{str(e).splitlines()[0][:300]}); nothing was submitted") from None
-    except ConfigError as e:
-        raise LoginError(f"tony.application.proxy-user={proxy}: HDFS could not be asked whether {who} may act as "
-                         f"{proxy} ({e}); nothing was submitted") from None
+    except (OSError, ConfigError) as e:
+        if isinstance(e, PermissionError) or "impersonate" in str(e):
+            why = (f"the cluster does not let {who} act as {proxy} (its hadoop.proxyuser.{who}.hosts and .users "
+                   f"or .groups must allow it; HDFS said: {str(e).splitlines()[0][:300]})")
+        else:
+            why = f"HDFS could not be asked whether {who} may act as {proxy} ({e})"
+        raise LoginError(f"tony.application.proxy-user={proxy}: {why}; nothing was submitted") from None
+
+
+def act_as(spec: JobSpec, me: str | None, hadoop_conf_dir: str, login: Login | None) -> JobSpec:
+    """``spec``, run as its proxy user, once the cluster is known to let the login (``me``) act as
+    them (:func:`check_proxy`): it names its submitter, and the submitter's job history is marked
+    to read the job's record in the proxy user's, where the job writes it."""
+    check_proxy(spec.proxy_user, me, hadoop_conf_dir, login)
+    if not spec.history_location and me:
+        try:
+            site_history("yarn", hadoop_conf_dir=hadoop_conf_dir, login=login).note_proxied(spec.proxy_user)
+        except OSError as e:
+            print(f"tony: the job's record will be in the history of {spec.proxy_user} alone: {e}", file=sys.stderr)
+    return dataclasses.replace(spec, submitter=me)
+
+
+def proxied_by(me: str, owner: str, store_options: dict[str, Any]) -> bool:
+    """Whether ``me`` has submitted jobs to run as ``owner`` (:func:`act_as` marked its history)."""
+    try:
+        return owner in site_history("yarn", **store_options).proxied_users()
+    except (OSError, ConfigError, LoginError):
+        return False

@@ -118,9 +118,9 @@ class JobHandle:
                 return am.record()
             except (AMUnreachable, AMError):
                 pass
-        from ..history import build_record, site_history
+        from ..history import build_record, submitter_history
 
-        record = site_history(self.backend.name, **self.backend.store_options()).get(self.app_id)
+        record = submitter_history(self.backend).get(self.app_id)
         if record is None:
             # Not started yet (a YARN job waiting for its turn at the gate), or gone without a
             # record: what the cluster says of it.
@@ -243,11 +243,12 @@ class TonyClient:
             return self.history().get(app_id)
 
     def history(self):
-        """The job history (:class:`~tony_workflow.history.JobHistory`) this client's backend
-        reads, as its login where the cluster is secure."""
-        from ..history import site_history
+        """The job history this client's backend reads, as its login where the cluster is secure:
+        with the jobs it submitted to run as other users, whose records are theirs
+        (:func:`~tony_workflow.history.submitter_history`)."""
+        from ..history import submitter_history
 
-        return site_history(self.backend.name, **self.backend.store_options())
+        return submitter_history(self.backend)
 
     def list(self, context: Mapping[str, str] | None = None, tags: Sequence[str] = ()) -> list[JobStatus]:
         """Every application's status, oldest first; with ``context``, those whose context has

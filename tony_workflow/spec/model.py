@@ -178,6 +178,8 @@ class JobSpec:
     only for messages. ``identity`` names the workflow task run that submitted the job
     (:func:`tony_workflow.context.identity`, keyed by the deployment's secret): only a front end
     sets it (:meth:`with_identity`), never a spec, and a retry of that run finds the job by it.
+    ``submitter`` is the user who submitted a job that runs as another (tony.application.proxy-user):
+    set by the backend as it submits, never by a spec, and kept in the job's history record.
     """
 
     conf: dict[str, str] = field(default_factory=dict)
@@ -190,6 +192,7 @@ class JobSpec:
     source: str | None = None
     key_origin: dict[str, str] = field(default_factory=dict)
     identity: str | None = None
+    submitter: str | None = None
 
     def __post_init__(self) -> None:
         issues = []
@@ -205,7 +208,8 @@ class JobSpec:
                 except ValueError as exc:
                     issues.append(SpecIssue(f"{name}.{key}", item, str(exc), self.source))
             object.__setattr__(self, name, converted)
-        for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source", "identity"):
+        for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source", "identity",
+                     "submitter"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 issues.append(SpecIssue(name, value, "must be a string or null", self.source))

@@ -338,12 +338,42 @@ def test_a_job_runs_as_its_proxy_user_whose_files_are_theirs_and_a_login_not_all
     assert own and set(own.values()) == {"colleague"}, own
     cached = hdfs_owners(secure, "/user/colleague/.tony/cache")
     assert cached and set(cached.values()) == {"colleague"}, cached
-    assert not hdfs_owners(secure, f"/user/{secure['principal'].split('@')[0]}/.tony/{app_id}")
+    submitter = secure["principal"].split("@")[0]
+    assert not hdfs_owners(secure, f"/user/{submitter}/.tony/{app_id}")
+    # So is the job as skein staged it for its containers.
+    staged = hdfs_owners(secure, f"/user/colleague/.skein/{app_id}")
+    assert staged and set(staged.values()) == {"colleague"}, staged
     # The user who submitted it follows and stops it (the job's ACLs name them).
     killed = run_tony("--backend", "yarn", "kill", app_id, timeout=300)
     assert killed.returncode == 0 and "KILLED" in killed.stdout, killed.stderr[-2000:]
     assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
     wait_for(lambda: not app_processes(app_id), timeout=120)
+
+    # Its history record is the colleague's, in their history, and names who submitted it...
+    wait_for(lambda: any(app_id in k for k in hdfs_owners(secure, "/user/colleague/.tony/history")), timeout=120)
+    kept = hdfs_owners(secure, "/user/colleague/.tony/history")
+    assert set(kept.values()) == {"colleague"}, kept
+    # ... and the submitter's `tony history` lists and shows it, with none of the colleague's own jobs.
+    own_job = follow_elsewhere("""
+        import json
+        from tony_workflow.history import JobHistory, build_record
+        from tony_workflow.storage import open_storage
+        history = JobHistory(open_storage("hdfs:///user/colleague/.tony/history"), retention_s=0)
+        status = {"application_id": "application_1_0001", "name": "mine", "state": "SUCCEEDED", "started_at": 1.0,
+                  "finished_at": 2.0, "tasks": []}
+        history.write({**build_record(status, [], user="colleague", conf={}, requested={}), "submitter": "colleague"})
+        print(json.dumps({"ids": [r["application_id"] for r in history.list()]}))
+    """, logged_in_as(secure, "colleague", tmp_path))
+    assert sorted(own_job["ids"]) == sorted(["application_1_0001", app_id]), own_job
+    listed = run_tony("--backend", "yarn", "history", "--json", timeout=300)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    records = {r["application_id"]: r for r in json.loads(listed.stdout)}
+    assert app_id in records and records[app_id]["user"] == "colleague", records
+    assert "application_1_0001" not in records, "the colleague's own job is not the submitter's"
+    shown = run_tony("--backend", "yarn", "history", app_id, "--json", timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert json.loads(shown.stdout)["submitter"] == submitter
+    assert run_tony("--backend", "yarn", "history", "application_1_0001", timeout=300).returncode == 2
 
 
 WRITE_TOKENS = """

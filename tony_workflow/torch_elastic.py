@@ -196,6 +196,7 @@ def run(train: Callable[[State, Group], Any], state: State) -> Any:
         state.__dict__["_group"], state.__dict__["_coordinator"] = group, coordinator
         try:
             state.sync(group)
+            _holds_rank0(group.rank == 0)
             _log(f"generation {group.generation}: rank {group.rank} of {group.world_size}, step "
                  f"{state._values.get('step', '-')}")
             return train(state, group)
@@ -212,6 +213,17 @@ def run(train: Callable[[State, Group], Any], state: State) -> Any:
             state.__dict__["_group"] = state.__dict__["_coordinator"] = None
             coordinator.stop_watching()
             _destroy()
+
+
+def _holds_rank0(yes: bool) -> None:
+    """Tells this container's executor whether its saves are the group's from now on: it mirrors
+    the checkpoints of the container that holds rank 0 (:mod:`tony_workflow.task.handoff`)."""
+    from .task.handoff import HandoffError, ask
+
+    try:
+        ask({"rank0": yes}, timeout=60.0)
+    except HandoffError as e:
+        _log(f"the executor was not told who holds rank 0: {e}")
 
 
 def _run_fixed(train: Callable[[State, Group], Any], state: State) -> Any:

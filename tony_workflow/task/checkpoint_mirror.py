@@ -66,6 +66,12 @@ class CheckpointMirror:
                             if r.rsplit("/", 1)[-1] == "checkpoint"}
         return len(remote)
 
+    def pull(self) -> int:
+        """:meth:`restore`, between two syncs: the stored checkpoint replaces the local copy of
+        each of its files (another container's saves, now the group's)."""
+        with self._lock:
+            return self.restore()
+
     def sync(self) -> int:
         """Uploads new or changed files, then removes stored files that are gone locally.
 

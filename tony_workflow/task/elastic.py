@@ -44,6 +44,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBa
 from .. import protocol
 from ..errors import AMError, AMUnreachable
 from ..rpc import AMClient
+from .handoff import HandoffError, ask
 
 __all__ = ["BACKEND", "AMRendezvousBackend", "AMStore", "MemberGone", "create_tony_handler", "main"]
 
@@ -224,6 +225,32 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
     handler = create_handler(store, backend, params)
     task_id, session = os.environ.get("TONY_TASK_ID", ""), int(os.environ.get("SESSION_ID", "0") or 0)
     joined, waiting = handler.next_rendezvous, handler.num_nodes_waiting
+    held = {"rank0": False, "rounds": 0}
+
+    def hand_over(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return ask(request)
+        except HandoffError as e:  # the group trains on, from what this container has
+            print(f"tony-elastic: the checkpoint was not handed over: {e}", file=sys.stderr, flush=True)
+            return {}
+
+    def share_checkpoint(info: Any) -> None:
+        # Before this round's trainers start, every container's checkpoint directory becomes the
+        # group's newest: the container that held rank 0 pushes its saves to the store, the others
+        # wait for it and take them, and rank 0's container mirrors from then on (task.handoff). A
+        # member gone meanwhile is MemberGone: the next round does it again.
+        round_ = getattr(getattr(getattr(handler, "_state_holder", None), "state", None), "round", None)
+        flushed = bool(held["rank0"]) and hand_over({"flush": True}).get("flushed") is not None
+        keys = [f"tony.checkpoint.{session}.{round_}.{rank}" for rank in range(info.world_size)]
+        store.set(keys[info.rank], "flushed" if flushed else "-")
+        others = store.multi_get(keys)
+        pull = not flushed and (held["rounds"] > 0 or b"flushed" in others)
+        reply = hand_over({"pull": pull, "rank0": info.rank == 0})
+        if pull and not reply.get("skipped"):
+            print(f"tony-elastic: round {round_}: this container took the group's checkpoint "
+                  f"({reply.get('pulled', 0)} file(s))", file=sys.stderr, flush=True)
+        held["rank0"], held["rounds"] = info.rank == 0, held["rounds"] + 1
+        os.environ["TONY_ELASTIC_ROUND"] = str(round_)  # the round's trainers are started with it
 
     def num_nodes_waiting() -> int:
         # The agent asks this every monitor interval while its workers are healthy: a member gone
@@ -237,6 +264,7 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
             backend.member_lost = False
             try:
                 info = joined()
+                share_checkpoint(info)
                 break
             except MemberGone as e:
                 # A member died between the round's forming and its start (rank 0 before it

@@ -31,6 +31,7 @@ from ..process import kill_tree  # imports psutil on first use: a container star
 from ..protocol import ENVIRONMENT_ENV, RESULT_FILE, RUNTIME_ENV, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
+from .handoff import HANDOFF_ENV, serve
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
 
@@ -99,8 +100,12 @@ class TaskExecutor:
         self.tensorboard: subprocess.Popen | None = None
         self.interval = max(0.05, self.spec.heartbeat_interval_ms / 1000.0)
         self.is_chief = (self.task_type, self.index) == tuple(self.spec.chief)
+        # An elastic job's rank 0 may be in any ranked container, and moves as the group changes:
+        # the container that holds it mirrors its checkpoints (task.handoff), from the first round on.
+        self.follows_rank0 = bool(self.spec.elastic) and self.task_type in RANKED_TYPES
+        self.holds_rank0 = False
         self._wake = threading.Event()  # set when the user process ends or a stop is asked for
-        self.mirror = None  # a checkpoint_mirror.CheckpointMirror on the chief when checkpoints are mirrored
+        self.mirror = None  # a checkpoint_mirror.CheckpointMirror when checkpoints are mirrored
         self.store_error: str | None = None  # why the checkpoint store last failed, until it works again
         self.store_ok = False  # a sync succeeded since the last failure
         self.restored: dict | None = None  # which checkpoint this task resumed from
@@ -255,6 +260,7 @@ class TaskExecutor:
             "TONY_APPLICATION_ID": self.app_id,
             "TONY_TASK_ID": self.task_id,
             "TONY_CHECKPOINT_DIR": str(self.checkpoint_dir),
+            **({HANDOFF_ENV: str(self.workdir / "handoff")} if self.follows_rank0 else {}),
             "TONY_LOG_DIR": self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard")),
             "PYTHONUNBUFFERED": "1",
         })
@@ -323,9 +329,27 @@ class TaskExecutor:
                 pass
             time.sleep(0.5)
 
+    def _mirrors(self) -> bool:
+        """Whether this container's saves are the job's: the chief's, or rank 0's in an elastic job."""
+        return self.mirror is not None and (self.holds_rank0 if self.follows_rank0 else self.is_chief)
+
     def _sync_checkpoints(self) -> None:
-        if self.mirror and self.is_chief:
+        if self._mirrors():
             self._mirror_once()
+
+    def _hand_over(self, request: dict) -> dict:
+        """One request of the container's elastic side (:mod:`.handoff`), in the order asked."""
+        done: dict = {"ok": True}
+        if self.mirror is None:
+            return {**done, "skipped": self.store_error or "no checkpoint store"}
+        if request.get("flush"):
+            done["flushed"] = self.mirror.sync()
+        if request.get("pull"):
+            done["pulled"] = self.mirror.pull()
+            log.info("took the group's checkpoint from the store (%d file(s))", done["pulled"])
+        if "rank0" in request:
+            self.holds_rank0 = bool(request["rank0"])
+        return done
 
     def _mirror_once(self) -> None:
         """One sync of the checkpoint mirror; a failure is remembered (and reported with every
@@ -350,7 +374,8 @@ class TaskExecutor:
         while not self.stop_event.wait(MIRROR_INTERVAL):
             if self.user is not None and self.user.poll() is not None:
                 return
-            self._mirror_once()
+            if self._mirrors():
+                self._mirror_once()
 
     def _restore(self, location: str) -> None:
         """Restores the checkpoint directory: from the store, or from a newer complete checkpoint an
@@ -405,6 +430,8 @@ class TaskExecutor:
         location = self.env.get("TONY_CHECKPOINT_LOCATION")
         if location:
             self._restore(location)
+        if self.follows_rank0:
+            serve(self.workdir / "handoff", self._hand_over, self.stop_event)
         ctx = self._context(cluster)
         command = self.command()
         if command:
@@ -427,7 +454,7 @@ class TaskExecutor:
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0,
                                      restored=self.restored)
-        if self.mirror and self.is_chief:
+        if self.mirror and (self.is_chief or self.follows_rank0):
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
         code = self._wait()
         port.close()

@@ -25,7 +25,7 @@ from tony_workflow.client.follow import JobUpdate
 from tony_workflow.context import describe as describe_context
 from tony_workflow.errors import ConfigError, LoginError, SpecError, SubmissionRefused, TonyError, UnknownApplication
 from tony_workflow.spec import JobSpec
-from tony_workflow.status import JobState, JobStatus
+from tony_workflow.status import JobState, JobStatus, hanging
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -292,12 +292,12 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         status = update.status
         self.log.info("%s", status.summary())
         if update.new_session:
-            self.log.warning("Session %s started: the previous session failed and was relaunched (%s)",
-                             status.session_id, status.diagnostics)
+            self.log.warning("%s", hanging(f"Session {status.session_id} started: the previous session failed and "
+                                           f"was relaunched ({status.diagnostics})"))
         for task in update.relaunched:
             self.log.warning("Task %s relaunched (%d so far)", task.task_id, task.restarts)
         if update.new_am_attempt:
-            self.log.warning("ApplicationMaster attempt %d: %s", status.am_attempt, status.diagnostics)
+            self.log.warning("%s", hanging(f"ApplicationMaster attempt {status.am_attempt}: {status.diagnostics}"))
         for warning in update.new_warnings:
             self.log.warning("%s", warning)
         # The first update names the URL submission already pushed and logged: only a new one is news.

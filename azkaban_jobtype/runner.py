@@ -59,7 +59,7 @@ from tony_workflow.client import TonyClient
 from tony_workflow.client.follow import JobUpdate, diff
 from tony_workflow.errors import ConfigError, SpecError, SubmissionRefused, TonyError
 from tony_workflow.spec import SpecIssue
-from tony_workflow.status import JobStatus
+from tony_workflow.status import JobStatus, hanging
 
 from .props import load_properties
 from .translate import describe, translate
@@ -201,7 +201,7 @@ def run(out: TextIO | None = None) -> int:
     _write_attachment(resolved.get("azkaban.job.attachment.file"), status, say)
     say(f"Final status of {handle.app_id}: {status.state}")
     if status.diagnostics and not status.succeeded:
-        say(f"Diagnostics: {status.diagnostics}")
+        say(hanging(f"Diagnostics: {status.diagnostics}"))
     if stop.signum is not None:
         return 128 + stop.signum
     return 0 if status.succeeded else EXIT_FAILED
@@ -216,7 +216,7 @@ def _show(update: JobUpdate, say) -> None:
     stamp = time.strftime('%H:%M:%S')
     say(f"[{stamp}] {update.status.summary()}")
     if update.new_am_attempt:
-        say(f"[{stamp}] ApplicationMaster attempt {update.status.am_attempt}: {update.status.diagnostics}")
+        say(hanging(f"[{stamp}] ApplicationMaster attempt {update.status.am_attempt}: {update.status.diagnostics}"))
     for warning in update.new_warnings:
         say(f"[{stamp}] WARNING {warning}")
 

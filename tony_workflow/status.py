@@ -21,6 +21,7 @@ __all__ = [
     "TaskStatus",
     "check_application_id",
     "group_text",
+    "hanging",
     "progress_text",
     "status_from_state",
     "waiting_text",
@@ -60,6 +61,7 @@ class TaskState:
     LAUNCHED = "LAUNCHED"        # container granted and its process started, not yet registered
     REGISTERED = "REGISTERED"    # executor registered its address with the AM
     RUNNING = "RUNNING"          # user process started (cluster spec delivered)
+    JOINING = "JOINING"          # as shown: an elastic task started that its group has not taken in yet
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     KILLED = "KILLED"            # stopped by the AM (session teardown, job end)
@@ -182,7 +184,21 @@ class JobStatus:
         d["progress"] = dict(self.progress) if self.progress else None
         d["context"] = dict(self.context) if self.context else None
         d["tasks"] = [t.to_dict() for t in self.tasks]
+        waiting = self._waiting_to_join()
+        for t, shown in zip(self.tasks, d["tasks"], strict=True):
+            shown["state"] = self.shown_state(t, waiting)
         return d
+
+    def _waiting_to_join(self) -> set[str]:
+        return set((self.elastic or {}).get("waiting") or ()) if not self.is_final else set()
+
+    def shown_state(self, task: TaskStatus, waiting: set[str] | None = None) -> str:
+        """``task``'s state as shown: a member of an elastic group trains once the group takes it in
+        (a replacement waits for the next round), and is JOINING, not RUNNING, until then."""
+        waiting = self._waiting_to_join() if waiting is None else waiting
+        if task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.task_id in waiting:
+            return TaskState.JOINING
+        return task.state
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobStatus:
@@ -197,7 +213,8 @@ class JobStatus:
         if self.am_attempt > 1:
             parts.append(f"am_attempt={self.am_attempt}")
         if self.tasks:
-            parts.append(" ".join(f"{t.task_id}={t.state}" for t in self.tasks))
+            waiting = self._waiting_to_join()
+            parts.append(" ".join(f"{t.task_id}={self.shown_state(t, waiting)}" for t in self.tasks))
         if self.waiting_reason and not self.is_final:
             parts.append(waiting_text(self))
         if self.elastic and not self.is_final:
@@ -260,6 +277,13 @@ def progress_text(progress: dict[str, Any], metrics: int = 3) -> str:
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskStatus))
+def hanging(text: str, indent: str = "    | ") -> str:
+    """``text`` with every line after its first indented: a diagnostic that carries the last lines
+    of a task's stderr stays one block, apart from the lines printed after it."""
+    first, *rest = (text or "").splitlines() or [""]
+    return "\n".join([first, *(indent + line for line in rest)])
+
+
 def group_text(elastic: dict[str, Any]) -> str:
     """An elastic group in a few words: ``group=2/3 (1 joining)``."""
     text = f"group={elastic.get('size', 0)}/{elastic.get('target', 0)}"

@@ -13,6 +13,7 @@ from tony_workflow.status import (
     TaskState,
     TaskStatus,
     check_application_id,
+    hanging,
     progress_text,
 )
 
@@ -37,6 +38,24 @@ def test_the_status_line_names_tasks_the_wait_progress_and_links():
                            "worker:0=RUNNING worker:1=RUNNING")
     assert "waiting 1/4 containers for 1m05s: worker: 0 of 3 containers; blocked by 1 job" in line
     assert line.endswith("tracking=http://rm/proxy/x")
+
+
+def test_an_elastic_task_the_group_has_not_taken_in_is_shown_joining_not_running():
+    st = status(elastic={"size": 1, "target": 2, "waiting": ["worker:1"]})
+    assert "worker:0=RUNNING worker:1=JOINING group=1/2 (1 joining: worker:1)" in st.summary()
+    assert [t["state"] for t in st.to_dict()["tasks"]] == ["RUNNING", "JOINING"]
+    assert st.task("worker:1").state == TaskState.RUNNING, "the AM's own record is left as it is"
+    st.tasks[1].state = TaskState.LAUNCHED  # not started yet: said as it is
+    assert st.shown_state(st.tasks[1]) == TaskState.LAUNCHED
+    st.tasks[1].state, st.state = TaskState.SUCCEEDED, JobState.SUCCEEDED
+    assert st.shown_state(st.tasks[1]) == TaskState.SUCCEEDED
+
+
+def test_a_diagnostic_with_a_tasks_last_lines_stays_one_block():
+    text = "task worker:2 FAILED (exit 137): Last lines of stderr:\nTraceback\n  boom"
+    assert hanging(text).splitlines() == ["task worker:2 FAILED (exit 137): Last lines of stderr:",
+                                          "    | Traceback", "    |   boom"]
+    assert hanging("one line") == "one line" and hanging("") == ""
 
 
 def test_progress_reads_as_steps_a_fraction_an_eta_and_the_first_metrics():

@@ -21,7 +21,7 @@ from ..errors import (
     UsageError,
 )
 from ..spec import SpecError, parse_pairs
-from ..status import JobStatus
+from ..status import JobStatus, hanging
 from . import JobHandle, TonyClient, load_job
 
 __all__ = ["main"]
@@ -40,12 +40,12 @@ def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobSt
         for task in update.relaunched:
             print(f"[tony {stamp}] task {task.task_id} relaunched ({task.restarts} so far)", file=stream, flush=True)
         if update.new_am_attempt:
-            print(f"[tony {stamp}] ApplicationMaster attempt {status.am_attempt}: {status.diagnostics}",
+            print(hanging(f"[tony {stamp}] ApplicationMaster attempt {status.am_attempt}: {status.diagnostics}"),
                   file=stream, flush=True)
         for warning in update.new_warnings:
             print(f"[tony {stamp}] warning: {warning}", file=stream, flush=True)
         if update.final and status.diagnostics:
-            print(f"[tony {stamp}] diagnostics: {status.diagnostics}", file=stream, flush=True)
+            print(hanging(f"[tony {stamp}] diagnostics: {status.diagnostics}"), file=stream, flush=True)
     return status if status is not None else handle.status()
 
 
@@ -92,11 +92,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  from: {describe_context(st.context)}" + (f"  {st.context['url']}" if st.context.get("url") else ""))
         for t in st.tasks:
             code = "" if t.exit_code is None else f" exit={t.exit_code}"
-            print(f"  {t.task_id:<14} {t.state:<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
+            print(f"  {t.task_id:<14} {st.shown_state(t):<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
         if st.elastic:
             _show_group(st.elastic)
         if st.diagnostics:
-            print(f"  diagnostics: {st.diagnostics}")
+            print(hanging(f"  diagnostics: {st.diagnostics}"))
     return 0
 
 
@@ -273,7 +273,7 @@ def _show_record(r: dict) -> None:
         _show_group(r["elastic"])
     print("timeline:")
     for item in r.get("timeline") or []:
-        print(f"  {_when(item['ts'])}  {item['what']}" + (f": {item['detail']}" if item.get("detail") else ""))
+        print(hanging(f"  {_when(item['ts'])}  {item['what']}" + (f": {item['detail']}" if item.get("detail") else "")))
     print("tasks:")
     for t in r.get("tasks") or []:
         m = t.get("metrics") or {}

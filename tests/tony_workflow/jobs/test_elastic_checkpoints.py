@@ -35,6 +35,15 @@ def saves(out: str) -> list[int]:
     return [int(n) for n in re.findall(r"saved step=(\d+)", out)]
 
 
+def right_after_a_save(h) -> int:
+    """Waits for rank 0's next save, and for the mirror to have had time to copy it (the loss then
+    takes no saved step); returns its step."""
+    seen = len(saves(stdout(h)))
+    wait_for(lambda: len(saves(stdout(h))) > seen, timeout=60, interval=0.05)
+    time.sleep(1.0)
+    return saves(stdout(h))[-1]
+
+
 @pytest.fixture(params=["local", pytest.param("yarn", marks=pytest.mark.yarn)])
 def backend(request):
     request.getfixturevalue("tony_home" if request.param == "local" else "yarn_cluster")
@@ -54,12 +63,18 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     # processes consecutive ranks); the round's members are listed in node rank order.
     members = list(st.elastic["history"][-1]["members"])
     target = members[0] if aim == "rank 0" else members[-1]
-    # Right after a save, once the mirror has had time to copy it: the loss takes no saved step.
-    seen = len(saves(stdout(h)))
-    wait_for(lambda: len(saves(stdout(h))) > seen, timeout=60, interval=0.05)
-    time.sleep(1.0)
-    last = saves(stdout(h))[-1]
+    last = right_after_a_save(h)
+    killed_at = time.time()
     kill_container(st, target)
+    # Followed to its end: the steps reported since the loss, and how the replacement is shown.
+    reported, shown = [], set()
+    while not (s := h.status()).is_final:
+        p = s.progress or {}
+        if p.get("updated_at") and p["updated_at"] > killed_at + 0.5:  # reports made after the loss
+            reported.append(p["step"])
+        if target in (s.elastic or {}).get("waiting", []):
+            shown.add(s.task(target).state)
+        time.sleep(0.1)
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
     out = stdout(h)
@@ -74,8 +89,39 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     resumed = [steps[0] for _, steps in sorted(rounds.items())]
     assert resumed[0] >= last > 0 and set(resumed) <= set(saves(out)), (resumed, last, saves(out))
     assert resumed == sorted(resumed), resumed
+    # The job's progress after the loss goes on from there, and the replacement waiting to join
+    # the group is shown so, not RUNNING.
+    assert reported and min(reported) > resumed[0] - 1, (reported[:5], resumed)
+    assert "JOINING" in shown and "RUNNING" not in shown, shown
     # The replicas are identical at the end: parameters and momentum alike, every step trained.
     done = re.findall(r"rank=(\d+) done steps=(\d+) state=(\w+)", out)
     last_round = done[-ranks:]
     assert sorted(int(r) for r, _, _ in last_round) == list(range(ranks)), done
     assert {(int(n), d) for _, n, d in last_round} == {(TOTAL, last_round[0][2])}, done
+
+
+def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend):
+    h = submit(backend, 1)
+    lost_at = []
+    for _ in range(2):
+        st = wait_for(lambda: (s := h.status()).is_final and s or (
+            s.state == "RUNNING" and (s.elastic or {}).get("size") == 3 and not s.elastic.get("waiting")
+            and (s.progress or {}).get("step", 0) >= (lost_at[-1] if lost_at else 0) + 8 and s),
+            timeout=300, interval=0.2)
+        assert not st.is_final, st.diagnostics
+        lost_at.append(right_after_a_save(h))
+        kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
+    final = finished(h)
+    assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
+    assert final.elastic["changes"] == 2
+    out = stdout(h)
+    rounds: dict[int, int] = {}
+    for r, s in re.findall(r"round=(\d+) rank=\d+ world=\d+ start_step=(\d+)", out):
+        assert rounds.setdefault(int(r), int(s)) == int(s), out[-3000:]  # a round's ranks agree
+    starts = [rounds[r] for r in sorted(rounds)]
+    # After each loss the group goes on from the last save before it, or a later one.
+    for lost in lost_at:
+        assert any(s >= lost for s in starts), (starts, lost_at)
+    assert starts == sorted(starts) and set(starts[1:]) <= set(saves(out)), (starts, saves(out))
+    done = re.findall(r"rank=(\d+) done steps=(\d+) state=(\w+)", out)[-3:]
+    assert {(int(n), d) for _, n, d in done} == {(TOTAL, done[0][2])}, done

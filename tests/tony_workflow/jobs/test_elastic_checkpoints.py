@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -35,13 +36,26 @@ def saves(out: str) -> list[int]:
     return [int(n) for n in re.findall(r"saved step=(\d+)", out)]
 
 
-def right_after_a_save(h) -> int:
-    """Waits for rank 0's next save, and for the mirror to have had time to copy it (the loss then
-    takes no saved step); returns its step."""
+def stored_step(h, tmp: Path) -> int | None:
+    """The step of the checkpoint in the job's store (what the mirror copied), if any."""
+    import torch
+
+    from tony_workflow.storage import open_storage
+    try:
+        open_storage(h.status().checkpoint_location).get("state.pt", tmp / "stored.pt")
+        return int(torch.load(tmp / "stored.pt", weights_only=False)["step"])
+    except (OSError, RuntimeError, EOFError):
+        return None
+
+
+def right_after_a_save(h, tmp: Path) -> int:
+    """Waits for rank 0's next save, and for the mirror to have copied it to the job's store (a
+    save the store does not hold yet dies with its container); returns its step."""
     seen = len(saves(stdout(h)))
     wait_for(lambda: len(saves(stdout(h))) > seen, timeout=60, interval=0.05)
-    time.sleep(1.0)
-    return saves(stdout(h))[-1]
+    step = saves(stdout(h))[-1]
+    wait_for(lambda: (stored_step(h, tmp) or 0) >= step, timeout=60, interval=0.1)
+    return step
 
 
 @pytest.fixture(params=["local", pytest.param("yarn", marks=pytest.mark.yarn)])
@@ -52,7 +66,7 @@ def backend(request):
 
 @pytest.mark.parametrize("aim,processes", [("rank 0", 1), ("another rank", 1), ("rank 0", 2)],
                          ids=["rank0", "another", "rank0-two-processes"])
-def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint(backend, aim, processes):
+def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint(backend, aim, processes, tmp_path):
     h = submit(backend, processes)
     ranks = 3 * processes
     st = wait_for(lambda: (s := h.status()).is_final and s or (
@@ -63,7 +77,7 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     # processes consecutive ranks); the round's members are listed in node rank order.
     members = list(st.elastic["history"][-1]["members"])
     target = members[0] if aim == "rank 0" else members[-1]
-    last = right_after_a_save(h)
+    last = right_after_a_save(h, tmp_path)
     killed_at = time.time()
     kill_container(st, target)
     # Followed to its end: the steps reported since the loss, and how the replacement is shown.
@@ -100,7 +114,7 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     assert {(int(n), d) for _, n, d in last_round} == {(TOTAL, last_round[0][2])}, done
 
 
-def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend):
+def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend, tmp_path):
     h = submit(backend, 1)
     lost_at = []
     for _ in range(2):
@@ -109,7 +123,7 @@ def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend):
             and (s.progress or {}).get("step", 0) >= (lost_at[-1] if lost_at else 0) + 8 and s),
             timeout=300, interval=0.2)
         assert not st.is_final, st.diagnostics
-        lost_at.append(right_after_a_save(h))
+        lost_at.append(right_after_a_save(h, tmp_path))
         kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
@@ -125,3 +139,28 @@ def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend):
     assert starts == sorted(starts) and set(starts[1:]) <= set(saves(out)), (starts, saves(out))
     done = re.findall(r"rank=(\d+) done steps=(\d+) state=(\w+)", out)[-3:]
     assert {(int(n), d) for _, n, d in done} == {(TOTAL, done[0][2])}, done
+
+
+def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(backend, tmp_path):
+    job = {"name": "rank0-in-place", "framework": "pytorch", "executes": "in_place.py", "src_dir": str(SCRIPT),
+           "task_params": f"{TOTAL} 5 {STEP_SLEEP[backend]}", "am": {"memory": "512m"},
+           "tasks": {"worker": {"instances": 3, "min_instances": 2, "memory": "1g"}},
+           "conf": {"tony.elastic.regroup": "in-place", "tony.task.tensorboard.enabled": "false"}}
+    h = TonyClient(backend).submit(load_job(job))
+    st = wait_for(lambda: (s := h.status()).is_final and s or (
+        s.state == "RUNNING" and (s.elastic or {}).get("size") == 3 and not s.elastic.get("waiting")
+        and len(saves(stdout(h))) >= 2 and s), timeout=300, interval=0.3)
+    assert not st.is_final, st.diagnostics
+    last = right_after_a_save(h, tmp_path)
+    kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
+    final = finished(h)
+    assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
+    out = stdout(h)
+    # The survivors went on from their state in memory, past the last save; the replicas agree.
+    starts = {int(g): int(s) for g, s in re.findall(r"generation=(\d+) rank=\d+ world=\d+ start_step=(\d+)", out)}
+    assert len(starts) >= 2 and all(s >= last for g, s in starts.items() if g > min(starts)), (starts, last)
+    done = re.findall(r"rank=(\d+) done steps=(\d+) state=(\w+)", out)
+    assert len(done) == 3 and {(int(n), d) for _, n, d in done} == {(TOTAL, done[0][2])}, done
+    # The job's checkpoint store holds what the last rank 0 saved, wherever it ran: a relaunch
+    # would resume from there.
+    assert stored_step(h, tmp_path) == TOTAL

@@ -389,14 +389,20 @@ def details(name: str, r: dict) -> list[str]:
                        f"{x['idle_gb_s_while_waiting']}, {round(100 * x['idle_share_while_waiting'])} % | "
                        f"{x['waiting_containers_max']}, {x['waiting_mb_max']} |")
     elif name.startswith("elastic") and r.get("runs"):
-        out += [("| form | run | wall, undisturbed (s) | wall, worker killed (s) | time lost (s) | no training (s) | "
-                 "below full size (s) | session after | state |"), "|---|---|---|---|---|---|---|---|---|"]
-        for form in ("elastic", "relaunch"):
-            for i, (k, f) in enumerate(zip(r["runs"][form], r["runs"][f"{form}_floor"], strict=True)):
+        out += [("| form | run | killed | wall, undisturbed (s) | wall, killed (s) | time lost (s) | no training (s) | "
+                 "below full size (s) | steps lost | session after | state |"),
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        forms = [("elastic", "elastic", "elastic_floor"), ("elastic, rank 0's container", "elastic_rank0",
+                                                           "elastic_floor"), ("relaunch", "relaunch", "relaunch_floor")]
+        for label, form, floor in forms:
+            for i, (k, f) in enumerate(zip(r["runs"].get(form) or [], r["runs"][floor], strict=False)):
                 lost = None if k["wall_s"] is None or f["wall_s"] is None else round(k["wall_s"] - f["wall_s"], 2)
-                out.append(f"| {form} | {i + 1} | {f['wall_s']} | {k['wall_s']} | {fmt(lost)} | "
-                           f"{fmt(k.get('no_training_s'))} | {fmt(k.get('below_full_s'))} | {k['session']} | "
-                           f"{k['state']} |")
+                out.append(f"| {label} | {i + 1} | {k.get('killed') or 'worker:1'} | {f['wall_s']} | {k['wall_s']} | "
+                           f"{fmt(lost)} | {fmt(k.get('no_training_s'))} | {fmt(k.get('below_full_s'))} | "
+                           f"{fmt(k.get('steps_lost'))} | {k['session']} | {k['state']} |")
+        if r.get("elastic_rank0_lost_s_median") is not None:
+            out += ["", (f"Rank 0's container killed: elastic loses {fmt(r['elastic_rank0_lost_s_median'], 's')}, "
+                         f"at most {fmt(r.get('elastic_rank0_steps_lost_max'))} steps (saves every 5).")]
         out += ["", (f"Medians: elastic loses {fmt(r['elastic_lost_s_median'], 's')} "
                      f"(no training {fmt(r['elastic_no_training_s_median'], 's')}, below full size "
                      f"{fmt(r['elastic_below_full_s_median'], 's')}); the relaunch loses "

@@ -2,7 +2,8 @@
 script in the usual idiom (rank 0 alone saves into $TONY_CHECKPOINT_DIR, every rank loads from
 there as it starts) under torch's agent (tony.elastic.regroup=restart), 3 workers of which 2 are
 enough. Whichever container dies, every rank of the next group starts from the last checkpoint
-rank 0 wrote, on both backends, with one process a container and with two. What is checked comes
+rank 0 wrote: rank 0's container or another, on both backends; with two processes a container,
+twice in a row, and regrouping in place, on the embedded cluster. What is checked comes
 from the trainers' own output: where each rank started, what rank 0 saved, their final state."""
 from __future__ import annotations
 
@@ -58,15 +59,18 @@ def right_after_a_save(h, tmp: Path) -> int:
     return step
 
 
-@pytest.fixture(params=["local", pytest.param("yarn", marks=pytest.mark.yarn)])
-def backend(request):
-    request.getfixturevalue("tony_home" if request.param == "local" else "yarn_cluster")
-    return request.param
+# Rank 0's container and another, on both clusters; two processes a container on the embedded one.
+CASES = [pytest.param(backend, aim, processes, id=f"{backend}-{name}",
+                      marks=[pytest.mark.yarn] if backend == "yarn" else [])
+         for backend, aim, processes, name in [("local", "rank 0", 1, "rank0"), ("local", "another rank", 1, "another"),
+                                               ("local", "rank 0", 2, "rank0-two-processes"),
+                                               ("yarn", "rank 0", 1, "rank0"), ("yarn", "another rank", 1, "another")]]
 
 
-@pytest.mark.parametrize("aim,processes", [("rank 0", 1), ("another rank", 1), ("rank 0", 2)],
-                         ids=["rank0", "another", "rank0-two-processes"])
-def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint(backend, aim, processes, tmp_path):
+@pytest.mark.parametrize("backend,aim,processes", CASES)
+def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint(request, backend, aim, processes,
+                                                                                  tmp_path):
+    request.getfixturevalue("tony_home" if backend == "local" else "yarn_cluster")
     h = submit(backend, processes)
     ranks = 3 * processes
     st = wait_for(lambda: (s := h.status()).is_final and s or (
@@ -114,8 +118,8 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     assert {(int(n), d) for _, n, d in last_round} == {(TOTAL, last_round[0][2])}, done
 
 
-def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend, tmp_path):
-    h = submit(backend, 1)
+def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(tony_home, tmp_path):
+    h = submit("local", 1)
     lost_at = []
     for _ in range(2):
         st = wait_for(lambda: (s := h.status()).is_final and s or (
@@ -141,7 +145,8 @@ def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(backend, tm
     assert {(int(n), d) for _, n, d in done} == {(TOTAL, done[0][2])}, done
 
 
-def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(backend, tmp_path):
+def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(tony_home, tmp_path):
+    backend = "local"
     job = {"name": "rank0-in-place", "framework": "pytorch", "executes": "in_place.py", "src_dir": str(SCRIPT),
            "task_params": f"{TOTAL} 5 {STEP_SLEEP[backend]}", "am": {"memory": "512m"},
            "tasks": {"worker": {"instances": 3, "min_instances": 2, "memory": "1g"}},

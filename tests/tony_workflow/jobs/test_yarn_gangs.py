@@ -195,7 +195,10 @@ def runner_and_waiter(a, b):
     """(the job that runs, the one that waits, its status), once one runs and the other waits."""
     sa, sb = a.status(), b.status()
     for (run, srun), (wait, swait) in (((a, sa), (b, sb)), ((b, sb), (a, sa))):
-        if srun.state == "RUNNING" and swait.state == "ALLOCATING" and swait.waiting_reason:
+        # Read one after the other: the runner may have given its containers back by the time the
+        # waiter is read, whose turn has then come; that is no sight of it waiting.
+        if (srun.state == "RUNNING" and swait.state == "ALLOCATING" and swait.waiting_reason
+                and not swait.waiting_reason.startswith("its turn has come")):
             return run, wait, swait
     return None
 

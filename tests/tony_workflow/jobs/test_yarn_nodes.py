@@ -76,6 +76,14 @@ def cache_files(yarn) -> dict[str, float]:
     return {k: e.mtime for k, e in store.list(f"user/{user}/.tony/cache").items()}
 
 
+def command_line(p: psutil.Process) -> str:
+    """``p``'s command line; empty for a process gone since it was listed."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
 @pytest.mark.parametrize("way", ["at start", "by the gate"])
 def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(bare_nodes, tmp_path, way):
     yarn = TonyClient("yarn")
@@ -86,7 +94,7 @@ def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(b
     h = yarn.submit(load_job(probe_job(tmp_path, "bare", want, conf)))
     # From outside: the executor runs the nodes' python3.x from the shipped runtime.
     executor = wait_for(lambda: next((p for p in app_processes(h.app_id)
-                                      if "tony_workflow.task.executor" in " ".join(p.cmdline())), None), timeout=180)
+                                      if "tony_workflow.task.executor" in command_line(p)), None), timeout=180)
     env = executor.environ()
     assert Path(executor.cmdline()[0]).name == f"python{sys.version_info.major}.{sys.version_info.minor}"
     paths = env["PYTHONPATH"].split(":")

@@ -421,19 +421,22 @@ class SubmitterHistory:
         self.own, self.proxied, self.submitter = own, list(proxied), submitter
         self.store = own.store
 
-    def _mine(self, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in records if r.get("submitter") == self.submitter]
+    def _theirs(self, user: str, read: Any) -> list[dict[str, Any]]:
+        """What ``read`` finds in ``user``'s history that this submitter submitted; nothing, said
+        on stderr, when their history cannot be read now (impersonation withdrawn, HDFS away)."""
+        try:
+            return [r for r in read() if r and r.get("submitter") == self.submitter]
+        except OSError as e:
+            print(f"tony: the history of jobs run as {user} was not read: {e}", file=sys.stderr)
+            return []
 
     def list(self, state: str | None = None, since: float | None = None, limit: int | None = None,
              full: bool = True, context: Mapping[str, str] | None = None,
              tags: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """:meth:`JobHistory.list` over all of them, newest first (records read whole)."""
+        """:meth:`JobHistory.list` over all of them, newest first (theirs read whole)."""
         found = self.own.list(state, since, limit, full, context, tags)
         for user, history in self.proxied:
-            try:
-                found += self._mine(history.list(state, since, None, True, context, tags))
-            except OSError as e:  # their history unreadable now (impersonation withdrawn, HDFS away)
-                print(f"tony: the history of jobs run as {user} was not read: {e}", file=sys.stderr)
+            found += self._theirs(user, lambda h=history: h.list(state, since, None, True, context, tags))
         found.sort(key=lambda r: r.get("finished_at") or 0, reverse=True)
         return found[:limit] if limit is not None else found
 
@@ -442,10 +445,5 @@ class SubmitterHistory:
         for user, history in self.proxied:
             if record is not None:
                 break
-            try:
-                mine = self._mine([history.get(app_id) or {}])
-            except OSError as e:
-                print(f"tony: the history of jobs run as {user} was not read: {e}", file=sys.stderr)
-                continue
-            record = mine[0] if mine else None
+            record = next(iter(self._theirs(user, lambda h=history: [h.get(app_id)])), None)
         return record

@@ -330,7 +330,8 @@ class YarnBackend(Backend):
         gang = self.check_fits(spec, rm)
         plan = self._start_plan(spec, rm, gang, login)
         try:
-            return self._submit(spec, rm, gang, plan, login)
+            plan.asked(app_id := self._submit(spec, rm, gang, plan, login))
+            return app_id
         finally:
             plan.done()
 

@@ -127,10 +127,12 @@ class YarnClusterManager(ClusterManager):
         asked = set(self._asked_before()) if self._first else set()
         self._first = False
         if not asked:
+            self.line.asking(False)  # a gang given back, or a new session's: it waits again
             wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
             self.line.leave()  # no longer waiting for its turn: the next in line looks for the queue
             if cancel.is_set():
                 raise InterruptedError("allocation cancelled")
+            self.line.asking()
         self._looked = (time.monotonic(), None)
         containers = [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
         for c in containers:

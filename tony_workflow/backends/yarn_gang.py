@@ -20,6 +20,13 @@ its containers are missing is not reported, so the largest are assumed missing. 
 for its whole gang as its application starts says so in its tag (:func:`asked_at_start`): from its
 submission on, before YARN even starts its master, its gang counts as asked for.
 
+YARN serves only the jobs that ask: an older job still waiting for its turn has no request at the
+ResourceManager, and a younger one whose turn came (it asked, and is being granted its gang) is
+served before it whatever their ages. So jobs that have asked (:attr:`Member.asked`: the line
+directory says so, :mod:`.yarn_line`) come first in the order, oldest first, and only then those
+that wait. Judged otherwise, an older job would ask for room that a younger one's requests already
+take, and hold part of its gang beside the younger one's whole.
+
 This module is pure: the snapshot comes from the ResourceManager (:mod:`.rm`, read by
 :mod:`.yarn_am` and :mod:`.yarn_gate`), and the verdict is a function of it, tested as tables.
 """
@@ -187,6 +194,9 @@ class Member:
     starting: bool = False
     #: YARN has placed its master's container, though the master has not registered yet
     master_placed: bool = False
+    #: its requests for its gang are at the ResourceManager (or granted): it is served before any
+    #: job that waits for its turn
+    asked: bool = False
 
     def remaining(self) -> list[Shape]:
         """What it still lacks, largest first: its whole gang unless it runs part of it. Nothing
@@ -213,13 +223,18 @@ def _seq(app_id: str) -> tuple[int, int]:
         return (0, 0)
 
 
-def _place(priority: int, app_id: str) -> tuple[int, tuple[int, int]]:
-    return (-priority, _seq(app_id))
+def _place(priority: int, app_id: str, asked: bool) -> tuple[int, int, tuple[int, int]]:
+    return (0 if asked else 1, -priority, _seq(app_id))
+
+
+def _placed(m: Member) -> tuple[int, int, tuple[int, int]]:
+    return _place(m.priority, m.app_id, m.asked or m.starting)
 
 
 def queue_order(members: Iterable[Member]) -> list[Member]:
-    """The order YARN's FIFO ordering serves a queue in: higher priority first, then submission."""
-    return sorted(members, key=lambda m: _place(m.priority, m.app_id))
+    """The order YARN's FIFO ordering serves a queue in: the jobs that have asked first, then
+    those that wait for their turn; in each, higher priority first, then submission."""
+    return sorted(members, key=_placed)
 
 
 @dataclass(frozen=True)
@@ -354,9 +369,10 @@ def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[N
     type, (held, wanted), for the reason; ``queue`` names the queue in it."""
     members = list(members)
     line = _Pass(members, list(nodes), headroom, maximum, queue)
-    mine_at = _place(priority, me)
+    own = next((m for m in members if m.app_id == me), None)
+    mine_at = _placed(own) if own is not None else _place(priority, me, False)
     for m in queue_order(members):
-        if m.app_id != me and _place(m.priority, m.app_id) < mine_at:
+        if m.app_id != me and _placed(m) < mine_at:
             line.serve(m)
     return line.judge(pending, counts)
 
@@ -482,10 +498,13 @@ def headroom_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
     return out
 
 
-def members_from(reports: Iterable[AppReport], queue: str, now: float | None = None) -> list[Member]:
+def members_from(reports: Iterable[AppReport], queue: str, now: float | None = None,
+                 asked: Iterable[str] = ()) -> list[Member]:
     """The TonY jobs with a gang tag in ``queue`` (as the ResourceManager names it, e.g.
     ``root.default``) that YARN has accepted or runs (``now``: the time, for jobs that ask at
-    start and wait for their master; default the clock's)."""
+    start and wait for their master; default the clock's); ``asked`` names the applications that
+    have asked for their gang."""
+    marked = set(asked)
     now = time.time() if now is None else now
     out = []
     for r in reports:
@@ -498,7 +517,7 @@ def members_from(reports: Iterable[AppReport], queue: str, now: float | None = N
         starting = (r.state != "RUNNING" and asked_at_start(r.tags)
                     and now - (r.started_at or now) < START_GRACE_S)
         out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, starting,
-                          master_placed=r.state != "RUNNING" and bool(r.running_containers)))
+                          master_placed=r.state != "RUNNING" and bool(r.running_containers), asked=r.id in marked))
     return out
 
 

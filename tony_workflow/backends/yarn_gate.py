@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         asked = [] if overdue is not None else asked_first(spec, requests)
     except Exception:  # the gate must never keep a job from running: the AM waits its turn too
         log.exception("the gate failed: the ApplicationMaster starts now")
+    if asked:  # the line serves a job that asks before those that wait, whatever their ages
+        line.asking()
     # Said before the AM's container is asked for: the AM reads it as it starts.
     app.kv[KV_GATE] = json.dumps({"since": since, "admitted": time.time(), "asked": encode_asked(asked)}).encode()
     app.add_container(AM_SERVICE)

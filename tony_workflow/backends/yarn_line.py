@@ -22,11 +22,17 @@ the one served later steps down. A looker whose turn has come says so on its las
 (``leaving``), and the next in line takes over at its next look. A job that holds part of its gang
 (forming, in its AM) reads the board but never looks for others.
 
+A job that asks for its gang says so first with a file of its own in the directory
+(``asked-<application id>``, :meth:`Line.asking`), and removes it when it gives its gang back to
+wait again, or ends: the looker, which lists the directory anyway, serves such jobs before every
+job that waits (:attr:`.yarn_gang.Member.asked`), as the ResourceManager does, whatever their ages.
+
 Without a line directory, every job reads the ResourceManager itself, and looks less often the
 longer its verdict stays the same (up to :data:`BACKOFF_MAX_S`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -57,7 +63,7 @@ from .yarn_gang import (
     verdicts,
 )
 
-__all__ = ["BACKOFF_MAX_S", "BOARD_PREFIX", "LOOK_EVERY_S", "NODE_BYTES_PER_S", "STALE_S", "Board", "Line", "line_store",
+__all__ = ["ASKED_PREFIX", "BACKOFF_MAX_S", "BOARD_PREFIX", "LOOK_EVERY_S", "NODE_BYTES_PER_S", "STALE_S", "Board", "Line", "line_store",
            "queue_dir"]
 
 log = logging.getLogger("tony.yarn")
@@ -73,6 +79,8 @@ NODE_BYTES_PER_S = 512 * 1024
 BACKOFF_MAX_S = 30.0
 #: The board files of a queue's directory: ``board-<looker's application id>``.
 BOARD_PREFIX = "board-"
+#: The files of a queue's directory that say a job asked for its gang: ``asked-<application id>``.
+ASKED_PREFIX = "asked-"
 _APP_STATES = ("ACCEPTED", "RUNNING")
 
 
@@ -162,6 +170,9 @@ class Line:
     _nodes: tuple[float, list[Node]] | None = None  # (when read, the running nodes)
     _node_bytes: int = 0
     _absent_since: float | None = None  # when this job first found itself missing from a fresh board
+    #: the jobs the directory said had asked, at its last listing, and since when (monotonic)
+    _marks: dict[str, float] = field(default_factory=dict)
+    _kept: set[str] = field(default_factory=set)  # marks of ended jobs this job may not delete
 
     def __post_init__(self) -> None:
         self._interval = self.look_every_s
@@ -227,7 +238,7 @@ class Line:
         self.me, self.queue = me, me.queue
         info = rm.queue(me.queue)
         self.minimum = minimum_allocation(info)
-        members = members_from(reports, me.queue)
+        members = members_from(reports, me.queue, asked=self._marks)
         headroom, maximum = headroom_from(info), maximum_from(info)
         nodes = self._nodes_for(members, headroom)
         shapes = [(r.task_id.split(":")[0], self.shape(r)) for r in pending]
@@ -265,7 +276,8 @@ class Line:
         assert store is not None
         every = verdicts(members, nodes, headroom, self.queue, maximum)
         every[self.app_id] = mine
-        waiting = [m.app_id for m in queue_order(members) if m.state == "RUNNING" and m.held == 0 and m.remaining()]
+        waiting = [m.app_id for m in queue_order(members)
+                   if m.state == "RUNNING" and m.held == 0 and m.remaining() and not m.asked]
         board = Board(self.app_id, waiting, every, leaving=mine.go)
         self._write(board)
         self.looking = not mine.go
@@ -273,11 +285,18 @@ class Line:
     def _sweep(self, live: set[str]) -> None:
         """Deletes the boards of lookers that ended without removing theirs (a container killed
         with its node): gone from the queue's accepted and running applications, and unchanged
-        for :data:`STALE_S`. Only its owner can delete a board of the sticky directory: another
-        user's stays, a file read once per process."""
+        for :data:`STALE_S`; the same for the marks of jobs that asked. Only its owner can delete
+        a file of the sticky directory: another user's stays, tried once per process."""
         store = self.board
         assert store is not None
         now = time.monotonic()
+        for app_id, since in self._marks.items():
+            # Not yet listed as accepted may be just submitted: only a mark seen a while goes.
+            if app_id not in live and app_id not in self._kept and now - since > STALE_S:
+                try:
+                    store.delete(f"{queue_dir(self.queue)}/{ASKED_PREFIX}{app_id}")
+                except OSError:
+                    self._kept.add(app_id)
         for key, seen in list(self._seen.items()):
             looker = key.rsplit("/", 1)[-1][len(BOARD_PREFIX):]
             if looker in live or looker == self.app_id or now - seen.since < STALE_S:
@@ -310,8 +329,11 @@ class Line:
         store = self.board
         assert store is not None
         own = self._key(self.app_id)
-        listed = {name: e for name, e in store.list(queue_dir(self.queue)).items() if name.startswith(BOARD_PREFIX)}
+        every = store.list(queue_dir(self.queue))
         now = time.monotonic()
+        marks = [name[len(ASKED_PREFIX):] for name in every if name.startswith(ASKED_PREFIX)]
+        self._marks = {app_id: self._marks.get(app_id, now) for app_id in marks}
+        listed = {name: e for name, e in every.items() if name.startswith(BOARD_PREFIX)}
         out = {}
         for name, entry in listed.items():
             key = f"{queue_dir(self.queue)}/{name}"
@@ -395,13 +417,36 @@ class Line:
             self._write(Board(self.app_id, seen.board.waiting, seen.board.verdicts, leaving=True))
         self.looking = False
 
+    def asking(self, asks: bool = True) -> None:
+        """Says in the line directory that this job asks for its gang now (before its requests
+        go), or with ``asks`` false that it no longer does (it gave its gang back, and waits)."""
+        if self.board is None or not self._known_queue():
+            return
+        key = f"{queue_dir(self.queue)}/{ASKED_PREFIX}{self.app_id}"
+        try:
+            if asks:
+                self.board.shared_dir(queue_dir(self.queue))
+                self.board.touch(key)
+            else:
+                self.board.delete(key)
+        except OSError as e:
+            log.info("%s: the line directory cannot say whether it asks (%s)", self.app_id, e)
+
+    def _known_queue(self) -> bool:
+        if not self.queue and self.rm is not None:
+            with contextlib.suppress(RMError):
+                me = self.rm.app(self.app_id)
+                self.queue = me.queue if me is not None else ""
+        return bool(self.queue)
+
     def close(self) -> None:
-        """Removes this job's board (at its end)."""
+        """Removes this job's board and its word that it asked (at its end)."""
         if self.board is not None and self.queue:
-            try:
-                self.board.delete(self._key(self.app_id))
-            except OSError as e:
-                log.info("%s: its board stays (%s)", self.app_id, e)
+            for key in (self._key(self.app_id), f"{queue_dir(self.queue)}/{ASKED_PREFIX}{self.app_id}"):
+                try:
+                    self.board.delete(key)
+                except OSError as e:
+                    log.info("%s: %s stays (%s)", self.app_id, key, e)
 
 
 def _in_order(ids: list[str], boards: dict[str, tuple[_Seen, Board]]) -> list[str]:

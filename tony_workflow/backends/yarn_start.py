@@ -45,7 +45,7 @@ from .yarn_gang import (
     parse_gang_tag,
     verdict,
 )
-from .yarn_line import BOARD_PREFIX, STALE_S, Board, queue_dir
+from .yarn_line import ASKED_PREFIX, BOARD_PREFIX, STALE_S, Board, queue_dir
 
 __all__ = ["INTENT_GONE_S", "INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
 
@@ -71,6 +71,13 @@ class StartPlan:
     store: Storage | None = None
     intent: str | None = None
     looked: dict[str, Any] = field(default_factory=dict)
+
+    def asked(self, app_id: str) -> None:
+        """The application ``app_id`` is submitted asking for its gang: the line directory says
+        so (:meth:`.yarn_line.Line.asking`) before its intent goes."""
+        if self.store is not None and self.intent is not None and self.tasks:
+            with contextlib.suppress(OSError):
+                self.store.touch(f"{self.intent.rsplit('/', 1)[0]}/{ASKED_PREFIX}{app_id}")
 
     def done(self) -> None:
         """The application is submitted (or not): its intent goes."""
@@ -100,17 +107,21 @@ def parse_intent(name: str) -> Member | None:
     return Member(f"intent:{parts[1]}-{parts[2]}", int(parts[3]), "ACCEPTED", parsed[0], parsed[1], 0, starting=True)
 
 
-def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool]:
-    """The other live intents of the queue, as jobs ahead of this one, and whether a looker's
-    board says jobs wait for their turn (:mod:`.yarn_line`). The store's clock (a file's
-    modification time) decides what is live, whatever the clients' clocks say."""
+def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool, set[str]]:
+    """The other live intents of the queue, as jobs ahead of this one, whether a looker's
+    board says jobs wait for their turn (:mod:`.yarn_line`), and the jobs that have asked for
+    their gang. The store's clock (a file's modification time) decides what is live, whatever
+    the clients' clocks say."""
     listed = store.list(queue_dir(queue))
     own = listed.get(mine)
     if own is None:
         raise OSError(f"the intent {mine} is not listed in its own directory")
-    out, waiting = [], False
+    out, waiting, asked = [], False, set()
     for name, entry in listed.items():
         if name == mine:
+            continue
+        if name.startswith(ASKED_PREFIX):
+            asked.add(name[len(ASKED_PREFIX):])
             continue
         if name.startswith(BOARD_PREFIX) and entry.mtime >= own.mtime - STALE_S and not waiting:
             with tempfile.TemporaryDirectory() as tmp:
@@ -130,7 +141,7 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool]
         member = parse_intent(name)
         if member is not None:
             out.append(member)
-    return out, waiting
+    return out, waiting, asked
 
 
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
@@ -151,7 +162,7 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
         store.shared_dir(queue_dir(queue))
         store.touch(f"{queue_dir(queue)}/{name}")
         plan = StartPlan([], "", store, f"{queue_dir(queue)}/{name}")
-        others, waiting = _listing(store, queue, name)
+        others, waiting, asked = _listing(store, queue, name)
     except OSError as e:
         log.info("the line directory cannot be used (%s): the job waits for its turn in skein's master", e)
         return StartPlan([], f"the line directory cannot be used: {e}")
@@ -165,7 +176,7 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     # skein's master is placed with the gang too: last, so that a reason names a task of the
     # same size before it.
     counts[_MASTER] = (0, 1)
-    members = [*others, *members_from(reports, queue)]
+    members = [*others, *members_from(reports, queue, asked=asked)]
     v = verdict(_NEWCOMER, priority, members, nodes, headroom_from(queue_info), [*gang, (_MASTER, master)], counts,
                 queue=queue, maximum=maximum_from(queue_info))
     plan.looked = {"intents": len(others), "members": len(members), "go": v.go}

@@ -31,8 +31,9 @@ def nodes(*free_mb: int, total: int = 4096, label: str = "", gpus: int = 0) -> l
     return [Node(f"{label or 'nm'}{i}:1", label, (mb, 8, gpus), (total, 8, gpus)) for i, mb in enumerate(free_mb)]
 
 
-def job(seq: int, held: int | None = 0, *, state: str = "RUNNING", gang=(AM, W, W, W), priority: int = 0) -> Member:
-    return Member(f"application_1_{seq:04d}", priority, state, MASTER, tuple(gang), held)
+def job(seq: int, held: int | None = 0, *, state: str = "RUNNING", gang=(AM, W, W, W), priority: int = 0,
+        asked: bool = False) -> Member:
+    return Member(f"application_1_{seq:04d}", priority, state, MASTER, tuple(gang), held, asked=asked)
 
 
 def want(n: int = 3, shape: Shape = W, ttype: str = "worker") -> list[tuple[str, Shape]]:
@@ -89,6 +90,30 @@ def test_member_lacks_its_largest_containers_until_it_holds_them():
 def test_the_queue_is_served_by_priority_then_submission():
     order = queue_order([job(3), job(1), job(2, priority=5)])
     assert [m.app_id for m in order] == ["application_1_0002", "application_1_0001", "application_1_0003"]
+
+
+def test_jobs_that_have_asked_are_served_before_those_that_wait_for_their_turn():
+    order = queue_order([job(3), job(1), job(4, asked=True), job(2, priority=5), job(5, asked=True, priority=5)])
+    assert [m.app_id[-1] for m in order] == ["5", "4", "2", "1", "3"]
+
+
+def test_an_older_job_waits_behind_a_younger_one_whose_requests_are_out():
+    # The younger job's turn came first (the older was not yet started): it asked for its gang
+    # and YARN has granted none of it yet. The room looks free, but the ResourceManager serves the
+    # requests it holds first: the older one, asking now, would get part of its gang beside the
+    # younger one's whole, and hold it idle.
+    younger = job(2, held=0, asked=True)
+    v = verdict("application_1_0001", 0, [job(1), younger], nodes(4096, 4096), None, want(), {"worker": (0, 3)},
+                queue="default")
+    assert not v.go and v.ahead == ("application_1_0002",), v
+    # The younger one, forming, is not told to give its gang back for the older one that waits.
+    v = verdict("application_1_0002", 0, [job(1), job(2, held=2, asked=True)], nodes(1536, 1536), None, want(2),
+                {"worker": (1, 3)}, queue="default")
+    assert v.go and not v.elders_blocked and v.ahead == (), v
+    # Of two that asked, the older is served first, as YARN does: the younger gives way.
+    v = verdict("application_1_0002", 0, [job(1, held=1, asked=True), job(2, held=2, asked=True)], nodes(1536, 1536),
+                None, want(2), {"worker": (1, 3)}, queue="default")
+    assert not v.go and v.elders_blocked, v
 
 
 @pytest.mark.parametrize("case", [
@@ -182,7 +207,8 @@ def test_one_pass_over_the_queue_judges_every_job_as_its_own_verdict_would(seed)
     cluster = nodes(*(rng.choice([0, 1024, 2048, 4096]) for _ in range(rng.randint(1, 4))))
     cluster += nodes(rng.choice([0, 2048, 4096]), label="gpu", gpus=rng.choice([0, 2]))
     members = [job(i + 1, held=rng.choice([0, 0, 1, 2, None]), state=rng.choice(["RUNNING", "RUNNING", "ACCEPTED"]),
-                   gang=tuple(rng.choice(shapes) for _ in range(rng.randint(1, 4))), priority=rng.choice([0, 0, 1]))
+                   gang=tuple(rng.choice(shapes) for _ in range(rng.randint(1, 4))), priority=rng.choice([0, 0, 1]),
+                   asked=rng.random() < 0.3)
                for i in range(rng.randint(1, 7))]
     headroom = rng.choice([None, {"": Capacity(rng.choice([2048, 8192, 65536]), 16, 8)}])
     every = verdicts(members, cluster, headroom, "root.q")

@@ -203,6 +203,31 @@ def test_two_lookers_settle_on_the_one_served_first(tmp_path, clock):
     assert [line.looking for line in ls] == [True, False, False]
 
 
+def test_a_job_that_asked_goes_before_the_older_ones_that_wait_until_it_waits_again_or_ends(tmp_path, clock):
+    rm = FakeRM(jobs=3, max_mb=16384, used_mb=16384 - 6000)  # room for one 5 GB gang
+    board = LocalStorage(tmp_path)
+    older, _ = lines(rm, board, 2)
+    younger = Line("application_1_0003", rm, board=board)
+    marks = lambda: sorted(p.name for p in (tmp_path / queue_dir(QUEUE)).glob("asked-*"))
+    younger.asking()  # its turn came first: it asks, and YARN has granted nothing yet
+    assert marks() == ["asked-application_1_0003"]
+    v = older.look(GANG, COUNTS)
+    assert not v.go and v.ahead == ("application_1_0003",), v
+    # It gives its gang back and waits again: the older one's turn.
+    younger.asking(False)
+    clock.now += 2
+    assert older.look(GANG, COUNTS).go
+    # A mark left by a job that ended is swept by the looker, once it has been seen a while.
+    younger.asking()
+    rm.reports = [r for r in rm.reports if r.id != "application_1_0003"]
+    look_all([older], clock, rounds=int(STALE_S / 2) + 2)
+    assert marks() == []
+    # A job that ends removes its own.
+    older.asking()
+    older.close()
+    assert marks() == []
+
+
 def test_a_forming_job_reads_the_board_but_never_looks_for_the_others(tmp_path, clock):
     rm = FakeRM(jobs=2)
     board = LocalStorage(tmp_path)

@@ -128,6 +128,24 @@ def test_a_job_submitted_to_ask_at_start_counts_before_its_master_runs(tmp_path)
     assert plan(store, reports=[gated]).tasks == tasks(3)
 
 
+def test_a_submission_that_asks_at_start_says_so_and_the_next_sees_its_gang_counted(tmp_path):
+    store = LocalStorage(tmp_path)
+    first = plan(store)
+    assert first.tasks == tasks(3)
+    first.asked("application_1_0001")  # submitted asking for its gang
+    first.done()
+    assert intents(store) == ["asked-application_1_0001"]
+    # Running, its master placed and nothing of its gang granted yet: its requests are out.
+    running = AppReport(id="application_1_0001", name="other", user="u", queue=QUEUE, state="RUNNING",
+                        final_status="UNDEFINED", diagnostics="", started_at=time.time() - 2, finished_at=None,
+                        am_rpc_address="h:1", priority=0, running_containers=1,
+                        tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)}))
+    # A job of higher priority would go before one that waits for its turn, not before it.
+    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, [running], store)
+    assert not later.tasks and "application_1_0001" in later.why, later.why
+    later.done()
+
+
 def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(tmp_path):
     assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, [], LocalStorage(tmp_path)).tasks == []
     assert "line directory" in plan(None).why and plan(None).tasks == []

@@ -192,14 +192,16 @@ def test_a_relaunch_right_after_the_gang_formed_asks_again_for_a_request_the_res
 
 
 def runner_and_waiter(a, b):
-    """(the job that runs, the one that waits, its status), once one runs and the other waits."""
+    """(the job that runs, the one that waits, its status), once one runs and the other waits. The
+    runner is read after the waiter, running still, none of its tasks ended: one that had begun to
+    give its containers back may have let the waiter's turn come, which is no sight of it waiting."""
     sa, sb = a.status(), b.status()
-    for (run, srun), (wait, swait) in (((a, sa), (b, sb)), ((b, sb), (a, sa))):
-        # Read one after the other: the runner may have given its containers back by the time the
-        # waiter is read, whose turn has then come; that is no sight of it waiting.
-        if (srun.state == "RUNNING" and swait.state == "ALLOCATING" and swait.waiting_reason
+    sa_after = a.status()
+    for run, srun, swait in ((a, sa_after, sb), (b, sb, sa)):
+        if (srun.state == "RUNNING" and not any(t.state in ("SUCCEEDED", "FAILED", "KILLED") for t in srun.tasks)
+                and swait.state == "ALLOCATING" and swait.waiting_reason
                 and not swait.waiting_reason.startswith("its turn has come")):
-            return run, wait, swait
+            return run, (b if run is a else a), swait
     return None
 
 
@@ -219,7 +221,7 @@ def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):
     assert seen.state == "ALLOCATING", seen
     assert ((first.app_id in seen.waiting_reason and seen.jobs_ahead == [first.app_id]) or
             ("blocked by queue headroom" in seen.waiting_reason and not seen.jobs_ahead)), seen
-    assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in seen.tasks)
+    assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in seen.tasks), seen
     # The ResourceManager never saw both hold part of their gang (skein's master + AM + 3 workers = 5)
     # at once, and the waiting job held only its master while the other ran.
     gang = 5

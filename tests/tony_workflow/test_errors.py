@@ -7,7 +7,7 @@ import pytest
 from tony_workflow import errors
 from tony_workflow.backends.base import NeverFits
 from tony_workflow.backends.rm import RMError
-from tony_workflow.client import SubmitError, TonyClient
+from tony_workflow.client import SubmissionRefused, TonyClient
 from tony_workflow.client.cli import ERROR_REPORTS, error_report, main
 from tony_workflow.kerberos import LoginError
 from tony_workflow.minicluster import MiniClusterError
@@ -28,7 +28,7 @@ def test_every_kind_hangs_from_the_root_and_keeps_its_python_base():
 
 
 def test_the_modules_raise_the_trees_kinds_under_their_old_names():
-    assert SpecError is errors.SpecError and SubmitError is errors.SubmissionRefused
+    assert SpecError is errors.SpecError and SubmissionRefused is errors.SubmissionRefused
     assert AMError is errors.AMError and AMUnreachable is errors.AMUnreachable and LoginError is errors.LoginError
     assert issubclass(NeverFits, errors.SubmissionRefused) and NeverFits("tony.worker.memory", "x").key == "tony.worker.memory"
     assert issubclass(RMError, errors.ClusterError) and issubclass(MiniClusterError, errors.ClusterError)

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Formed", "Rendezvous", "RendezvousClosed", "StoreError"]
+__all__ = ["BadStoreOp", "Formed", "Rendezvous", "RendezvousClosed"]
 
 #: The most a store may hold (keys and values together), and the largest state: torch's agents
 #: keep a few small keys a round and a state of a few kilobytes; anything near this is a runaway,
@@ -55,7 +55,7 @@ class RendezvousClosed(Exception):
     """A request for a rendezvous that is not the open one."""
 
 
-class StoreError(ValueError):
+class BadStoreOp(ValueError):
     """A store operation that cannot be done (unknown op, a value too large, a counter that is not one)."""
 
 
@@ -143,7 +143,7 @@ class Rendezvous:
         """Writes ``state`` if ``token`` is the current token (None: if there is no state yet), and
         returns the state that holds afterwards (None: none), its token and whether this call wrote it."""
         if len(state) > MAX_STORE_BYTES:
-            raise StoreError(f"a rendezvous state of {len(state)} bytes is more than {MAX_STORE_BYTES}")
+            raise BadStoreOp(f"a rendezvous state of {len(state)} bytes is more than {MAX_STORE_BYTES}")
         with self._cond:
             self._check(run_id)
             current = self._token if self._state is not None else None
@@ -157,7 +157,7 @@ class Rendezvous:
         old = self._store.get(key)
         size = self._bytes + len(key) + len(value) - (len(key) + len(old) if old is not None else 0)
         if size > MAX_STORE_BYTES:
-            raise StoreError(f"the rendezvous store would hold {size} bytes, more than {MAX_STORE_BYTES}")
+            raise BadStoreOp(f"the rendezvous store would hold {size} bytes, more than {MAX_STORE_BYTES}")
         self._store[key], self._bytes = value, size
         self._cond.notify_all()
 
@@ -185,7 +185,7 @@ class Rendezvous:
             self._check(run_id)
             if op == "set":
                 if len(keys) != len(values):
-                    raise StoreError(f"set takes as many values as keys, got {len(keys)} keys and {len(values)} values")
+                    raise BadStoreOp(f"set takes as many values as keys, got {len(keys)} keys and {len(values)} values")
                 for k, v in zip(keys, values, strict=True):
                     self._put(k, v)
                 return [], 0, True
@@ -199,13 +199,13 @@ class Rendezvous:
                 try:
                     total = int(self._store.get(key, b"0")) + amount
                 except ValueError:
-                    raise StoreError(f"key {key!r} holds no counter") from None
+                    raise BadStoreOp(f"key {key!r} holds no counter") from None
                 self._put(key, str(total).encode())
                 return [], total, True
             if op == "compare_set":
                 key = self._one(op, keys)
                 if len(values) != 2:
-                    raise StoreError("compare_set takes two values: the expected and the desired")
+                    raise BadStoreOp("compare_set takes two values: the expected and the desired")
                 expected, desired = values
                 current = self._store.get(key)
                 if (current if current is not None else b"") == expected:
@@ -221,12 +221,12 @@ class Rendezvous:
                 return [], 0, present
             if op == "count":
                 return [], len(self._store), True
-            raise StoreError(f"unknown store operation {op!r}: set, get, check, add, compare_set, delete or count")
+            raise BadStoreOp(f"unknown store operation {op!r}: set, get, check, add, compare_set, delete or count")
 
     @staticmethod
     def _one(op: str, keys: list[str]) -> str:
         if len(keys) != 1:
-            raise StoreError(f"{op} takes one key, got {len(keys)}")
+            raise BadStoreOp(f"{op} takes one key, got {len(keys)}")
         return keys[0]
 
     # ------------------------------------------------------------------ rounds
@@ -236,7 +236,7 @@ class Rendezvous:
         with self._cond:
             self._check(run_id)
             if world_size < 1 or not 0 <= rank < world_size:
-                raise StoreError(f"rank {rank} is not a node of a world of {world_size}")
+                raise BadStoreOp(f"rank {rank} is not a node of a world of {world_size}")
             r = self._rounds.setdefault(round_, _Round(world_size))
             r.members[task_id] = rank
             if r.formed or len(r.members) < r.world_size:
@@ -249,13 +249,13 @@ class Rendezvous:
         """``node`` (of ``task_id``) asks to be in a generation after ``after``: its place in the
         first such generation (``generation``, ``rank``, ``world_size``, ``members``), or None when
         none formed within ``wait`` seconds (formed generations wait in :meth:`formed_rounds`
-        for the caller to record). Raises :class:`RendezvousClosed` for another session's, :class:`StoreError` for a
+        for the caller to record). Raises :class:`RendezvousClosed` for another session's, :class:`BadStoreOp` for a
         node named dead: a trainer the AM gave up on takes no part any more."""
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
         with self._cond:
             self._check(run_id)
             if node in self._dead:
-                raise StoreError(f"{node} was named gone: it takes no part in the group any more")
+                raise BadStoreOp(f"{node} was named gone: it takes no part in the group any more")
             g = self._gens
             place = g.places.get(node)
             if (place is None or place["generation"] <= after) and node not in g.waiting:
@@ -274,7 +274,7 @@ class Rendezvous:
                 self._cond.wait(min(remaining, 1.0))
                 self._check(run_id)
                 if node in self._dead:
-                    raise StoreError(f"{node} was named gone: it takes no part in the group any more")
+                    raise BadStoreOp(f"{node} was named gone: it takes no part in the group any more")
                 # A first generation's last call ends by time, not by a request.
                 self._form(time.monotonic())
 

@@ -46,7 +46,7 @@ from ..protocol import (
     TensorBoard,
 )
 from ..status import TaskState
-from .rendezvous import RendezvousClosed, StoreError
+from .rendezvous import BadStoreOp, RendezvousClosed
 from .state import AMState, Task
 
 __all__ = ["AMRoutes"]
@@ -222,7 +222,7 @@ class AMRoutes:
             dead = self.state.rendezvous.dead(req.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
-        except ValueError as e:  # StoreError, or a value that is not base64
+        except ValueError as e:  # BadStoreOp, or a value that is not base64
             return 400, {"error": str(e)}
         return 200, {"values": [_text(v) for v in values], "count": count, "ok": ok, "dead": dead}
 
@@ -236,7 +236,7 @@ class AMRoutes:
             formed = s.rendezvous.joined(req.run_id, req.round, req.task_id, req.rank, req.world_size)
         except RendezvousClosed as e:
             return _stop(str(e))
-        except StoreError as e:
+        except BadStoreOp as e:
             return 400, {"error": str(e)}
         with s.lock:
             s.group_joined(task, formed, req.node)
@@ -259,7 +259,7 @@ class AMRoutes:
             if req.op != "join":
                 return 400, {"error": f"unknown group operation {req.op!r}: join, watch or suspect"}
             place = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
-        except (RendezvousClosed, StoreError) as e:  # another session's, or a trainer named gone
+        except (RendezvousClosed, BadStoreOp) as e:  # another session's, or a trainer named gone
             return _stop(str(e))
         with s.lock:
             if place is None:

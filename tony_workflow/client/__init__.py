@@ -23,14 +23,10 @@ from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..status import JobStatus, check_application_id
 from .follow import Follower, JobUpdate
 
-__all__ = ["JobHandle", "SubmissionRefused", "SubmitError", "TonyClient", "UnknownApplication", "load_job"]
+__all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication", "load_job"]
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
-
-
-#: The name this module gave the refusal before the error tree had one: the same class.
-SubmitError = SubmissionRefused
 
 
 def check_paths(spec: JobSpec, backend: str = "local") -> None:

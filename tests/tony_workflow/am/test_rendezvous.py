@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tony_workflow.am.rendezvous import MAX_STORE_BYTES, Formed, Rendezvous, RendezvousClosed, StoreError
+from tony_workflow.am.rendezvous import MAX_STORE_BYTES, BadStoreOp, Formed, Rendezvous, RendezvousClosed
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_store_operations_behave_as_torchs_store(rdzv):
     assert rdzv.store(run, "add", ["n"], [], amount=-1)[1] == 2
     assert rdzv.store(run, "get", ["n"], [])[0] == [b"2"]   # counters are kept as decimal text, as TCPStore does
     rdzv.store(run, "set", ["text"], [b"x"])
-    with pytest.raises(StoreError, match="'text' holds no counter"):
+    with pytest.raises(BadStoreOp, match="'text' holds no counter"):
         rdzv.store(run, "add", ["text"], [], amount=1)
     rdzv.store(run, "delete", ["text"], [])
     # compare_set: written when the key holds what is expected (absent reads as empty), and
@@ -70,9 +70,9 @@ def test_store_operations_behave_as_torchs_store(rdzv):
     assert rdzv.store(run, "delete", ["c", "b"], []) == ([], 0, True)
     assert rdzv.store(run, "delete", ["c"], []) == ([], 0, False)
     assert rdzv.store(run, "count", [], [])[1] == 2
-    with pytest.raises(StoreError, match="unknown store operation 'append'"):
+    with pytest.raises(BadStoreOp, match="unknown store operation 'append'"):
         rdzv.store(run, "append", ["a"], [b"x"])
-    with pytest.raises(StoreError, match="as many values as keys"):
+    with pytest.raises(BadStoreOp, match="as many values as keys"):
         rdzv.store(run, "set", ["a", "b"], [b"x"])
 
 
@@ -129,11 +129,11 @@ def test_a_closed_rendezvous_ends_a_waiting_read(rdzv):
 def test_the_store_refuses_to_grow_without_bound(rdzv):
     rdzv.store("app-0", "set", ["big"], [b"x" * (MAX_STORE_BYTES // 2)])
     rdzv.store("app-0", "set", ["big"], [b"y" * (MAX_STORE_BYTES // 2)])  # replacing a value frees the old one
-    with pytest.raises(StoreError, match="more than"):
+    with pytest.raises(BadStoreOp, match="more than"):
         rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
     rdzv.store("app-0", "delete", ["big"], [])
     rdzv.store("app-0", "set", ["other"], [b"z" * (MAX_STORE_BYTES // 2 + 10)])
-    with pytest.raises(StoreError, match="rendezvous state of"):
+    with pytest.raises(BadStoreOp, match="rendezvous state of"):
         rdzv.set_state("app-0", b"s" * (MAX_STORE_BYTES + 1), None)
     assert rdzv.get_state("app-0") == (None, 0)
 
@@ -146,7 +146,7 @@ def test_a_round_is_formed_once_every_node_has_joined_it(rdzv):
     assert list(formed.members) == ["worker:2", "worker:0", "worker:1"]  # in rank order
     assert rdzv.joined("app-0", 0, "worker:1", 2, 3) is None  # reported again: formed once only
     assert rdzv.joined("app-0", 1, "worker:0", 0, 1) == Formed(1, {"worker:0": 0})
-    with pytest.raises(StoreError, match="rank 3 is not a node of a world of 2"):
+    with pytest.raises(BadStoreOp, match="rank 3 is not a node of a world of 2"):
         rdzv.joined("app-0", 2, "worker:0", 3, 2)
 
 
@@ -198,7 +198,7 @@ def test_a_lost_member_s_survivors_re_form_without_it_keeping_their_order(group)
         "w1": (1, 0, 2), "w2": (1, 1, 2)}
     assert group.formed_rounds() == [Formed(1, {"worker:1": 0, "worker:2": 1})]
     # A trainer named dead takes no part any more.
-    with pytest.raises(StoreError, match="named gone"):
+    with pytest.raises(BadStoreOp, match="named gone"):
         group.gather("app-0", "worker:0", "w0", 0, 0.1)
 
 

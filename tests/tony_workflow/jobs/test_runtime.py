@@ -17,7 +17,7 @@ import requests
 import yaml
 
 from tests.conftest import wait_for
-from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.client import SubmissionRefused, TonyClient, load_job
 from tony_workflow.errors import UnknownApplication
 from tony_workflow.events import read_events
 from tony_workflow.rpc import TOKEN_HEADER
@@ -107,7 +107,7 @@ def test_gpus_are_pinned_exactly(tony_home, tmp_path, local_site):
 def test_a_job_that_can_never_fit_fails_at_once(tony_home, tmp_path, local_site, task, conf, key):
     local_site(conf)
     t0 = time.time()
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(SubmissionRefused) as e:
         submit(tmp_path, "true", {"worker": {"instances": 3, **task}})
     assert key in str(e.value) and "this machine has" in str(e.value)
     assert next(iter(conf)) in str(e.value) and "tony-site.xml" in str(e.value)  # where the size comes from

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, run_tony, user_process, wait_for
-from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.client import SubmissionRefused, TonyClient, load_job
 from tony_workflow.context import identity_tag
 
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
@@ -171,7 +171,7 @@ def test_gpus_are_scheduled_against_the_declared_capacity(cluster, yarn):
 def test_more_gpus_than_the_cluster_has_fails_at_once(cluster, yarn):
     spec = load_job(str(MWMS), conf=[*SMALL, "tony.worker.gpus=3"])  # 2 × 3 > 4 on the one NodeManager
     t0 = time.time()
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(SubmissionRefused) as e:
         yarn.submit(spec)
     assert "tony.worker.gpus" in str(e.value) and "cluster has 4" in str(e.value)
     assert time.time() - t0 < 60

@@ -17,7 +17,7 @@ import requests
 
 from tests.conftest import app_processes, minicluster_missing, own_minicluster, sleeper_job, wait_for
 from tony_workflow.backends.rm import outstanding_asks
-from tony_workflow.client import SubmitError, TonyClient, load_job
+from tony_workflow.client import SubmissionRefused, TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
 
@@ -269,7 +269,7 @@ def test_a_job_that_can_never_fit_is_refused_at_submission_and_nothing_is_submit
     before = apps()
     spec = job("never", 1, "512m", 1)
     spec["tasks"]["worker"].update(worker)
-    with pytest.raises(SubmitError) as e:
+    with pytest.raises(SubmissionRefused) as e:
         TonyClient("yarn").submit(load_job(spec))
     assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
     assert apps() == before

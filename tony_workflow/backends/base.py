@@ -351,6 +351,12 @@ class Backend(ABC):
         Raises :class:`~tony_workflow.errors.UnknownApplication` for an application the cluster
         does not know."""
 
+    def check_exists(self, app_id: str) -> None:
+        """Raises :class:`~tony_workflow.errors.UnknownApplication` for an application the cluster
+        does not know (or this user may not view), at the least cost the cluster allows; here,
+        by reading its status."""
+        self.stored_status(app_id)
+
     @abstractmethod
     def force_kill(self, app_id: str) -> None:
         """Kills the application without the AM's help."""

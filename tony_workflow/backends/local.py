@@ -343,6 +343,10 @@ class LocalBackend(Backend):
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
+    def check_exists(self, app_id: str) -> None:
+        if not (self.app_dir(app_id) / "status.json").is_file():
+            raise UnknownApplication(app_id, "not on the embedded cluster")
+
     def stored_status(self, app_id: str) -> JobStatus:
         d = self.app_dir(app_id)
         try:

@@ -330,8 +330,7 @@ class YarnBackend(Backend):
         gang = self.check_fits(spec, rm)
         plan = self._start_plan(spec, rm, gang, login)
         try:
-            plan.asked(app_id := self._submit(spec, rm, gang, plan, login))
-            return app_id
+            return plan.asked(self._submit(spec, rm, gang, plan, login))
         finally:
             plan.done()
 
@@ -339,8 +338,7 @@ class YarnBackend(Backend):
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         shipment = self._ship(spec, staging, open_cache(self.conf_dir, login, spec.proxy_user))
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
-        # in one round when the queue has room for it now (yarn_start); none, and the gate asks
-        # once the job's turn has come, otherwise.
+        # when the queue has room for it now (yarn_start); else none, and the gate asks in turn.
         log.debug("%s: %s", spec.name, plan.why)
         spread = {}
         for ttype, task in spec.tasks.items():
@@ -439,14 +437,17 @@ class YarnBackend(Backend):
                 self._apps.pop(app_id, None)
             return None
 
-    def _may_view(self, report: AppReport) -> None:
+    def _may_view(self, report: AppReport) -> AppReport:
         refused = view_refused(report, is_secure(self.conf), self.submitting_user())
         if refused is not None:
             raise refused
+        return report
+
+    def check_exists(self, app_id: str) -> None:
+        self._may_view(self._report(app_id))  # one ResourceManager call
 
     def stored_status(self, app_id: str) -> JobStatus:
-        report = self._report(app_id)
-        self._may_view(report)
+        report = self._may_view(self._report(app_id))
         state, final = report.state, report.final_status
         if state in _YARN_ENDED:
             saved = self._saved_status(app_id, report.user)

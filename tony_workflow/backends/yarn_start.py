@@ -72,12 +72,13 @@ class StartPlan:
     intent: str | None = None
     looked: dict[str, Any] = field(default_factory=dict)
 
-    def asked(self, app_id: str) -> None:
-        """The application ``app_id`` is submitted asking for its gang: the line directory says
-        so (:meth:`.yarn_line.Line.asking`) before its intent goes."""
+    def asked(self, app_id: str) -> str:
+        """The application ``app_id`` (returned) is submitted asking for its gang: the line
+        directory says so (:meth:`.yarn_line.Line.asking`) before its intent goes."""
         if self.store is not None and self.intent is not None and self.tasks:
             with contextlib.suppress(OSError):
                 self.store.touch(f"{self.intent.rsplit('/', 1)[0]}/{ASKED_PREFIX}{app_id}")
+        return app_id
 
     def done(self) -> None:
         """The application is submitted (or not): its intent goes."""

@@ -227,8 +227,9 @@ class TonyClient:
     def attach(self, app_id: str) -> JobHandle:
         """A handle on an existing application; :class:`UnknownApplication` if the cluster does not
         know it (:class:`~tony_workflow.errors.NotAnApplicationId` if ``app_id`` is no id at all)."""
-        self.backend.stored_status(check_application_id(app_id))
-        return JobHandle(app_id, self.backend)
+        handle = JobHandle(app_id, self.backend)  # the id is checked as the handle is made
+        self.backend.check_exists(handle.app_id)
+        return handle
 
     def record(self, app_id: str) -> dict | None:
         """An application's record (see :meth:`JobHandle.record`), also when the cluster no longer

@@ -12,7 +12,8 @@ import pytest
 import requests
 
 from tests.conftest import REPO, run_tony, user_process, wait_for
-from tony_workflow.client import SubmissionRefused, TonyClient, load_job
+from tony_workflow.backends.rm import ResourceManager
+from tony_workflow.client import SubmissionRefused, TonyClient, UnknownApplication, load_job
 from tony_workflow.context import identity_tag
 
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
@@ -202,6 +203,17 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
         assert not yarn.backend.submitted_as_me(h.app_id, spec)
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s, timeout=240)
     assert st.context == spec.context
+    # Attaching asks the ResourceManager once, and reads nothing of the job (its AM, skein's store, HDFS).
+    asked = []
+    with pytest.MonkeyPatch.context() as mp:
+        real = ResourceManager.app
+        mp.setattr(ResourceManager, "app", lambda self, app_id: asked.append(app_id) or real(self, app_id))
+        for reader in ("stored_status", "endpoint", "_app_client", "_saved_status"):
+            mp.setattr(type(yarn.backend), reader, lambda *a, reader=reader: pytest.fail(f"attach called {reader}"))
+        assert yarn.attach(h.app_id).app_id == h.app_id
+        with pytest.raises(UnknownApplication):
+            yarn.attach("application_1_9999")
+    assert asked == [h.app_id, "application_1_9999"], asked
     # The checkpoints (the model, for lineage and assets) are named with the NameNode of fs.defaultFS.
     namenode = urlsplit(cluster["fs_default"]).netloc
     assert st.checkpoint_location == f"hdfs://{namenode}{app_hdfs_dir(h.app_id)}/checkpoints", st.checkpoint_location

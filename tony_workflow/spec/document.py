@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .model import JobSpec
-from .table import TONY_DEFAULTS
+from .table import TASK_KEYS, TONY_DEFAULTS
 from .values import conf_value, parse_env
 
 if TYPE_CHECKING:
@@ -50,10 +50,8 @@ _TOP_LEVEL_CONF = {
 _TOP_LEVEL_ARGS = ("executes", "task_params", "python_binary_path", "python_venv", "src_dir")
 _TOP_LEVEL = (*_TOP_LEVEL_CONF, *_TOP_LEVEL_ARGS, "shell_env", "am", "tasks", "conf")
 _AM_FIELDS = ("memory", "vcores", "gpus")
-_TASK_FIELDS = {"instances": "instances", "memory": "memory", "vcores": "vcores", "gpus": "gpus",
-                "command": "command", "node_label": "node-label", "restart_policy": "restart-policy",
-                "timeout": "timeout", "spread": "spread", "processes": "processes",
-                "min_instances": "min-instances", "docker_image": None}
+#: A task's fields in YAML: the per-type table's YAML names, and its docker image (tony.docker.<type>.image).
+_TASK_FIELDS: dict[str, str | None] = {**{k.yaml: k.name for k in TASK_KEYS if k.yaml}, "docker_image": None}
 _ENV_KEYS = ("tony.containers.envs", "tony.execution.envs")
 
 

@@ -1,7 +1,7 @@
 """What is known of TonY's configuration: its keys and defaults (``tony-default.xml``), the keys
 its code reads besides, the settings every task type has, and the local cluster's own settings
-(which no job may set). Everything here is data. The job-wide keys a job may set, with their
-parsers, bounds and meanings, are the table in :mod:`.table`; the value parsers are in
+(which no job may set). Everything here is data. The keys a job may set, job-wide and per task
+type, with their parsers, bounds and meanings, are the tables in :mod:`.table`; the value parsers are in
 :mod:`.values`, the checks in :mod:`.validation`.
 """
 from __future__ import annotations
@@ -16,8 +16,6 @@ __all__ = [
     "OTHER_TONY_KEYS",
     "RESERVED_TYPES",
     "RESTART_POLICIES",
-    "TASK_DEFAULTS",
-    "TASK_FIELDS",
     "TONY_XML_DEFAULTS",
     "task_key",
 ]
@@ -125,15 +123,6 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     "tony.local.retention-sec": str(7 * 86400),
 }
 
-# What tony.<type>.<field> reads when neither the file nor TONY_DEFAULTS sets it (TonY's code
-# defaults for memory/vcores/gpus; restart-policy, spread and processes are this project's own
-# per-type keys: spread puts a type's tasks on distinct nodes of a YARN cluster where it can, and
-# processes runs that many copies of a PyTorch task's command in each container, under torch's
-# elastic agent; min-instances, below instances, makes a PyTorch type elastic: the job goes on
-# while that many of its tasks remain, and empty means instances).
-TASK_DEFAULTS = {"memory": "2g", "vcores": "1", "gpus": "0", "restart-policy": "session", "timeout": "0",
-                 "spread": "false", "processes": "1", "min-instances": ""}
-
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
 
 #: Keys whose ``--conf`` value is appended, comma-joined, to the existing one instead of replacing it.
@@ -165,10 +154,6 @@ OTHER_TONY_KEYS = frozenset({
     "tony.application.stop.on.failure.jobtypes", "tony.application.reserve.port.python.process.wait.seconds",
     "tony.application.docker.enabled", "tony.application.docker.image",
 })
-
-#: The settings every task type has: ``tony.<type>.<field>``.
-TASK_FIELDS = ("instances", "max-instances", "memory", "vcores", "gpus", "command", "node-label",
-               "restart-policy", "timeout", "resources", "spread", "processes", "min-instances")
 
 #: Why a job may not set ``tony.local.*``.
 LOCAL_KEY_REASON = ("is a setting of the local cluster, not of a job (a job cannot size the machine it runs on): "

@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from . import table, validation
 from .errors import SpecError, SpecIssue, error, unknown_message
-from .keys import INSTANCES_KEY, TASK_DEFAULTS, task_key
+from .keys import INSTANCES_KEY, task_key
 from .overrides import apply_pairs, parse_overrides
-from .table import TONY_DEFAULTS
+from .table import TASK_KEY, TONY_DEFAULTS
 from .values import (
     conf_value,
     parse_bool,
     parse_int,
     parse_memory,
-    parse_processes,
     parse_restart_policy,
 )
 
@@ -243,8 +242,10 @@ class JobSpec:
         except ValueError as exc:
             raise SpecError([self.issue(key, raw, str(exc))]) from None
 
-    def _task_typed(self, task_type: str, name: str, parse: Callable[[Any], _T]) -> _T:
-        return self._typed(task_key(task_type, name), parse, TASK_DEFAULTS.get(name))
+    def _task_value(self, task_type: str, name: str) -> Any:
+        """tony.<type>.<name> as its entry of the per-type table reads it (its default when unset)."""
+        setting = TASK_KEY[name]
+        return self._typed(setting.key(task_type), setting.parse, setting.default)
 
     def _text(self, key: str) -> str | None:
         value = (self.get(key) or "").strip()
@@ -378,7 +379,7 @@ class JobSpec:
         """One TaskSpec per type with tony.<type>.instances > 0, in first-seen order."""
         tasks = {}
         for task_type in self.declared_types():
-            instances = self._task_typed(task_type, "instances", lambda v: parse_int(v, 0))
+            instances = self._task_value(task_type, "instances")
             if instances > 0:
                 tasks[task_type] = self._task_spec(task_type, instances)
         return tasks
@@ -388,27 +389,26 @@ class JobSpec:
             type=task_type,
             instances=instances,
             resources=Resources(
-                memory_mb=self._task_typed(task_type, "memory", parse_memory),
-                vcores=self._task_typed(task_type, "vcores", lambda v: parse_int(v, 1)),
-                gpus=self._task_typed(task_type, "gpus", lambda v: parse_int(v, 0))),
+                memory_mb=self._task_value(task_type, "memory"),
+                vcores=self._task_value(task_type, "vcores"),
+                gpus=self._task_value(task_type, "gpus")),
             command=self.command_for(task_type),
-            node_label=self._text(task_key(task_type, "node-label")),
+            node_label=self._task_value(task_type, "node-label"),
             docker_image=self.docker_image(task_type),
-            restart_policy=self._task_typed(task_type, "restart-policy", parse_restart_policy),
-            timeout_ms=self._task_typed(task_type, "timeout", lambda v: parse_int(v, 0)),
-            spread=self._task_typed(task_type, "spread", parse_bool),
+            restart_policy=self._task_value(task_type, "restart-policy"),
+            timeout_ms=self._task_value(task_type, "timeout"),
+            spread=self._task_value(task_type, "spread"),
             processes=self.processes(task_type),
-            min_instances=self._task_typed(task_type, "min-instances",
-                                           lambda v: parse_int(v, 1) if (v or "").strip() else None),
+            min_instances=self._task_value(task_type, "min-instances"),
         )
 
     def processes(self, task_type: str) -> int:
         """tony.<type>.processes as a count: ``gpus`` is the type's tony.<type>.gpus (1 without GPUs;
         validation refuses that case)."""
-        value = self._task_typed(task_type, "processes", parse_processes)
+        value = self._task_value(task_type, "processes")
         if value == "gpus":
-            return max(1, self._task_typed(task_type, "gpus", lambda v: parse_int(v, 0)))
-        return value
+            return max(1, int(self._task_value(task_type, "gpus")))
+        return int(value)
 
     @cached_property
     def torch_agent(self) -> bool:

@@ -1,5 +1,5 @@
-"""The one table of the job-wide keys a job may set: each key's default, parser, lower bound and
-meaning, written once.
+"""The tables of the keys a job may set, job-wide and per task type: each key's default, parser,
+lower bound and meaning, written once.
 
 :class:`~.model.JobSpec`'s typed fields are made from it (``retry_count = field_of(RETRY_COUNT)``),
 :mod:`.validation` checks every key of it, the effective defaults (:data:`TONY_DEFAULTS`) and the
@@ -9,8 +9,11 @@ test holds the README to). A key's default is TonY's own
 (``tony-default.xml``, :data:`~.keys.TONY_XML_DEFAULTS`) unless the table gives one: TonY's keys
 keep TonY's defaults, this project's keys carry theirs here.
 
-Per-type keys (``tony.<type>.<field>``) are :data:`~.keys.TASK_FIELDS`; the local cluster's own
-settings, which no job may set, :data:`~.keys.LOCAL_CLUSTER_DEFAULTS`.
+The settings every task type has (``tony.<type>.<field>``) are the second table,
+:data:`TASK_KEYS`: their YAML names under ``tasks.<type>`` (:mod:`.document`), the values the model
+reads (:mod:`.model`), the checks every declared type gets (:mod:`.validation`) and their part of
+the reference come from it. The local cluster's own settings, which no job may set, are
+:data:`~.keys.LOCAL_CLUSTER_DEFAULTS`.
 """
 from __future__ import annotations
 
@@ -26,18 +29,20 @@ from .keys import (
     LOCAL_KEY_REASON,
     OTHER_TONY_KEYS,
     RESERVED_TYPES,
-    TASK_DEFAULTS,
-    TASK_FIELDS,
     TONY_XML_DEFAULTS,
 )
 from .values import (
+    optional,
     parse_acl,
     parse_bool,
     parse_env,
     parse_environment,
     parse_int,
     parse_list,
+    parse_memory,
+    parse_processes,
     parse_regroup,
+    parse_restart_policy,
     parse_store_failure,
     parse_user,
 )
@@ -45,8 +50,13 @@ from .values import (
 __all__ = [
     "KEYS",
     "PROJECT_DEFAULTS",
+    "TASK_DEFAULTS",
+    "TASK_FIELDS",
+    "TASK_KEY",
+    "TASK_KEYS",
     "TONY_DEFAULTS",
     "Key",
+    "TaskKey",
     "known_keys",
     "reference_markdown",
     "unknown_key",
@@ -220,6 +230,63 @@ KEYS: tuple[Key[Any], ...] = (tuple(v for v in list(globals().values()) if isins
 _BY_NAME = {k.name: k for k in KEYS}
 assert len(_BY_NAME) == len(KEYS), "a key is in the table twice"
 
+
+
+@dataclass(frozen=True)
+class TaskKey(Generic[T]):
+    """One setting every task type has, ``tony.<type>.<name>``: ``yaml`` is its name under
+    ``tasks.<type>`` in a YAML job (None: set as a key only), ``parse`` turns its text into the
+    value (raising ValueError saying what is allowed), ``default`` is what it reads unset,
+    ``minimum`` the bound ``parse`` applies to an integer, ``doc`` its meaning. ``checked``: every
+    declared type's value is parsed by validation as it is; the others have checks of their own
+    there (they depend on other keys)."""
+
+    name: str
+    yaml: str | None
+    parse: Callable[[str], T]
+    doc: str
+    default: str = ""
+    minimum: int | None = None
+    kind: str = "text"
+    checked: bool = True
+
+    def key(self, task_type: str) -> str:
+        return f"tony.{task_type}.{self.name}"
+
+
+def _task_integer(name: str, yaml: str, minimum: int, doc: str, default: str = "",
+                  checked: bool = True) -> TaskKey[int]:
+    return TaskKey(name, yaml, partial(parse_int, minimum=minimum), doc, default, minimum, "integer", checked)
+
+
+TASK_KEYS: tuple[TaskKey[Any], ...] = (
+    _task_integer("instances", "instances", 0, "how many tasks of the type (declares the type)", checked=False),
+    TaskKey("max-instances", None, optional(parse_int), "TonY's upper bound on instances; empty or negative: none",
+            kind="integer", checked=False),
+    TaskKey("memory", "memory", parse_memory, "each container's memory (`2g`, `512m`, or MB)", "2g", kind="memory"),
+    _task_integer("vcores", "vcores", 1, "each container's vcores", "1"),
+    _task_integer("gpus", "gpus", 0, "each container's GPUs", "0"),
+    TaskKey("command", "command", _optional_text, "the type's command (else tony.containers.command, else the job's)",
+            checked=False),
+    TaskKey("node-label", "node_label", _optional_text, "on YARN, the node label expression of the type's containers"),
+    TaskKey("restart-policy", "restart_policy", parse_restart_policy,
+            "`session` (a failure relaunches the session) or `task` (only that task, at its address)", "session",
+            kind="session or task"),
+    _task_integer("timeout", "timeout", 0, "a task's time limit in ms; 0: none", "0"),
+    TaskKey("resources", None, _optional_text, "files the type's containers are given", checked=False),
+    TaskKey("spread", "spread", parse_bool, "on YARN, the type's tasks go to distinct nodes where the cluster allows",
+            "false", kind="boolean"),
+    TaskKey("processes", "processes", parse_processes, "PyTorch: processes of the command per container, under "
+            "torch's elastic agent; `gpus`: one per GPU", "1", kind="integer ≥ 1 or gpus", checked=False),
+    TaskKey("min-instances", "min_instances", optional(partial(parse_int, minimum=1)),
+            "PyTorch: below instances, the type is elastic: a lost task is replaced while the others train on, as "
+            "long as this many remain; empty: instances (fixed)", minimum=1, kind="integer", checked=False),
+)
+TASK_KEY: dict[str, TaskKey[Any]] = {k.name: k for k in TASK_KEYS}
+#: The settings every task type has, and what each reads unset.
+TASK_FIELDS = tuple(TASK_KEY)
+TASK_DEFAULTS = {k.name: k.default for k in TASK_KEYS}
+
 #: This project's keys, with their defaults.
 PROJECT_DEFAULTS: dict[str, str] = {k.name: k.effective_default for k in KEYS if k.project}
 
@@ -271,24 +338,6 @@ def known_keys(declared_types: set[str]) -> list[str]:
     return sorted(keys)
 
 
-#: What each per-type setting (``tony.<type>.<field>``) means; their defaults are TASK_DEFAULTS.
-TASK_FIELD_DOCS = {
-    "instances": "how many tasks of the type (declares the type)",
-    "max-instances": "TonY's upper bound on instances",
-    "memory": "each container's memory (`2g`, `512m`, or MB)",
-    "vcores": "each container's vcores",
-    "gpus": "each container's GPUs",
-    "command": "the type's command (else tony.containers.command, else the job's)",
-    "node-label": "on YARN, the node label expression of the type's containers",
-    "restart-policy": "`session` (a failure relaunches the session) or `task` (only that task, at its address)",
-    "timeout": "a task's time limit in ms; 0: none",
-    "resources": "files the type's containers are given",
-    "spread": "on YARN, the type's tasks go to distinct nodes where the cluster allows",
-    "processes": "PyTorch: processes of the command per container, under torch's elastic agent; `gpus`: one per GPU",
-    "min-instances": "PyTorch: below instances, the type is elastic: a lost task is replaced while the others "
-                     "train on, as long as this many remain; empty: instances (fixed)",
-}
-
 #: The README's generated section lies between these lines.
 README_BEGIN = "<!-- keys: written by `python -m tony_workflow.spec --readme README.md` from spec/table.py; edit the table -->"
 README_END = "<!-- /keys -->"
@@ -309,10 +358,12 @@ def reference_markdown() -> str:
         allowed = k.kind + (f" ≥ {k.minimum}" if k.minimum is not None else "")
         lines.append(f"| `{k.name}` | {_shown(k.effective_default)} | {allowed} | "
                      f"{_cell(k.doc)}{'' if k.project else ' (TonY)'} |")
-    lines += ["", "Every task type has these settings, `tony.<type>.<field>`:", "",
-              "| field | default | meaning |", "|---|---|---|"]
-    for name in TASK_FIELDS:
-        lines.append(f"| `{name}` | {_shown(TASK_DEFAULTS.get(name, ''))} | {_cell(TASK_FIELD_DOCS[name])} |")
+    lines += ["", "Every task type has these settings, `tony.<type>.<field>` (`tasks.<type>.<yaml>` in YAML):", "",
+              "| field | yaml | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for t in TASK_KEYS:
+        allowed = t.kind + (f" ≥ {t.minimum}" if t.minimum is not None and t.kind == "integer" else "")
+        lines.append(f"| `{t.name}` | {f'`{t.yaml}`' if t.yaml else '—'} | {_shown(t.default)} | {allowed} | "
+                     f"{_cell(t.doc)} |")
     local = ", ".join(f"`{name}`" for name in LOCAL_CLUSTER_DEFAULTS)
     lines.append("")
     lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "

@@ -16,20 +16,16 @@ from .keys import (
     ENV_NAME,
     LOCAL_KEY_REASON,
     RESERVED_TYPES,
-    TASK_DEFAULTS,
     TYPE_NAME,
     task_key,
 )
-from .table import KEYS, UNTYPED_BOOLEANS, UNTYPED_INTEGERS, known_keys, unknown_key
+from .table import KEYS, TASK_DEFAULTS, TASK_KEY, TASK_KEYS, UNTYPED_BOOLEANS, UNTYPED_INTEGERS, known_keys, unknown_key
 from .values import (
-    optional,
     parse_bool,
     parse_framework,
     parse_int,
     parse_int_or_none,
     parse_memory,
-    parse_processes,
-    parse_restart_policy,
 )
 
 if TYPE_CHECKING:
@@ -121,17 +117,17 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
     total_gpus = 0
     for task_type in spec.declared_types():
         key = task_key(task_type, "instances")
-        instances = check(key, lambda v: parse_int(v, 0))
+        instances = check(key, TASK_KEY["instances"].parse)
         if instances == 0:
             continue
         name_problem = type_name_problem(task_type, framework, spec.sidecar_types)
         if name_problem:
             issues.append(spec.issue(key, task_type, name_problem))
-        for name, parse in (("memory", parse_memory), ("vcores", lambda v: parse_int(v, 1)),
-                            ("gpus", lambda v: parse_int(v, 0)), ("timeout", lambda v: parse_int(v, 0)),
-                            ("restart-policy", parse_restart_policy), ("spread", parse_bool)):
-            value = check(task_key(task_type, name), parse, TASK_DEFAULTS[name])
-            if name == "gpus" and isinstance(value, int) and value and instances:
+        for setting in TASK_KEYS:
+            if not setting.checked:
+                continue
+            value = check(setting.key(task_type), setting.parse, setting.default)
+            if setting.name == "gpus" and isinstance(value, int) and value and instances:
                 total_gpus += value * instances
         if instances is None:
             unreadable.append(task_type)
@@ -139,7 +135,7 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
         active[task_type] = instances
         issues.extend(_processes_problems(spec, check, task_type, framework))
         issues.extend(_elastic_problems(spec, check, task_type, instances, framework))
-        max_instances = check(task_key(task_type, "max-instances"), optional(parse_int), "")
+        max_instances = check(task_key(task_type, "max-instances"), TASK_KEY["max-instances"].parse, "")
         if max_instances is not None and 0 <= max_instances < instances:
             issues.append(spec.issue(key, instances, f"at most {max_instances} allowed by "
                                       f"tony.{task_type}.max-instances"))
@@ -209,7 +205,7 @@ def _elastic_problems(spec: JobSpec, check: _Check, task_type: str, instances: i
                       framework: str | None) -> list[SpecIssue]:
     """tony.<type>.min-instances: below instances, a PyTorch ranked type goes on without a lost task."""
     key = task_key(task_type, "min-instances")
-    value = check(key, lambda v: parse_int(v, 1) if (v or "").strip() else None, "")
+    value = check(key, TASK_KEY["min-instances"].parse, "")
     if value is None or value >= instances:
         if value is not None and value > instances:
             return [spec.issue(key, value, f"more than tony.{task_type}.instances={instances}: the type can never "
@@ -240,7 +236,7 @@ def _elastic_problems(spec: JobSpec, check: _Check, task_type: str, instances: i
 def _processes_problems(spec: JobSpec, check: _Check, task_type: str, framework: str | None) -> list[SpecIssue]:
     """tony.<type>.processes: a PyTorch type's processes per container, launched by torch's agent."""
     key = task_key(task_type, "processes")
-    value = check(key, parse_processes, TASK_DEFAULTS["processes"])
+    value = check(key, TASK_KEY["processes"].parse, TASK_DEFAULTS["processes"])
     if value in (None, 1):
         return []
     gpus = parse_int_or_none(spec.get(task_key(task_type, "gpus"), TASK_DEFAULTS["gpus"])) or 0

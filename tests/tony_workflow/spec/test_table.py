@@ -69,3 +69,37 @@ def test_the_command_rewrites_only_the_readmes_generated_section(tmp_path):
     assert "stale" not in text and table.reference_markdown() in text
     printed = subprocess.run([sys.executable, "-m", "tony_workflow.spec"], capture_output=True, text=True, check=True)
     assert printed.stdout.strip() == table.reference_markdown().strip()
+
+
+def pytorch_job(worker: dict) -> dict:
+    return {"name": "j", "framework": "pytorch", "command": "true", "tasks": {"worker": {"instances": 2, **worker}}}
+
+
+@pytest.mark.parametrize("setting", [k for k in table.TASK_KEYS if k.checked and k.kind != "text"],
+                         ids=lambda k: k.name)
+def test_every_per_type_key_the_table_checks_refuses_a_bad_value_naming_the_key(setting):
+    with pytest.raises(SpecError) as e:
+        load_job({**pytorch_job({}), "conf": {setting.key("worker"): "not-a-value"}}).validate()
+    assert setting.key("worker") in str(e.value) and "not-a-value" in str(e.value)
+
+
+def test_every_yaml_name_of_the_per_type_table_sets_its_key_and_the_model_reads_it():
+    samples = {"instances": "3", "memory": "1g", "vcores": "2", "gpus": "0", "command": "echo hi",
+               "node-label": "big", "restart-policy": "session", "timeout": "5000", "spread": "true",
+               "processes": "2", "min-instances": "2"}
+    named = [k for k in table.TASK_KEYS if k.yaml]
+    assert {k.name for k in named} == set(samples)  # a new key of the table gets a sample here
+    spec = load_job(pytorch_job({k.yaml: samples[k.name] for k in named}))
+    spec.validate()
+    for k in named:
+        assert spec.get(k.key("worker")) == samples[k.name], k.name
+    worker = spec.tasks["worker"]
+    assert (worker.instances, worker.resources.memory_mb, worker.resources.vcores, worker.node_label,
+            worker.timeout_ms, worker.spread, worker.processes, worker.min_instances) == (
+        3, 1024, 2, "big", 5000, True, 2, 2)
+
+
+def test_the_reference_lists_every_per_type_key_with_its_yaml_name():
+    text = table.reference_markdown()
+    for k in table.TASK_KEYS:
+        assert f"| `{k.name}` | {f'`{k.yaml}`' if k.yaml else '—'} |" in text

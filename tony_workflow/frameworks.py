@@ -184,13 +184,13 @@ ELASTIC_RDZV_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_at
 
 
 def _elastic_torchrun(ctx: TaskContext, command: str, python: str) -> str:
-    """An elastic job's command: torch's agent (:mod:`tony_workflow.task.elastic`) in a dynamic
+    """An elastic job's command: torch's agent (:mod:`tony_workflow.task.torch_agent`) in a dynamic
     rendezvous kept by the AM, between ``elastic`` nodes; its workers' ranks and world change with
     the group, and it restarts them (the group re-forms) up to ``max_restarts`` times."""
     assert ctx.elastic is not None
     lo, hi = ctx.elastic
     boot = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from tony_workflow.task.elastic import main; main()")
+            "from tony_workflow.task.torch_agent import main; main()")
     argv = [python, "-c", boot, _PACKAGE_ROOT, "--nnodes", f"{lo}:{hi}",
             "--nproc-per-node", str(ctx.processes.get(ctx.task_type, 1)),
             "--rdzv-backend", "tony", "--rdzv-endpoint", ctx.rendezvous, "--rdzv-id", ctx.run_id,

@@ -315,7 +315,7 @@ class _Coordinator:
     def store(self, generation: int, members: set[str]) -> dist.Store:
         """The AM's store, under the generation's own prefix (torch's PrefixStore does not wrap a
         store written in Python)."""
-        from .task.elastic import _AM, AMStore
+        from .task.torch_agent import _AM, AMStore
 
         prefix = f"tony/generation/{generation}/"
 

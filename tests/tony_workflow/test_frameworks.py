@@ -98,7 +98,7 @@ def test_an_elastic_job_runs_torchs_agent_in_the_ams_rendezvous_between_its_boun
                           max_restarts=12, join_timeout_s=660, host="h3")
     argv = shlex.split(launch_command(elastic, "python train.py --lr 0.1", "/venv/bin/python"))
     # The job's interpreter, which imports this package from where the executor found it.
-    assert argv[0] == "/venv/bin/python" and argv[1] == "-c" and "tony_workflow.task.elastic" in argv[2]
+    assert argv[0] == "/venv/bin/python" and argv[1] == "-c" and "tony_workflow.task.torch_agent" in argv[2]
     import tony_workflow
     assert argv[3] == str(Path(tony_workflow.__file__).resolve().parent.parent)
     flags = dict(zip(argv[4:-4:2], argv[5:-4:2]))

@@ -38,10 +38,9 @@ from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, 
 from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
 from .policy import LOST_EXIT_CODE, Action, Failure
-from .regroup import Regrouping
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
-from .state import Task
+from .state import AMState, Task
 
 __all__ = ["ApplicationMaster", "main"]
 
@@ -59,16 +58,17 @@ class SessionEnd(Exception):
         self.unformed = unformed
 
 
-class ApplicationMaster(Regrouping):
+class ApplicationMaster(AMState):
     """An AM's state (:class:`~tony_workflow.am.state.AMState`) and the mechanics that change it:
-    sessions, launching, the monitor (an elastic group's own: :class:`~tony_workflow.am.regroup.Regrouping`)."""
+    sessions, launching, the monitor. An elastic job's part is held, not inherited
+    (:attr:`~tony_workflow.am.state.AMState.elastic`, :class:`~tony_workflow.am.elastic_group.ElasticPart`)."""
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager, *,
                  token: str, view_token: str, host: str = "127.0.0.1",
                  executor_argv: list[str] | None = None, resume: Resume | None = None):
         # A later attempt carries on the job: its start time, the relaunches spent, the next session.
         self.resume = resume or Resume()
-        super().__init__(spec, app_id, app_dir, cluster, self.resume)
+        super().__init__(spec, app_id, app_dir, cluster, self.resume, launch=self._launch_member)
         self.token = token
         self.view_token = view_token
         self.host = host
@@ -160,6 +160,11 @@ class ApplicationMaster(Regrouping):
                 task.status.log_url = self.cluster.log_url(task.container)
                 self._mark_launched(task)
 
+    def _launch_member(self, task_id: str, container: Container, restarts: int) -> Task:
+        """An elastic group's replacement for a lost task, in this session. Called with the lock held."""
+        self.containers[task_id] = container
+        return self._launch(task_id, container, self.session_id, restarts=restarts)
+
     def _launch(self, task_id: str, container: Container, session_id: int, fixed_port: int | None = None,
                 restarts: int = 0) -> Task:
         """Creates and launches one task. Called with the lock held."""
@@ -179,9 +184,6 @@ class ApplicationMaster(Regrouping):
             self.cluster_spec = None
             self.gang_ready = threading.Event()
             if self.elastic is not None:
-                # A session's agents meet in a rendezvous of its own: those of an ended session are refused.
-                self.rendezvous.open(f"{self.app_id}-{session_id}", self.elastic.minimum, self.elastic.target)
-                self.elastic_joined, self.group_nodes = {}, {}
                 self.elastic.begin(session_id, time.time())
             chief = f"{self.chief[0]}:{self.chief[1]}"
             self._fallbacks = os.pathsep.join(self.cluster.checkpoint_fallbacks(chief))
@@ -191,7 +193,6 @@ class ApplicationMaster(Regrouping):
                 task = self._new_task(task_id, container, session_id)
                 self.set_task_state(task, TaskState.REQUESTED, container=container.id)
                 tasks.append(task)
-            self.show_group()
             self.publish()
         # Launched without the lock, so status requests and early registrations are answered while
         # the rest of the gang is still being started.
@@ -252,26 +253,17 @@ class ApplicationMaster(Regrouping):
         task.status.exit_code = code
         if task.stopping:
             return self.set_task_state(task, TaskState.KILLED, exit_code=code)
-        if code == 0 and self.elastic is not None and self.elastic.is_elastic(task.status.type):
-            if (self.spec.regroup_in_place and not self.elastic.finished
-                    and task.container.id not in self.group_nodes):
-                # It trained outside the group (a script that does not train through
-                # tony_workflow.torch_elastic.run sees no RANK and trains alone): not a success.
-                code, diagnostics = 1, (
-                    "with tony.elastic.regroup=in-place the training command must train through "
-                    "tony_workflow.torch_elastic.run, which gives it its place in the group; this one ended "
-                    "without ever asking for one. Use that function, or set tony.elastic.regroup=restart "
-                    "(torch's elastic agent) for a plain torchrun script")
-                self.set_task_state(task, TaskState.FAILED, exit_code=code, diagnostics=diagnostics)
-                raise SessionEnd(JobState.FAILED, f"{task.id}: {diagnostics}", retryable=False)
-            else:
-                self.elastic.finished = True  # the group's training is over: no more replacements
-                return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
-        elif code == 0:
+        elastic = self.elastic if self.elastic is not None and self.elastic.covers(task) else None
+        if code == 0 and elastic is not None:
+            wrong = elastic.succeeded(task)
+            if wrong:
+                self.set_task_state(task, TaskState.FAILED, exit_code=1, diagnostics=wrong)
+                raise SessionEnd(JobState.FAILED, f"{task.id}: {wrong}", retryable=False)
+            return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
+        if code == 0:
             return self.set_task_state(task, TaskState.SUCCEEDED, exit_code=0)
         cause = self.cluster.reclaimed(task.container)
-        elastic = self.elastic is not None and self.elastic.is_elastic(task.status.type)
-        if elastic and self._elastic_exit(task, code, cause, diagnostics):
+        if elastic is not None and elastic.lost(task, code, cause, diagnostics):
             return
         decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics), cause,
                                                           self.status.reclaims)
@@ -349,7 +341,7 @@ class ApplicationMaster(Regrouping):
         reg_timeout = self.spec.registration_timeout_ms
         # A member's collective failed: each elastic container is looked at where it runs (on YARN,
         # its node) rather than waiting for the cluster's report.
-        suspect = now < self.suspect_until and self.elastic is not None
+        suspect = self.elastic is not None and self.elastic.suspect(now)
         for task in list(self.tasks.values()):
             if task.final or task.status.state == TaskState.REQUESTED:
                 continue
@@ -361,7 +353,7 @@ class ApplicationMaster(Regrouping):
                     self._on_exit(task, *task.reported)
                 continue
             code = self.cluster.poll(task.container)
-            if code is None and suspect and self.elastic is not None and self.elastic.is_elastic(task.status.type):
+            if code is None and suspect and self.elastic is not None and self.elastic.covers(task):
                 code = self.cluster.ended_now(task.container)
                 if code is not None:
                     self.events.emit("member_seen_ended", task=task.id, session=task.session_id, exit_code=code)
@@ -383,7 +375,7 @@ class ApplicationMaster(Regrouping):
             if reg_timeout > 0 and not task.registered_at and now - task.launched_at > reg_timeout / 1000.0:
                 raise SessionEnd(JobState.FAILED, f"Task {task.id} did not register within {reg_timeout} ms "
                                  f"(tony.container.registration.timeout)")
-        too_few = self._elastic_pass(now) if self.elastic is not None else None
+        too_few = self.elastic.monitor_pass(now) if self.elastic is not None else None
         if too_few:
             raise SessionEnd(JobState.FAILED, too_few)
         if self.policy.tracked_done(t.status for t in self.tasks.values()):
@@ -392,7 +384,6 @@ class ApplicationMaster(Regrouping):
     def _run_session(self) -> SessionEnd:
         while True:
             self._pending_task_restarts: list[Task] = []
-            self._pending_replacements: list[Task] = []
             try:
                 with self.cond:
                     self.cond.wait(self.tick)
@@ -407,8 +398,9 @@ class ApplicationMaster(Regrouping):
                 return end
             for task in self._pending_task_restarts:
                 self._relaunch_task(task)
-            for task in self._pending_replacements:
-                self._replace_member(task)
+            if self.elastic is not None:
+                for task in self.elastic.take_replacements():
+                    self.elastic.replace(task)
 
     def _teardown(self) -> None:
         with self.lock:
@@ -426,7 +418,8 @@ class ApplicationMaster(Regrouping):
             for t in live:
                 t.stopping = True
             self.gang_ready.set()  # wakes waiters for the cluster spec; they find their session gone
-            self.rendezvous.close()
+            if self.elastic is not None:
+                self.elastic.rendezvous.close()
             self.cond.notify_all()
         threads = [threading.Thread(target=self.cluster.kill, args=(t.container, 3.0)) for t in live]
         for th in threads:
@@ -445,7 +438,6 @@ class ApplicationMaster(Regrouping):
     # ---------------------------------------------------------------- main loop
     def run(self) -> int:
         self._pending_task_restarts = []
-        self._pending_replacements = []
         calm_collector()
         self.address = self.start_server()
         write_am_info(self.app_dir, self.address, self.status.tracking_url)

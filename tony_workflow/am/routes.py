@@ -46,6 +46,7 @@ from ..protocol import (
     TensorBoard,
 )
 from ..status import TaskState
+from .elastic_group import ElasticPart
 from .rendezvous import BadStoreOp, RendezvousClosed
 from .state import AMState, Task
 
@@ -195,18 +196,26 @@ class AMRoutes:
     # ---------------------------------------------------------------- an elastic job's agents
     # The rendezvous keeps its own lock (a store read may wait): these handlers take the AM's
     # lock only to record a formed round.
+    def _elastic(self) -> ElasticPart:
+        """The job's elastic part; RendezvousClosed for a fixed job, which has no rendezvous."""
+        if self.state.elastic is None:
+            raise RendezvousClosed("this job is not elastic: it has no rendezvous")
+        return self.state.elastic
+
     def rdzv_state(self, q: StateQuery) -> tuple[int, RendezvousState | Stop]:
         try:
-            state, token = self.state.rendezvous.get_state(q.run_id)
-            dead = self.state.rendezvous.dead(q.run_id)
+            rdzv = self._elastic().rendezvous
+            state, token = rdzv.get_state(q.run_id)
+            dead = rdzv.dead(q.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
         return 200, {"state": _text(state), "token": token, "written": False, "dead": dead}
 
     def rdzv_set_state(self, req: SetState) -> tuple[int, RendezvousState | Problem | Stop]:
         try:
-            state, token, written = self.state.rendezvous.set_state(req.run_id, _bytes(req.state), req.token)
-            dead = self.state.rendezvous.dead(req.run_id)
+            rdzv = self._elastic().rendezvous
+            state, token, written = rdzv.set_state(req.run_id, _bytes(req.state), req.token)
+            dead = rdzv.dead(req.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
         except ValueError as e:
@@ -217,9 +226,10 @@ class AMRoutes:
         if not all(isinstance(k, str) for k in req.keys) or not all(isinstance(v, str) for v in req.values):
             return 400, {"error": "a store operation's keys and values are lists of text"}
         try:
-            values, count, ok = self.state.rendezvous.store(req.run_id, req.op, req.keys,
-                                                            [_bytes(v) for v in req.values], req.amount, req.wait)
-            dead = self.state.rendezvous.dead(req.run_id)
+            rdzv = self._elastic().rendezvous
+            values, count, ok = rdzv.store(req.run_id, req.op, req.keys, [_bytes(v) for v in req.values],
+                                           req.amount, req.wait)
+            dead = rdzv.dead(req.run_id)
         except RendezvousClosed as e:
             return _stop(str(e))
         except ValueError as e:  # BadStoreOp, or a value that is not base64
@@ -233,32 +243,37 @@ class AMRoutes:
             if not isinstance(task, Task):
                 return task
         try:
-            formed = s.rendezvous.joined(req.run_id, req.round, req.task_id, req.rank, req.world_size)
+            elastic = self._elastic()
+            formed = elastic.rendezvous.joined(req.run_id, req.round, req.task_id, req.rank, req.world_size)
         except RendezvousClosed as e:
             return _stop(str(e))
         except BadStoreOp as e:
             return 400, {"error": str(e)}
         with s.lock:
-            s.group_joined(task, formed, req.node)
+            elastic.joined_round(task, formed, req.node)
         return 200, _ACK
 
     def rdzv_group(self, req: GroupRequest) -> tuple[int, GroupReply | Problem | Stop]:
         s = self.state
+        try:
+            elastic = self._elastic()
+        except RendezvousClosed as e:
+            return _stop(str(e))
         with s.lock:
             task = self._task_for(req.task_id, req.session_id)
             if not isinstance(task, Task):
                 return task
             if req.op == "join":  # named before it has a place: if it dies waiting, it leaves the queue
-                s.group_nodes[task.container.id] = req.node
+                elastic.trainers[task.container.id] = req.node
             if req.op == "suspect":  # its collective failed: the AM looks for a lost member now
-                s.collective_failed(task, req.generation)
+                elastic.collective_failed(task, req.generation)
                 return 200, {"changed": False}
         try:
             if req.op == "watch":
-                return 200, s.rendezvous.watch(req.run_id, req.generation, req.wait)  # type: ignore[return-value]
+                return 200, elastic.rendezvous.watch(req.run_id, req.generation, req.wait)  # type: ignore[return-value]
             if req.op != "join":
                 return 400, {"error": f"unknown group operation {req.op!r}: join, watch or suspect"}
-            place = s.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
+            place = elastic.rendezvous.gather(req.run_id, req.task_id, req.node, req.generation, req.wait)
         except (RendezvousClosed, BadStoreOp) as e:  # another session's, or a trainer named gone
             return _stop(str(e))
         with s.lock:
@@ -266,12 +281,12 @@ class AMRoutes:
                 return 200, {"formed": False}
             # Recorded by whichever member's answer comes first: the group's size from now on, and
             # every member as joined (the others' answers are on their way).
-            for formed in s.rendezvous.formed_rounds():
+            for formed in elastic.rendezvous.formed_rounds():
                 for member in formed.members:
-                    if (t := s.tasks.get(member)) is not None and t.container.id in s.group_nodes:
-                        s.elastic_joined[t.container.id] = s.group_nodes[t.container.id]
-                s.group_joined(task, formed, req.node)
-            s.group_joined(task, None, req.node)
+                    if (t := s.tasks.get(member)) is not None and t.container.id in elastic.trainers:
+                        elastic.joined[t.container.id] = elastic.trainers[t.container.id]
+                elastic.joined_round(task, formed, req.node)
+            elastic.joined_round(task, None, req.node)
         return 200, {"formed": True, **place}  # type: ignore[return-value]
 
     # ---------------------------------------------------------------- the chief and clients

@@ -22,22 +22,17 @@ from typing import Any
 from ..backends import ClusterManager, Container
 from ..context import application_tags, dropped_warning
 from ..events import EventLog
-from ..frameworks import RANKED_TYPES
 from ..progress import TaskProgress
 from ..spec import JobSpec
 from ..status import JobState, JobStatus, TaskState, TaskStatus
 from .attempts import Resume
 from .board import StatusBoard
-from .elastic import ElasticGroup
+from .elastic_group import ElasticGroup, ElasticPart, Launch
 from .liveness import Liveness
 from .policy import Policy
-from .rendezvous import Formed, Rendezvous
 from .store_watch import StoreWatch
 
-__all__ = ["SUSPECT_WINDOW_S", "AMState", "Task"]
-
-#: How long after a trainer's collective failed the monitor looks for a lost member at the nodes.
-SUSPECT_WINDOW_S = 10.0
+__all__ = ["AMState", "Task"]
 
 _FINAL = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
 
@@ -107,21 +102,11 @@ class AMState:
     kill_requested: str | None
     #: set with ``kill_requested``: an allocation in progress stops waiting
     cancel: threading.Event
-    #: an elastic job's rendezvous (its own lock: blocking reads do not hold the AM's)
-    rendezvous: Rendezvous
-    #: an elastic job's group (None for a fixed job)
-    elastic: ElasticGroup | None
-    #: the containers whose agent has joined a round of the current session's rendezvous, with its
-    #: node's name in torch's rendezvous
-    elastic_joined: dict[str, str]
-    #: in-place regrouping: the containers whose trainer asked for a place, with its node's name
-    group_nodes: dict[str, str]
-    #: until when (wall clock) the monitor looks at the elastic group's containers at their nodes:
-    #: a member's collective failed, and the cluster's own report of a lost one comes later
-    suspect_until: float
+    #: an elastic job's part: its group, its rendezvous, who joined (None for a fixed job)
+    elastic: ElasticPart | None
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
-                 resume: Resume | None = None):
+                 resume: Resume | None = None, launch: Launch | None = None):
         self.spec, self.app_id, self.app_dir, self.cluster = spec, app_id, Path(app_dir), cluster
         # The spec derives these from its flat conf on every access; the monitor and the handlers
         # need them on every pass, so take them once.
@@ -151,17 +136,15 @@ class AMState:
         self.store_failure = None
         self.kill_requested = None
         self.cancel = threading.Event()
-        self.rendezvous = Rendezvous()
-        self.elastic = ElasticGroup.from_spec(spec)
-        self.elastic_joined = {}
-        self.group_nodes = {}
-        self.suspect_until = 0.0
+        group = ElasticGroup.from_spec(spec)
+        self.elastic = ElasticPart(self, group, launch or _cannot_launch) if group is not None else None
 
     # ---------------------------------------------------------------- changes (lock held)
     def publish(self, force: bool = False) -> None:
         """Marks the status changed and wakes the monitor, which persists it outside the lock (see
         :class:`~tony_workflow.am.board.StatusBoard`). Called with the lock held."""
-        self.show_group()
+        if self.elastic is not None:
+            self.elastic.show()
         self.board.changed(force)
         self.cond.notify_all()
 
@@ -191,41 +174,6 @@ class AMState:
         self.events.emit("kill_requested", reason=reason)
         self.cond.notify_all()
 
-    def collective_failed(self, task: Task, generation: int) -> None:
-        """A trainer of ``task`` says a collective of ``generation`` failed: a member may be gone.
-        For the next :data:`SUSPECT_WINDOW_S` the monitor looks at the group's containers at their
-        nodes on every pass, rather than waiting for the cluster to report one ended (on YARN
-        that report comes seconds later). Called with the lock held."""
-        if time.time() >= self.suspect_until:
-            self.events.emit("collective_failed", task=task.id, session=self.session_id, generation=generation)
-        self.suspect_until = time.time() + SUSPECT_WINDOW_S
-        self.cond.notify_all()
-
-    def group_joined(self, task: Task, formed: Formed | None, node: str = "") -> None:
-        """``task``'s agent (named ``node`` in torch's rendezvous) joined a rendezvous round;
-        ``formed``: the round, once every node of it has. Called with the lock held."""
-        self.elastic_joined[task.container.id] = node or self.elastic_joined.get(task.container.id, "")
-        group = self.elastic
-        if group is None:
-            return
-        if formed is not None:
-            change = group.formed(formed, time.time())
-            if change is not None:
-                self.events.emit("elastic_group", session=self.session_id, what=change["event"], target=group.target,
-                                 **{k: v for k, v in change.items() if k not in ("at", "event")})
-        self.publish()
-
-    def show_group(self) -> None:
-        """The elastic group in the status, with the tasks alive that have not joined it yet.
-        Called with the lock held."""
-        group = self.elastic
-        if group is None:
-            return
-        waiting = [t.id for t in self.tasks.values()
-                   if t.status.type in RANKED_TYPES and not t.final and t.status.state != TaskState.REQUESTED
-                   and t.container.id not in self.elastic_joined]
-        group.show(self.status, waiting)
-
     # ---------------------------------------------------------------- views
     def cluster_dict(self) -> dict[str, list[str]]:
         """The registered tasks' addresses by type, in the spec's order and by index."""
@@ -250,6 +198,10 @@ class AMState:
     def task_logs(self) -> dict[str, tuple[Path | None, Path | None]]:
         with self.lock:
             return {t.id: (t.container.stdout, t.container.stderr) for t in self.tasks.values()}
+
+
+def _cannot_launch(task_id: str, container: Container, restarts: int) -> Task:
+    raise RuntimeError(f"{task_id}: this state has no way to launch a task (only the ApplicationMaster's has)")
 
 
 def acl_warnings(spec: JobSpec, backend: str) -> list[str]:

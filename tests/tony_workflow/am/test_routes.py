@@ -154,10 +154,17 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
 @pytest.mark.parametrize("route", protocol.ROUTES, ids=lambda r: r.name)
 def test_every_route_has_a_handler_that_answers_its_declared_request(tmp_path, route):
     # A handler that reads a field its route does not declare fails here (the objects have no such attribute).
-    state = make_state(tmp_path)
-    state.rendezvous.open("r-0")
+    state = elastic_state(tmp_path, "r-0") if route.name.startswith("rdzv_") else make_state(tmp_path)
     code, reply = AMRoutes(state).handlers()[route.name](route.decode(SAMPLES[route.name]))
     assert code in (200, 204) and json.loads(json.dumps(reply)) == reply
+
+
+def test_a_fixed_job_has_no_rendezvous_and_its_agents_are_told_to_stop(tmp_path):
+    routes = AMRoutes(make_state(tmp_path))
+    for name in ("rdzv_state", "rdzv_group"):
+        route = next(r for r in protocol.ROUTES if r.name == name)
+        code, reply = routes.handlers()[name](route.decode(SAMPLES[name]))
+        assert code == 409 and reply["action"] == "stop" and "not elastic" in reply["error"], (name, reply)
 
 
 def test_behind_the_real_server_a_malformed_registration_changes_nothing(tmp_path):
@@ -178,7 +185,7 @@ def test_behind_the_real_server_a_malformed_registration_changes_nothing(tmp_pat
         server.shutdown()
 
 
-def elastic_state(tmp_path) -> AMState:
+def elastic_state(tmp_path, run: str = "application_1_0001-0") -> AMState:
     spec = load_job({"name": "elastic", "framework": "pytorch", "command": "true",
                      "tasks": {"worker": {"instances": 2, "min_instances": 1}}})
     cluster = LocalClusterManager("application_1_0001", tmp_path, Inventory(8192, 8, []))
@@ -187,8 +194,8 @@ def elastic_state(tmp_path) -> AMState:
         container = Container(id=f"c-worker:{index}", task_id=f"worker:{index}", memory_mb=256, vcores=1)
         status = TaskStatus(type="worker", index=index, state=TaskState.RUNNING, container_id=container.id)
         state.tasks[f"worker:{index}"] = Task(status=status, container=container, session_id=0)
-    state.rendezvous.open("application_1_0001-0")
     state.elastic.begin(0, 0.0)
+    state.elastic.rendezvous.open(run)
     return state
 
 
@@ -198,7 +205,7 @@ def test_the_rendezvous_routes_answer_the_open_run_only_and_refuse_what_is_not_b
     run = "application_1_0001-0"
     assert routes.rdzv_set_state(protocol.SetState(run, "c3RhdGU=")) == (
         200, {"state": "c3RhdGU=", "token": 1, "written": True, "dead": []})
-    state.rendezvous.departed("h_123_0")
+    state.elastic.rendezvous.departed("h_123_0")
     assert routes.rdzv_state(protocol.StateQuery(run)) == (
         200, {"state": "c3RhdGU=", "token": 1, "written": False, "dead": ["h_123_0"]})
     code, reply = routes.rdzv_state(protocol.StateQuery("application_1_0001-7"))
@@ -217,7 +224,7 @@ def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):
     routes = AMRoutes(state)
     run = "application_1_0001-0"
     assert routes.rdzv_round(protocol.RendezvousRound("worker:1", 0, run, 0, 0, 2, "h_11_0")) == (200, {"ok": True})
-    assert state.elastic_joined == {"c-worker:1": "h_11_0"}
+    assert state.elastic.joined == {"c-worker:1": "h_11_0"}
     assert state.status.elastic["size"] == 0 and state.status.elastic["waiting"] == ["worker:0"]
     routes.rdzv_round(protocol.RendezvousRound("worker:0", 0, run, 0, 1, 2))
     assert state.status.elastic["size"] == 2 and state.status.elastic["waiting"] == []
@@ -230,7 +237,7 @@ def test_a_formed_round_shows_the_groups_size_and_who_waits_to_join(tmp_path):
 
 def test_the_group_route_gives_places_records_each_generation_and_stops_the_dead(tmp_path):
     state = elastic_state(tmp_path)  # worker:0 and worker:1, min-instances 1
-    state.rendezvous.open("application_1_0001-0", minimum=1, target=2)
+    state.elastic.rendezvous.open("application_1_0001-0", minimum=1, target=2)
     routes = AMRoutes(state)
     run = "application_1_0001-0"
 
@@ -245,8 +252,8 @@ def test_the_group_route_gives_places_records_each_generation_and_stops_the_dead
     assert ask("worker:0", "w0")[1]["rank"] == 0  # its place, asked again
     assert ask("worker:0", "w0", "watch", 0)[1] == {"changed": False, "generation": 0, "joining": [], "dead": []}
     # worker:1's task is lost: the AM names its trainer's node, which it learned from its request.
-    assert state.group_nodes == {"c-worker:0": "w0", "c-worker:1": "w1"}
-    state.rendezvous.departed(state.group_nodes["c-worker:1"])
+    assert state.elastic.trainers == {"c-worker:0": "w0", "c-worker:1": "w1"}
+    state.elastic.rendezvous.departed(state.elastic.trainers["c-worker:1"])
     assert ask("worker:0", "w0", "watch", 0)[1]["dead"] == ["w1"]
     assert ask("worker:0", "w0", generation=0)[1]["world_size"] == 1
     assert [h["event"] for h in state.status.elastic["history"] if "round" in h] == ["group formed", "group shrank"]

@@ -59,7 +59,7 @@ def kill_container(status, task_id: str) -> None:
 
 def _is_trainer(p: psutil.Process) -> bool:
     line = " ".join(p.cmdline())
-    return "train.py" in line and "tony_workflow.task.elastic" not in line
+    return "train.py" in line and "tony_workflow.task.torch_agent" not in line
 
 
 def keepers(status, task_id: str) -> set[tuple[int, float]]:

@@ -72,7 +72,7 @@ TRAINER = textwrap.dedent("""
 @pytest.fixture
 def am(tmp_path):
     state = elastic_state(tmp_path)  # worker:0 and worker:1, min-instances 1
-    state.rendezvous.open(RUN, minimum=1, target=2)
+    state.elastic.rendezvous.open(RUN, minimum=1, target=2)
     server = AMHttpServer("127.0.0.1", token="secret", view_token="view", handlers=AMRoutes(state).handlers(),
                           status=state.status_dict, task_logs=state.task_logs)
     address = server.start()
@@ -121,7 +121,7 @@ def test_a_member_lost_and_replaced_while_the_survivor_trains_on_in_the_same_pro
         # worker:1's process dies (SIGKILL: no goodbye), and the AM names it gone, as on its task's end.
         first["worker:1"].send_signal(signal.SIGKILL)
         first["worker:1"].wait(10)
-        state.rendezvous.departed(node_of(first["worker:1"], "worker:1"))
+        state.elastic.rendezvous.departed(node_of(first["worker:1"], "worker:1"))
         wait_for(lambda: "generation=1 rank=0 world=1" in output(first["worker:0"]), timeout=60, interval=0.2)
         # The survivor went on from where it was, not from the start.
         again = output(first["worker:0"]).split("generation=1 rank=0 world=1")[1]

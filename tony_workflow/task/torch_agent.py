@@ -1,6 +1,6 @@
 """torch's elastic agent with the ApplicationMaster as its rendezvous.
 
-``python -m tony_workflow.task.elastic <torchrun's arguments>`` is ``torchrun`` with one more
+``python -m tony_workflow.task.torch_agent <torchrun's arguments>`` is ``torchrun`` with one more
 rendezvous backend, ``tony``: the agents of an elastic job keep torch's dynamic rendezvous (the same
 joining, keep-alives, rounds and waiting list as its ``c10d`` backend) but hold its state and its
 key-value store in the AM (:mod:`tony_workflow.am.rendezvous`), through the AM's token-checked

@@ -1,4 +1,4 @@
-"""torch's elastic agent's rendezvous on the AM (:mod:`tony_workflow.task.elastic`): torch's own
+"""torch's elastic agent's rendezvous on the AM (:mod:`tony_workflow.task.torch_agent`): torch's own
 dynamic rendezvous handlers, created as ``--rdzv-backend tony`` creates them, meet through a real
 AM server (its routes on an AM's state) and agree on ranks; torch's Store interface works on the
 AM's store, wrapped as torch wraps it; the token is required."""
@@ -18,7 +18,7 @@ from tests.tony_workflow.am.test_routes import elastic_state
 from tony_workflow.am.routes import AMRoutes
 from tony_workflow.am.server import AMHttpServer
 from tony_workflow.rpc import AMClient
-from tony_workflow.task import elastic
+from tony_workflow.task import torch_agent as elastic
 
 pytestmark = pytest.mark.frameworks
 
@@ -129,7 +129,7 @@ def test_a_rank_0_lost_before_it_starts_the_round_sends_the_others_to_the_next_r
         time.sleep(0.2)
     time.sleep(1)
     assert survivor.is_alive() and "worker:0" not in infos
-    state.rendezvous.departed(node)
+    state.elastic.rendezvous.departed(node)
     newcomer = th.Thread(target=join, args=("worker:2",))
     newcomer.start()
     survivor.join(60)

@@ -33,6 +33,9 @@ from tony_workflow.client import TonyClient, load_job
 pytestmark = [pytest.mark.yarn]
 
 MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
+#: The standard-library stand-in trainer: what is tested here is the secure cluster's part
+#: (test_yarn_backend.py trains MWMS on YARN for real).
+STAND_IN = REPO / "tests" / "stand_in" / "stand_in.yaml"
 SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
 
 
@@ -441,10 +444,10 @@ def test_a_token_file_in_either_format_lets_webhdfs_in_without_a_ticket(secure, 
 
 
 @pytest.mark.tf
-def test_mwms_with_a_killed_worker_resumes_from_hdfs_on_the_secure_cluster(secure):
+def test_a_killed_worker_resumes_from_hdfs_on_the_secure_cluster(secure):
     yarn = TonyClient("yarn")
-    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
-                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.4")
+    spec = load_job(str(STAND_IN), conf=["tony.am.memory=512m", "tony.am.retry-count=1"],
+                    task_params="--steps 120 --step-sleep 0.4 --save-every 10")
     h = yarn.submit(spec)
     ckpt = f"{tony_dir(secure)}/{h.app_id}/checkpoints"
     # The chief's executor, which has no ticket, mirrors its checkpoints to HDFS with the token.

@@ -447,7 +447,7 @@ def test_a_token_file_in_either_format_lets_webhdfs_in_without_a_ticket(secure, 
 def test_a_killed_worker_resumes_from_hdfs_on_the_secure_cluster(secure):
     yarn = TonyClient("yarn")
     spec = load_job(str(STAND_IN), conf=["tony.am.memory=512m", "tony.am.retry-count=1"],
-                    task_params="--steps 120 --step-sleep 0.4 --save-every 10")
+                    task_params="--steps 100 --step-sleep 0.3 --save-every 10")
     h = yarn.submit(spec)
     ckpt = f"{tony_dir(secure)}/{h.app_id}/checkpoints"
     # The chief's executor, which has no ticket, mirrors its checkpoints to HDFS with the token.

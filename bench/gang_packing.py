@@ -91,7 +91,7 @@ class Sampler:
         self._thread.join()
 
     def _local(self) -> tuple[int, int, set[str]]:
-        from tony_workflow.backends.local_ledger import cluster_dir, locked_json
+        from tony_workflow.backends.local.ledger import cluster_dir, locked_json
         from tony_workflow.spec.site import local_settings
         with locked_json(cluster_dir() / "ledger.json", {}) as ledger:
             used = sum(a["memory_mb"] for a in (ledger.get("allocations") or {}).values())

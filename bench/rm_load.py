@@ -5,7 +5,7 @@ requests and bytes answered: N = 1, 10, 50, on clusters of 10, 1,000 and 5,000 n
   benchmark's own that answers with the real API's shapes (each answer built from a real Hadoop
   3.5.0 ResourceManager's, captured from the mini cluster into ``bench/tools/rm_shapes.json``) for
   that many nodes, and counts what it is asked. The waiting jobs are the runtime's own
-  :class:`~tony_workflow.backends.yarn_line.Line`, the code the gate and the AM run, one thread
+  :class:`~tony_workflow.backends.yarn.line.Line`, the code the gate and the AM run, one thread
   each at its own pace, sharing the queue's board in a local directory (the stand-in for HDFS).
 * The real mini cluster (10 NodeManagers): N real jobs waiting behind an application that fills
   the queue, their containers reading the real ResourceManager through a counting proxy.
@@ -45,7 +45,7 @@ def gang():
 
 
 def tag() -> str:
-    from tony_workflow.backends.yarn_gang import Shape, gang_tag
+    from tony_workflow.backends.yarn.gang import Shape, gang_tag
     return gang_tag(Shape(512, 1), [Shape(1024, 1), *[Shape(4096, 2)] * 4])
 
 
@@ -64,8 +64,8 @@ def simulate(nodes: int, jobs: int, scenario: str, *, warmup: float, window: flo
     sys.path.insert(0, str(common.BENCH / "tools"))
     from sim_rm import SimRM
 
-    from tony_workflow.backends.rm import ResourceManager
-    from tony_workflow.backends.yarn_line import Line
+    from tony_workflow.backends.yarn.line import Line
+    from tony_workflow.backends.yarn.rm import ResourceManager
     from tony_workflow.storage import LocalStorage
 
     names = [f"q{i}" for i in range(queues)]

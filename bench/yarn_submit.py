@@ -136,7 +136,7 @@ def shipping(yarn, n: int, memory: str) -> dict:
     import shutil
     import tempfile
 
-    from tony_workflow.backends.yarn_runtime import local_archives, runtime
+    from tony_workflow.backends.yarn.runtime import local_archives, runtime
     from tony_workflow.storage import open_storage
     aside = Path(tempfile.mkdtemp(prefix="tony-bench-runtime-"))
     for path in local_archives():

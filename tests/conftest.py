@@ -94,7 +94,7 @@ def own_minicluster(directory: Path, **options) -> Iterator[dict]:
     """A mini cluster of a test module's own (``options`` as :func:`tony_workflow.minicluster.start`
     takes them) with its client environment set; stopped, with the environment restored, after."""
     from tony_workflow import minicluster
-    from tony_workflow.backends.driver import close_drivers
+    from tony_workflow.backends.yarn.driver import close_drivers
 
     info = minicluster.start(directory, **options)
     saved = dict(os.environ)

@@ -174,7 +174,7 @@ def test_no_arrow_runs_back_up_the_layers():
 
 def test_a_planted_arrow_back_up_is_found():
     graph = {"tony_workflow.status": {"tony_workflow.am.master"}, "tony_workflow.am.master": {"tony_workflow.status"},
-             "tony_workflow.backends.local": {"tony_workflow.task.forkserver"}}
+             "tony_workflow.backends.local": {"tony_workflow.task.executor"}}
     assert arrows_back_up(graph) == ["tony_workflow.status (the base) -> tony_workflow.am.master (the ApplicationMaster)"]
 
 

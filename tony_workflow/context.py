@@ -71,7 +71,7 @@ MAX_TAG_LENGTH = 100
 #: The identity tag's name.
 IDENTITY_TAG = "tony.context"
 #: Tags every TonY application carries before the user's: ``tony``, the gang's
-#: (:mod:`tony_workflow.backends.yarn_gang`) and the identity tag.
+#: (:mod:`tony_workflow.backends.yarn.gang`) and the identity tag.
 TONY_TAGS = 3
 
 SOURCES = ("airflow", "azkaban")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tony_workflow.am.state import acl_warnings
-from tony_workflow.backends.yarn_app import acls
+from tony_workflow.backends.yarn.app import acls
 from tony_workflow.client import load_job
 from tony_workflow.errors import SpecError
 from tony_workflow.spec.values import parse_acl

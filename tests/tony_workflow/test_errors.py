@@ -6,7 +6,7 @@ import pytest
 
 from tony_workflow import errors
 from tony_workflow.backends.base import NeverFits
-from tony_workflow.backends.rm import RMError
+from tony_workflow.backends.yarn.rm import RMError
 from tony_workflow.client import SubmissionRefused, TonyClient
 from tony_workflow.client.cli import ERROR_REPORTS, error_report, main
 from tony_workflow.kerberos import LoginError

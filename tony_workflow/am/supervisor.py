@@ -56,7 +56,7 @@ class Supervisor:
         self.backend = backend
         self.app_dir = app_dir
         self.max_attempts = max(1, max_attempts)
-        #: what an earlier container of the job's AM left (YARN: :mod:`.backends.yarn_attempts`)
+        #: what an earlier container of the job's AM left (YARN: :mod:`.backends.yarn.attempts`)
         self.carried = carried or {}
         self.liveness_s = liveness_s
         self.python = python
@@ -269,7 +269,7 @@ class Supervisor:
         record_history(self.app_dir, self.backend)  # no attempt lived to write it
         if self.backend == "yarn":  # the ResourceManager and the status in HDFS must hear it too
             with contextlib.suppress(Exception):
-                from ..backends.yarn_am import YarnClusterManager
+                from ..backends.yarn.am import YarnClusterManager
 
                 status = json.loads((self.app_dir / "status.json").read_text())
                 YarnClusterManager().finish(state, diagnostics, status)
@@ -314,7 +314,7 @@ class _Child:
 
 def carried_over(app_dir: Path) -> dict | None:
     """On YARN, in a container that skein started again after the AM's container before it ended
-    (its node lost, say), what that container left: :func:`tony_workflow.backends.yarn_attempts.carry_over`,
+    (its node lost, say), what that container left: :func:`tony_workflow.backends.yarn.attempts.carry_over`,
     asked in a process of its own (skein's gRPC must not start in a process that forks the AM).
     None in the job's first AM container, which costs nothing."""
     import subprocess
@@ -322,7 +322,7 @@ def carried_over(app_dir: Path) -> dict | None:
     instance = os.environ.get("SKEIN_CONTAINER_ID", "").rpartition("_")[2]
     if not instance.isdigit() or int(instance) == 0:
         return None
-    done = subprocess.run([sys.executable, "-m", "tony_workflow.backends.yarn_attempts", "--app-dir", str(app_dir)],
+    done = subprocess.run([sys.executable, "-m", "tony_workflow.backends.yarn.attempts", "--app-dir", str(app_dir)],
                           capture_output=True, text=True, timeout=300, check=False)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return sup.run()
     finally:
         if args.backend == "local":
-            from ..backends.local_ledger import forget_allocation
+            from ..backends.local.ledger import forget_allocation
             forget_allocation(app_dir.name)
 
 

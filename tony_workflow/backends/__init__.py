@@ -1,14 +1,12 @@
-"""Cluster backends. Each module implements :mod:`tony_workflow.backends.base`.
+"""Cluster backends: each a package that implements :mod:`tony_workflow.backends.base`, the
+embedded cluster (:mod:`.local`) and YARN (:mod:`.yarn`). Adding a backend is adding a package
+and naming it in the two factories here.
 
-The factories are here, not in ``base``: they import a backend's module, and only when it is asked
-for (YARN needs skein), while the backends import ``base``. Kept apart, no arrow runs back up.
+The factories are here, not in ``base``: they import a backend's package, and only when it is
+asked for (YARN needs skein), while the backends import ``base``. Kept apart, no arrow runs back up.
 """
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,16 +51,6 @@ def get_cluster_manager(name: str, app_dir: Path, spec: JobSpec) -> tuple[Cluste
         from .local import LocalClusterManager
         return LocalClusterManager.for_app(app_dir, spec)
     if name == "yarn":
-        from .yarn_am import YarnClusterManager
-        cluster = YarnClusterManager(line_dir=spec.gang_line_dir)
-        # Clients read the tokens from skein's key-value store, which only the application's owner
-        # can, so the AM makes them itself, once: a later attempt in this container takes them over.
-        secret = app_dir / "am.secret"
-        if not secret.is_file():
-            fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"token": secrets.token_urlsafe(24), "view_token": secrets.token_urlsafe(12)}, fh)
-        tokens = json.loads(secret.read_text())
-        return cluster, AMIdentity(cluster.app_id, tokens["token"], tokens["view_token"],
-                                   os.environ.get("NM_HOST") or socket.getfqdn())
+        from .yarn.am import YarnClusterManager
+        return YarnClusterManager.for_app(app_dir, spec)
     raise ConfigError(f"unknown backend {name!r}: allowed are 'local' and 'yarn'")

@@ -161,7 +161,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from ..backends.local_ledger import cluster_dir
+    from ..backends.local.ledger import cluster_dir
     from ..retention import clean, human_size, parse_duration
     from ..spec import local_settings
 
@@ -191,8 +191,8 @@ def _clean_shipped(args: argparse.Namespace) -> int:
     user's HDFS cache once uploaded longer ago than --older-than (default 30 days: a job that
     still runs may start a container from one), and on this machine. YARN keeps and removes the
     jobs themselves (yarn.log-aggregation.retain-seconds)."""
-    from ..backends.yarn_runtime import local_archives, runtime_key
-    from ..backends.yarn_ship import open_cache
+    from ..backends.yarn.runtime import local_archives, runtime_key
+    from ..backends.yarn.ship import open_cache
     from ..retention import human_size, parse_duration
 
     if args.app_ids:

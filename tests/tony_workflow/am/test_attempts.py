@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tony_workflow.am.attempts import COUNTED_ENV, Resume, attempt_state, resume_point, status_from_state
-from tony_workflow.backends.yarn_attempts import am_restarts
+from tony_workflow.backends.yarn.attempts import am_restarts
 from tony_workflow.status import JobState, JobStatus
 
 

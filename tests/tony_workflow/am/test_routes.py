@@ -14,7 +14,7 @@ from tony_workflow.am.server import AMHttpServer
 from tony_workflow.am.state import AMState, Task
 from tony_workflow.backends import Container
 from tony_workflow.backends.local import LocalClusterManager
-from tony_workflow.backends.local_ledger import Inventory
+from tony_workflow.backends.local.ledger import Inventory
 from tony_workflow.protocol import ClusterSpecQuery, Heartbeat, Kill, Registration, Result, Started, TensorBoard
 from tony_workflow.rpc import AMClient, AMError
 from tony_workflow.spec import load_job

@@ -8,7 +8,7 @@ from tony_workflow.am.attempts import Resume
 from tony_workflow.am.state import AMState, Task
 from tony_workflow.backends import Container
 from tony_workflow.backends.local import LocalClusterManager
-from tony_workflow.backends.local_ledger import Inventory
+from tony_workflow.backends.local.ledger import Inventory
 from tony_workflow.spec import load_job
 from tony_workflow.status import JobState, TaskState, TaskStatus
 

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from tony_workflow.backends.base import NeverFits
-from tony_workflow.backends.local_ledger import cluster_dir
+from tony_workflow.backends.local.ledger import cluster_dir
 from tony_workflow.client import TonyClient, load_job, venv_problem
 from tony_workflow.errors import ConfigError, NotAnApplicationId, SpecError, UnknownApplication
 from tony_workflow.spec import JobSpec

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, run_tony, user_process, wait_for
-from tony_workflow.backends.rm import ResourceManager
+from tony_workflow.backends.yarn.rm import ResourceManager
 from tony_workflow.client import SubmissionRefused, TonyClient, UnknownApplication, load_job
 from tony_workflow.context import identity_tag
 

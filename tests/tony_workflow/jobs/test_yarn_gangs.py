@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.conftest import app_processes, minicluster_missing, own_minicluster, sleeper_job, wait_for
-from tony_workflow.backends.rm import outstanding_asks
+from tony_workflow.backends.yarn.rm import outstanding_asks
 from tony_workflow.client import SubmissionRefused, TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]

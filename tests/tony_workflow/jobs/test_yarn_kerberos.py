@@ -166,7 +166,7 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     # principal and keytab as an Airflow connection gives them: neither starts a JVM.
     follow = f"""
         import json, os, time
-        from tony_workflow.backends.driver import _DRIVERS
+        from tony_workflow.backends.yarn.driver import _DRIVERS
         from tony_workflow.client import TonyClient
         client = TonyClient("yarn", **json.loads(os.environ.get("BACKEND_ARGS", "{{}}")))
         handle = client.attach("{app_id}")

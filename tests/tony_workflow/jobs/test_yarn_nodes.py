@@ -110,8 +110,8 @@ def test_a_job_runs_from_the_runtime_it_brings_and_sees_nothing_the_client_has(b
 def test_two_clients_shipping_the_same_runtime_at_once_both_succeed_and_one_copy_stays(bare_nodes, tmp_path):
     import threading
 
-    from tony_workflow.backends.yarn_runtime import runtime
-    from tony_workflow.backends.yarn_ship import Cache
+    from tony_workflow.backends.yarn.runtime import runtime
+    from tony_workflow.backends.yarn.ship import Cache
     from tony_workflow.storage import open_storage
     yarn = TonyClient("yarn")
     pack = runtime()
@@ -147,7 +147,7 @@ def test_a_second_job_finds_the_runtime_in_the_cache_and_uploads_nothing(bare_no
 
 def venv_zip(tmp_path: Path) -> Path:
     """A virtualenv of the base interpreter holding one module of its own, zipped as TonY's users do."""
-    from tony_workflow.backends.yarn_ship import deterministic_zip
+    from tony_workflow.backends.yarn.ship import deterministic_zip
     venv = tmp_path / "venv"
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -205,7 +205,7 @@ def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes):
 
 def test_tony_clean_removes_what_jobs_shipped_but_the_current_runtime(bare_nodes):
     from tests.conftest import run_tony
-    from tony_workflow.backends.yarn_runtime import runtime_key
+    from tony_workflow.backends.yarn.runtime import runtime_key
     yarn = TonyClient("yarn")
     before = cache_files(yarn)
     assert any("/runtime-" in k for k in before) and len(before) > 1

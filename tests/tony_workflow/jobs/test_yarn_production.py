@@ -15,7 +15,7 @@ import requests
 
 from tests.conftest import REPO, app_processes, sleeper_job, wait_for
 from tony_workflow.backends.yarn import yarn_lifetime_s
-from tony_workflow.backends.yarn_containers import reclaim_cause
+from tony_workflow.backends.yarn.containers import reclaim_cause
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]

@@ -226,8 +226,8 @@ def events_copy(yarn: TonyClient, app_id: str) -> str:
     """The copy of the job's events the AM keeps in the application's HDFS directory ("" till one is)."""
     import tempfile
 
-    from tony_workflow.backends.yarn_attempts import EVENTS_COPY
-    from tony_workflow.backends.yarn_containers import app_store
+    from tony_workflow.backends.yarn.attempts import EVENTS_COPY
+    from tony_workflow.backends.yarn.containers import app_store
     from tony_workflow.storage import open_storage
     store = open_storage(app_store(app_id), **yarn.backend.store_options())
     with tempfile.TemporaryDirectory() as tmp:

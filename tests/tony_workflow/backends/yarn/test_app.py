@@ -1,0 +1,63 @@
+"""A job's skein application (:mod:`tony_workflow.backends.yarn.app`), built without a cluster: what
+each container gets and runs, with the runtime shipped or the nodes' own installation, the gang
+asked for at start or by the gate."""
+from __future__ import annotations
+
+import pytest
+
+skein = pytest.importorskip("skein")
+
+from tony_workflow.backends.yarn.app import Shipment, application, prelude
+from tony_workflow.spec import load_job
+
+
+def spec(**tasks):
+    return load_job({"name": "app", "framework": "standalone", "src_dir": None,
+                     "tasks": tasks or {"worker": {"instances": 2, "memory": "512m", "command": "true"}},
+                     "conf": {"tony.am.memory": "1g"}})
+
+
+def files(*names):
+    return {n: skein.File(f"hdfs://nn:8020/user/u/.tony/cache/d/{n}.zip", type="archive") for n in names}
+
+
+def test_with_the_runtime_shipped_every_container_runs_the_nodes_python_from_it():
+    shipment = Shipment("python3.11", files("runtime", "hadoop-conf", "environment"), spec_env={"TONY_SPEC": "x"})
+    app = application(spec(), shipment, tags=["tony", "tony-gang:x"], at_start=[], spread={},
+                      docker_env=lambda image: {})
+    am, worker = app.services["tony-am"], app.services["tony-worker"]
+    for service in (am, worker):
+        assert 'export PYTHONPATH="$PWD/runtime/tony:$PWD/runtime/lib" TONY_RUNTIME="$PWD/runtime"' in service.script
+        assert "exec python3.11 -m tony_workflow." in service.script
+        assert {"runtime", "hadoop-conf"} <= set(service.files)
+    assert "environment" in worker.files and "environment" not in am.files  # the job's, for its tasks only
+    assert 'TONY_ENVIRONMENT="$PWD/environment"' in worker.script
+    assert "yarn.gate" in app.master.script and "runtime" in app.master.files  # it waits for its turn
+    assert am.env["TONY_SPEC"] == "x" and worker.instances == 0 and am.instances == 0
+
+
+def test_asked_at_start_the_master_runs_nothing_of_the_jobs_and_the_services_have_their_instances():
+    shipment = Shipment("/opt/venv/bin/python", files("hadoop-conf"))
+    app = application(spec(), shipment, tags=["tony"], at_start=["worker:0", "worker:1"], spread={},
+                      docker_env=lambda image: {})
+    assert app.master.script == "exec sleep 2147483647" and not app.master.files
+    assert app.services["tony-worker"].instances == 2 and app.services["tony-am"].instances == 1
+    assert app.services["tony-am"].env["TONY_YARN_ASKED"] == "worker*2"
+    script = app.services["tony-worker"].script
+    assert "PYTHONPATH" not in script and "exec /opt/venv/bin/python -m tony_workflow.task.executor" in script
+    assert "spec.json" in app.services["tony-am"].script or "TONY_SPEC" not in app.services["tony-am"].env
+
+
+def test_a_spread_type_gets_a_service_per_node():
+    shipment = Shipment("python3.11", files("runtime", "hadoop-conf"))
+    app = application(spec(), shipment, tags=["tony"], at_start=[], spread={"worker": ["h1", "h2"]},
+                      docker_env=lambda image: {"YARN_CONTAINER_RUNTIME_TYPE": "docker"} if image else {})
+    assert app.services["tony-worker-on-1"].nodes == ["h2"] and not app.services["tony-worker-on-1"].relax_locality
+    assert app.services["tony-am"].env["TONY_YARN_SPREAD"] == "worker:h1,h2"
+
+
+def test_the_prelude_writes_the_spec_out_of_the_environment_and_drops_it():
+    head = prelude(Shipment("python3.11", files("runtime"), spec_env={"TONY_SPEC": "x"}))
+    assert head.startswith('export HADOOP_CONF_DIR="$PWD/hadoop-conf"; printf %s "$TONY_SPEC" | base64 -d')
+    assert "unset TONY_SPEC" in head
+    assert "TONY_SPEC" not in prelude(Shipment("python3.11", files("spec.json")))

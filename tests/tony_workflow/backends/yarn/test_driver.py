@@ -1,0 +1,29 @@
+"""skein's Java drivers, one per cluster and login in a process (:mod:`tony_workflow.backends.yarn.driver`):
+what tells two drivers apart. Drivers started on a real cluster are the yarn tier's
+(tests/tony_workflow/jobs/test_yarn_*.py)."""
+from __future__ import annotations
+
+from tony_workflow.backends.yarn.driver import _driver_key, _java_options, driver_running
+
+PLAIN = {"yarn.resourcemanager.address": "rm:8032"}
+SECURE = {**PLAIN, "hadoop.security.authentication": "kerberos"}
+
+
+def test_drivers_differ_by_cluster_and_login():
+    assert _driver_key(PLAIN, None, None) == _driver_key(dict(PLAIN), None, None)
+    assert _driver_key(PLAIN, None, None) != _driver_key({"yarn.resourcemanager.address": "rm2:8032"}, None, None)
+    assert _driver_key(PLAIN, "etl@EX", "/k") != _driver_key(PLAIN, None, None)
+
+
+def test_on_a_secure_cluster_the_ticket_cache_tells_ticket_logins_apart(monkeypatch):
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/tmp/a")
+    a = _driver_key(SECURE, None, None)
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/tmp/b")
+    assert _driver_key(SECURE, None, None) != a
+    assert _driver_key(SECURE, "etl@EX", "/k") == _driver_key(SECURE, "etl@EX", "/k")  # a keytab reads no cache
+    assert not driver_running(SECURE)
+
+
+def test_the_jvm_is_told_where_the_kdcs_configuration_is_unless_it_already_is(monkeypatch):
+    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -Djava.security.krb5.conf=/etc/own.conf")
+    assert _java_options() == ["-Xmx256m", "-Djava.security.krb5.conf=/etc/own.conf"]

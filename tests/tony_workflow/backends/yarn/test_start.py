@@ -1,0 +1,189 @@
+"""Whether a job asks for its whole gang as its application starts (:mod:`tony_workflow.backends.yarn.start`):
+alone on a queue with room it does; two submitted at the same moment see each other's intent and
+only both ask at start when both fit; a job already submitted to ask at start counts before YARN
+starts its master; anything unusable means the gate's way. The line directory is a local one here;
+on HDFS, tests/tony_workflow/jobs/test_yarn_gangs.py submits real jobs together."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tony_workflow.backends.yarn.gang import Node, Shape, gang_tag
+from tony_workflow.backends.yarn.line import queue_dir
+from tony_workflow.backends.yarn.rm import AppReport
+from tony_workflow.backends.yarn.start import INTENT_GONE_S, INTENT_TTL_S, intent_name, parse_intent, plan_start
+from tony_workflow.storage import LocalStorage
+
+QUEUE = "root.default"
+MASTER = Shape(512, 1)
+NODES = [Node("nm-0", "", (8192, 8, 0), (8192, 8, 0))]  # one node, 8 GB free
+QUEUE_INFO = None  # the scheduler says nothing of the queue: the nodes decide
+
+
+def gang(workers: int, memory: int = 1536) -> list[tuple[str, Shape]]:
+    return [("am", Shape(512, 1)), *(("worker", Shape(memory, 1)) for _ in range(workers))]
+
+
+def tasks(workers: int) -> list[str]:
+    return [f"worker:{i}" for i in range(workers)]
+
+
+def plan(store, workers: int = 3, reports=(), nodes=NODES):
+    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, list(reports), store)
+
+
+def intents(store) -> list[str]:
+    return sorted(store.list(queue_dir(QUEUE)))
+
+
+def test_alone_on_a_queue_with_room_the_gang_is_asked_for_at_start_and_the_intent_goes_once_submitted(tmp_path):
+    store = LocalStorage(tmp_path)
+    p = plan(store)
+    assert p.tasks == tasks(3) and "room" in p.why
+    assert [n.startswith("intent-") for n in intents(store)] == [True]  # there until the job is submitted
+    p.done()
+    assert intents(store) == []
+
+
+def test_two_submissions_at_once_see_each_other_and_only_both_start_asking_when_both_fit(tmp_path):
+    store = LocalStorage(tmp_path)
+    # 512 + 3 x 1536 = 5 GB each, 8 GB free: the first announced sees nobody; the second sees it.
+    first = plan(store)
+    second = plan(store)
+    assert first.tasks and not second.tasks and "turn has not come" in second.why
+    assert len(intents(store)) == 1  # the second holds nothing while it waits for its turn
+    first.done()
+    # Two that fit together (2 x 2 GB) both ask at start.
+    a, b = plan(store, workers=1), plan(store, workers=1)
+    assert a.tasks == b.tasks == ["worker:0"] and b.looked["intents"] == 1
+    a.done(), b.done()
+
+
+def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path):
+    # Two 4 GB nodes; each job is skein's master, an AM of 512 MB and two 1 GB workers: 3 GB. Four
+    # submitted at once: two start asking; the other two see them (and each other) and wait.
+    store = LocalStorage(tmp_path)
+    nodes = [Node(f"nm-{i}", "", (4096, 8, 0), (4096, 8, 0)) for i in range(2)]
+    small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
+
+    def one():
+        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store)
+    plans = [one() for _ in range(4)]
+    assert [bool(p.tasks) for p in plans] == [True, True, False, False], [p.why for p in plans]
+    assert "2 jobs" in plans[2].why
+    # A job submitted to ask at start whose master YARN has placed (still ACCEPTED) counts it once.
+    for p in plans:
+        p.done()
+    tag = gang_tag(MASTER, [s for _, s in small], at_start=True)
+    placed = [AppReport(id=f"application_1_000{i}", name="other", user="u", queue=QUEUE, state="ACCEPTED",
+                        final_status="UNDEFINED", diagnostics="", started_at=time.time() - 1, finished_at=None,
+                        am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}), running_containers=1)
+              for i in (1, 2)]
+    on_nodes = [Node(f"nm-{i}", "", (3584, 7, 0), (4096, 8, 0)) for i in range(2)]  # each holds one master
+    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, placed, store).tasks
+    three_nodes = [*on_nodes, Node("nm-2", "", (4096, 8, 0), (4096, 8, 0))]
+    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, placed, store).tasks == tasks(2)
+
+
+def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):
+    store = LocalStorage(tmp_path)
+    dead = plan(store)
+    path = tmp_path / dead.intent
+    old = time.time() - INTENT_TTL_S - 5
+    os.utime(path, (old, old))
+    assert plan(store).tasks == tasks(3)
+    assert path.exists()  # ignored, not yet deleted: its client may be slow rather than dead
+
+
+def test_an_intent_left_long_ago_is_deleted_by_the_next_submission(tmp_path):
+    store = LocalStorage(tmp_path)
+    dead, slow = plan(store), plan(store, workers=1)
+    old, older = time.time() - INTENT_TTL_S - 5, time.time() - INTENT_GONE_S - 5
+    os.utime(tmp_path / slow.intent, (old, old))
+    os.utime(tmp_path / dead.intent, (older, older))
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    assert not (tmp_path / dead.intent).exists() and (tmp_path / slow.intent).exists()
+    p.done(), slow.done()
+    assert intents(store) == []
+
+
+def test_a_job_submitted_to_ask_at_start_counts_before_its_master_runs(tmp_path):
+    store = LocalStorage(tmp_path)
+    tag = gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)
+    accepted = AppReport(id="application_1_0001", name="other", user="u", queue=QUEUE, state="ACCEPTED",
+                         final_status="UNDEFINED", diagnostics="", started_at=time.time() - 2, finished_at=None,
+                         am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}))
+    p = plan(store, reports=[accepted])
+    assert not p.tasks and "application_1_0001" in p.why
+    # Long past its submission, YARN holds it back (the share for ApplicationMasters): it no longer counts.
+    stale = AppReport(**{**accepted.__dict__, "started_at": time.time() - 600})
+    p = plan(store, reports=[stale])
+    assert p.tasks == tasks(3)
+    p.done()
+    # A job of the gate's way that YARN has not started asks for nothing yet.
+    gated = AppReport(**{**accepted.__dict__, "tags": frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)])})})
+    assert plan(store, reports=[gated]).tasks == tasks(3)
+
+
+def test_a_submission_that_asks_at_start_says_so_and_the_next_sees_its_gang_counted(tmp_path):
+    store = LocalStorage(tmp_path)
+    first = plan(store)
+    assert first.tasks == tasks(3)
+    first.asked("application_1_0001")  # submitted asking for its gang
+    first.done()
+    assert intents(store) == ["asked-application_1_0001"]
+    # Running, its master placed and nothing of its gang granted yet: its requests are out.
+    running = AppReport(id="application_1_0001", name="other", user="u", queue=QUEUE, state="RUNNING",
+                        final_status="UNDEFINED", diagnostics="", started_at=time.time() - 2, finished_at=None,
+                        am_rpc_address="h:1", priority=0, running_containers=1,
+                        tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)}))
+    # A job of higher priority would go before one that waits for its turn, not before it.
+    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, [running], store)
+    assert not later.tasks and "application_1_0001" in later.why, later.why
+    later.done()
+
+
+def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(tmp_path):
+    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, [], LocalStorage(tmp_path)).tasks == []
+    assert "line directory" in plan(None).why and plan(None).tasks == []
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the directory should be")
+    p = plan(LocalStorage(blocked))
+    assert p.tasks == [] and "cannot be used" in p.why
+
+
+@pytest.mark.parametrize("label", ["", "gpu-a"])
+def test_an_intent_is_all_in_its_name(label):
+    name = intent_name(MASTER, [Shape(2048, 2, 1, label), Shape(256, 1)], 4)
+    member = parse_intent(name)
+    assert member is not None and member.priority == 4 and member.starting and not member.master_placed
+    assert member.master == MASTER and sorted(member.gang, key=lambda s: s.memory_mb) == [
+        Shape(256, 1), Shape(2048, 2, 1, label)]
+    # Nothing of it is placed yet: its master's container is part of what it lacks.
+    assert sorted(member.remaining(), key=lambda s: s.memory_mb) == [Shape(256, 1), MASTER, Shape(2048, 2, 1, label)]
+    assert parse_intent("intent-1-2-x-512.1.0+1.1.0*1") is None and parse_intent("board-1") is None
+
+
+def test_a_queue_whose_board_says_jobs_wait_for_their_turn_is_joined_the_gates_way(tmp_path):
+    from tony_workflow.backends.yarn.gang import Verdict
+    from tony_workflow.backends.yarn.line import Board
+    store = LocalStorage(tmp_path)
+    store.shared_dir(queue_dir(QUEUE))
+    board = tmp_path / queue_dir(QUEUE) / "board-application_1_0001"
+    board.write_text(Board("application_1_0001", ["application_1_0001"], {"application_1_0001": Verdict(False)}).to_json())
+    p = plan(store)
+    assert p.tasks == [] and "wait for their turn" in p.why and intents(store) == ["board-application_1_0001"]
+    # A board gone quiet (its looker left long ago) says nothing of the queue now.
+    old = time.time() - 600
+    os.utime(board, (old, old))
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    p.done()
+    # Nor does one whose looker's turn came.
+    board.write_text(Board("application_1_0001", ["application_1_0001"], {}, leaving=True).to_json())
+    p = plan(store)
+    assert p.tasks == tasks(3)
+    p.done()

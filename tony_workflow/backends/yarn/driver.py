@@ -1,0 +1,111 @@
+"""skein's Java driver: one per process for each cluster and login.
+
+Only submitting a job needs the driver (following one needs no JVM: see
+:mod:`tony_workflow.backends.yarn.rm`). A driver is a JVM of a few hundred MB, and an Airflow triggerer
+may hold many backends of one cluster, so they share it (:func:`shared_driver`).
+
+On a Kerberized cluster the driver logs in as the backend's login: with a principal and keytab it
+logs itself in (and renews from the keytab), else it takes the ticket ``kinit`` left in the cache
+that ``KRB5CCNAME`` names. It is the driver that obtains the application's delegation tokens (HDFS,
+the ResourceManager's), which YARN hands every container and renews while the job runs. Java
+finds the KDC through ``java.security.krb5.conf``, not ``KRB5_CONFIG``, hence the option given to
+the JVM.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ...kerberos import Login, is_secure
+
+__all__ = ["close_drivers", "driver_running", "shared_driver"]
+
+# skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
+# polling threads in every child this process forks. A child that then closes its descriptors
+# before exec (subprocess with preexec_fn; an Airflow worker forking a task) kills that thread's
+# epoll descriptor under it, and gRPC aborts the child. No channel is ever used across a fork here,
+# so the children are spared that machinery. Read by gRPC when it starts: set before skein loads it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _hadoop_conf_env(conf_dir: Path):
+    """HADOOP_CONF_DIR set to ``conf_dir`` while skein starts its driver. The driver finds the
+    cluster through ``yarn classpath``, run with this process's environment; setting the variable
+    only meanwhile lets backends for different clusters (two connections in one Airflow triggerer)
+    each reach their own."""
+    with _ENV_LOCK:
+        saved = os.environ.get("HADOOP_CONF_DIR")
+        os.environ["HADOOP_CONF_DIR"] = str(conf_dir)
+        try:
+            yield
+        finally:
+            if saved is None:
+                os.environ.pop("HADOOP_CONF_DIR", None)
+            else:
+                os.environ["HADOOP_CONF_DIR"] = saved
+
+
+_DRIVERS: dict[tuple, Any] = {}
+_DRIVERS_LOCK = threading.Lock()
+
+
+def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None) -> tuple:
+    """What tells drivers apart: the cluster, the login, and on a Kerberized cluster the KDC's
+    configuration and (for a ticket login) the ticket cache the driver would read."""
+    kerberos: tuple = ()
+    if is_secure(conf):
+        kerberos = (os.environ.get("KRB5_CONFIG"), None if keytab else os.environ.get("KRB5CCNAME"))
+    return (tuple(sorted(conf.items())), principal, keytab, *kerberos)
+
+
+def _java_options() -> list[str]:
+    """The driver JVM's options: ``SKEIN_DRIVER_JAVA_OPTIONS`` (which skein reads only when given
+    none), and where the KDC's configuration is unless those already say."""
+    options = os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split()
+    if not any(o.startswith("-Djava.security.krb5.conf=") for o in options):
+        options += Login.java_options()
+    return options
+
+
+def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None, keytab: str | None = None):
+    """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
+    login (``principal`` and ``keytab``, or the ticket cache). Backends of one cluster share it,
+    whatever directory their configuration was written to. A driver that has died is replaced."""
+    import skein
+    key = _driver_key(conf, principal, keytab)
+    with _DRIVERS_LOCK:
+        client = _DRIVERS.get(key)
+        proc = getattr(client, "_proc", None)
+        if client is None or (proc is not None and proc.poll() is not None):
+            kwargs: dict[str, Any] = {"principal": principal, "keytab": keytab} if keytab else {}
+            if is_secure(conf):
+                kwargs["java_options"] = _java_options()
+            with _hadoop_conf_env(conf_dir):
+                client = _DRIVERS[key] = skein.Client(**kwargs)
+        return client
+
+
+def driver_running(conf: dict[str, str], principal: str | None = None, keytab: str | None = None) -> bool:
+    """Whether this process already runs the driver :func:`shared_driver` would give."""
+    return _driver_key(conf, principal, keytab) in _DRIVERS
+
+
+def close_drivers() -> None:
+    """Stops the process's skein drivers (at exit, or when a caller is done with a cluster): their
+    gRPC channels must not outlive the interpreter's teardown, or a fork of this process."""
+    with _DRIVERS_LOCK:
+        clients = list(_DRIVERS.values())
+        _DRIVERS.clear()
+    for client in clients:
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+atexit.register(close_drivers)

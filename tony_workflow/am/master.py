@@ -73,9 +73,7 @@ class ApplicationMaster(AMState):
         self.view_token = view_token
         self.host = host
         self.executor_argv = executor_argv or cluster.executor_argv
-        cluster.events = self.events
-        cluster.on_change = self._wake_monitor
-        cluster.on_wait = self._on_wait
+        cluster.bind(self.events, self._wake_monitor, self._on_wait)
         self.gang = GangWatch(spec.allocation_timeout_ms, spec.gang_hold_timeout_ms, spec.gang_backoff_ms)
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on

@@ -184,29 +184,34 @@ class ClusterManager(ABC):
 
     #: the command a container runs to start the TaskExecutor
     executor_argv: ClassVar[list[str]] = [sys.executable, "-m", "tony_workflow.task.executor"]
-    #: the job's event log, given by the AM: what the cluster did to the job's placement, for the record
-    events = None
-    #: given by the AM: makes it look at its containers now rather than on its next pass
-    on_change: Callable[[], None] | None = None
-    #: given by the AM: :meth:`allocate` calls it on every pass of its wait with the reason (None
-    #: once granted); it may raise to stop the wait (the AM's tony.container.allocation.timeout)
-    on_wait: Callable[[Wait | None], None] | None = None
+    # What the AM gives its cluster manager (:meth:`bind`), None until it does.
+    _events: Any = None
+    _on_change: Callable[[], None] | None = None
+    _on_wait: Callable[[Wait | None], None] | None = None
+
+    def bind(self, events: Any, on_change: Callable[[], None], on_wait: Callable[[Wait | None], None]) -> None:
+        """The AM's part, given once as it takes this cluster manager: ``events``, the job's event
+        log (what the cluster did to the job's placement, for the record); ``on_change``, which
+        makes the AM look at its containers now rather than on its next pass; ``on_wait``, which
+        :meth:`allocate` calls on every pass of its wait with the reason (None once granted) and
+        which may raise to stop the wait (the AM's tony.container.allocation.timeout)."""
+        self._events, self._on_change, self._on_wait = events, on_change, on_wait
 
     def waiting(self, wait: Wait | None) -> None:
         """Tells the AM why the gang waits (None: it does not)."""
-        if self.on_wait is not None:
-            self.on_wait(wait)
+        if self._on_wait is not None:
+            self._on_wait(wait)
 
     def note(self, event: str, **fields: Any) -> None:
         """Records ``event`` in the job's events (nothing before the AM gave its log)."""
-        if self.events is not None:
-            self.events.emit(event, **fields)
+        if self._events is not None:
+            self._events.emit(event, **fields)
 
     def container_changed(self) -> None:
         """A container ended (or otherwise changed) where this backend learns it as it happens: the
         AM hears of it at once. Backends that only learn by polling need not call it."""
-        if self.on_change is not None:
-            self.on_change()
+        if self._on_change is not None:
+            self._on_change()
     #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
     #: cluster has not yet said how its container ended: a cluster that can take containers back
     #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.

@@ -91,7 +91,7 @@ def manager(monkeypatch, app: FakeApp) -> YarnClusterManager:
     monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
     monkeypatch.delenv(ASKED_ENV, raising=False)
     cluster = YarnClusterManager(app_client=app)
-    cluster.events = Events()
+    cluster.bind(Events(), lambda: None, lambda wait: None)
     return cluster
 
 
@@ -106,7 +106,7 @@ def test_containers_asked_for_as_the_application_started_are_adopted_and_given_t
     assert app.added == []  # nothing asked for again
     order = json.loads(app.kv["tony.launch.tony-worker_1"])
     assert order["TONY_TASK_ID"] == "worker:1" and order["SESSION_ID"] == "0" and order["TONY_SPEC_FILE"] == "spec.json"
-    assert ("adopted", {"tasks": ["worker:0", "worker:1"]}) in cluster.events.seen
+    assert ("adopted", {"tasks": ["worker:0", "worker:1"]}) in cluster._events.seen
     # Later sessions ask for their containers themselves.
     [_, again] = cluster.allocate(requests(1), threading.Event())
     cluster.launch(again, ["ignored"], {"TONY_TASK_ID": "worker:0"})
@@ -158,7 +158,7 @@ def test_a_request_the_resource_manager_does_not_hold_is_asked_for_again(monkeyp
     [lost] = cluster._lost(pending, rm)
     assert lost.task_id == "worker:0" and app.killed == ["tony-worker_0"]  # the earliest asked
     assert app.added[-1] == "tony-worker_2" and app.containers["tony-worker_2"].env["TONY_TASK_ID"] == "worker:0"
-    assert cluster.events.seen[-1] == ("requests_lost", {"tasks": ["worker:0"], "asks_held": 1, "requested": 2})
+    assert cluster._events.seen[-1] == ("requests_lost", {"tasks": ["worker:0"], "asks_held": 1, "requested": 2})
     assert cluster._lost(pending, rm) == []  # just asked again: it waits for the ResourceManager again
 
 

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from ..spec import JobSpec
     from ..status import JobStatus
 
-__all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest",
-           "NeverFits", "Wait", "check_fits", "gang_requests", "label_key"]
+__all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "CheckpointLocality", "ClusterManager", "Container",
+           "ContainerRequest", "GangForming", "NeverFits", "Reclaiming", "Wait", "check_fits", "gang_requests",
+           "label_key"]
 
 
 class NeverFits(SubmissionRefused):
@@ -176,8 +177,73 @@ class AMIdentity:
     host: str
 
 
-class ClusterManager(ABC):
-    """AM-side access to the cluster."""
+class Reclaiming:
+    """An ability of a cluster that takes containers back (preemption, a lost node): it says why a
+    container ended when the end was its doing, and the AM does not count that against the job.
+    The defaults here are a cluster that never does."""
+
+    #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
+    #: cluster has not yet said how its container ended: a cluster that can take containers back
+    #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.
+    reclaim_wait_s: float = 0.0
+
+    def ended_now(self, container: Container) -> int | None:
+        """The container's exit code if it has ended, asked where it runs rather than as the
+        cluster reports it (which may come later); None while it runs or when that cannot be
+        told. A cluster whose :meth:`poll` already asks there needs nothing more."""
+        return None
+
+    def reclaimed(self, container: Container) -> str | None:
+        """Why the cluster took ``container`` back, when its end was the cluster's doing and not
+        the task's ("preempted by the scheduler", "lost with its node", ...); None otherwise, or
+        while the cluster has not said."""
+        return None
+
+
+
+class GangForming:
+    """An ability of a cluster that grants a gang's containers one by one, after the job's turn has
+    come (YARN): the AM shows which are granted, and why the rest wait. The defaults here are a
+    cluster that grants a gang whole, at once."""
+
+    def waited_since(self) -> float | None:
+        """Since when the job has waited for its gang before its AM started (a cluster that makes
+        a job wait its turn before starting the AM, as YARN's gate does); None if it did not."""
+        return None
+
+    def granted(self, container: Container) -> bool:
+        """Whether the cluster has given ``container`` (launched): a task whose container is not
+        granted is REQUESTED, not LAUNCHED. Containers of a reservation are granted at once."""
+        return True
+
+    def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
+        """While the ``pending`` containers of a gang are not granted (and ``granted`` are): why,
+        and whether to give back what is held (:attr:`Wait.release`). None: nothing to add."""
+        return None
+
+
+
+class CheckpointLocality:
+    """An ability of a cluster whose containers share a filesystem with their predecessors (the
+    embedded cluster): a new session may resume from an earlier container's checkpoint directory
+    when it is newer than the store's. The defaults here are containers that share nothing."""
+
+    def checkpoint_fallbacks(self, task_id: str) -> list[str]:
+        """Checkpoint directories earlier containers of ``task_id`` left where this session's tasks
+        can read them (newest first); none where containers do not share a filesystem."""
+        return []
+
+    def prune_checkpoints(self, keep: set[str]) -> None:
+        """Removes the checkpoint directories of containers other than ``keep``, once the tasks
+        running in those have restored theirs."""
+
+
+class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
+    """AM-side access to the cluster: what every backend must do (allocate a gang, launch, poll and
+    kill containers, give them back), what it may add for the AM (the endpoint clients find, the
+    job's directories, the final record), and the optional abilities it inherits with defaults
+    that mean "not this cluster" (:class:`Reclaiming`, :class:`GangForming`,
+    :class:`CheckpointLocality`), which a backend that has one overrides."""
 
     #: the backend's name (``local``, ``yarn``): the job status's ``backend``
     name: str = "local"
@@ -212,11 +278,6 @@ class ClusterManager(ABC):
         AM hears of it at once. Backends that only learn by polling need not call it."""
         if self._on_change is not None:
             self._on_change()
-    #: How long the AM holds its verdict on a task that failed by a signal or fell silent while the
-    #: cluster has not yet said how its container ended: a cluster that can take containers back
-    #: (:meth:`reclaimed`) reports a preemption or a lost node only after the task's own end is seen.
-    reclaim_wait_s: float = 0.0
-
     def checkpoint_location(self, app_dir: Path) -> str:
         """Where the checkpoint mirror lives unless ``tony.checkpoint.location`` says otherwise."""
         return str(app_dir / "checkpoints")
@@ -253,21 +314,6 @@ class ClusterManager(ABC):
         are admitted, not granted: the job's turn has come and its gang fits, and
         :meth:`granted` says when each one is there."""
 
-    def waited_since(self) -> float | None:
-        """Since when the job has waited for its gang before its AM started (a cluster that makes
-        a job wait its turn before starting the AM, as YARN's gate does); None if it did not."""
-        return None
-
-    def granted(self, container: Container) -> bool:
-        """Whether the cluster has given ``container`` (launched): a task whose container is not
-        granted is REQUESTED, not LAUNCHED. Containers of a reservation are granted at once."""
-        return True
-
-    def forming(self, pending: list[Container], granted: list[Container]) -> Wait | None:
-        """While the ``pending`` containers of a gang are not granted (and ``granted`` are): why,
-        and whether to give back what is held (:attr:`Wait.release`). None: nothing to add."""
-        return None
-
     @abstractmethod
     def new_container(self, like: Container) -> Container:
         """A fresh container on the same reservation as ``like`` (a relaunch keeps the resources)."""
@@ -284,18 +330,6 @@ class ClusterManager(ABC):
     @abstractmethod
     def poll(self, container: Container) -> int | None:
         """The container's exit code, or None while it runs."""
-
-    def ended_now(self, container: Container) -> int | None:
-        """The container's exit code if it has ended, asked where it runs rather than as the
-        cluster reports it (which may come later); None while it runs or when that cannot be
-        told. A cluster whose :meth:`poll` already asks there needs nothing more."""
-        return None
-
-    def reclaimed(self, container: Container) -> str | None:
-        """Why the cluster took ``container`` back, when its end was the cluster's doing and not
-        the task's ("preempted by the scheduler", "lost with its node", ...); None otherwise, or
-        while the cluster has not said."""
-        return None
 
     @abstractmethod
     def kill(self, container: Container, grace: float = 5.0) -> None:
@@ -321,15 +355,6 @@ class ClusterManager(ABC):
         """Exit codes the executors of ``session_id`` recorded for user processes that ended by
         themselves (task id -> code), where the AM can read them; empty elsewhere."""
         return {}
-
-    def checkpoint_fallbacks(self, task_id: str) -> list[str]:
-        """Checkpoint directories earlier containers of ``task_id`` left where this session's tasks
-        can read them (newest first); none where containers do not share a filesystem."""
-        return []
-
-    def prune_checkpoints(self, keep: set[str]) -> None:
-        """Removes the checkpoint directories of containers other than ``keep``, once the tasks
-        running in those have restored theirs."""
 
 
 class Backend(ABC):

@@ -8,7 +8,7 @@ asked for (YARN needs skein), while the backends import ``base``. Kept apart, no
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .base import (
@@ -31,13 +31,13 @@ __all__ = ["AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "
            "Wait", "check_fits", "gang_requests", "get_backend", "get_cluster_manager"]
 
 
-def get_backend(name: str = "local", **kwargs) -> Backend:
+def get_backend(name: str = "local", **kwargs: Any) -> Backend:
     if name == "local":
         from .local import LocalBackend
         return LocalBackend(**kwargs)
     if name == "yarn":
         try:
-            from .yarn import YarnBackend  # type: ignore[import-not-found]
+            from .yarn import YarnBackend
         except ImportError as e:
             raise ConfigError(f"backend 'yarn' is not available here ({e}); install tony-workflow[yarn]") from None
         return YarnBackend(**kwargs)

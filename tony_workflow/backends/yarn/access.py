@@ -87,10 +87,12 @@ def act_as(spec: JobSpec, me: str | None, hadoop_conf_dir: str, login: Login | N
     """``spec``, run as its proxy user, once the cluster is known to let the login (``me``) act as
     them (:func:`check_proxy`): it names its submitter, and the submitter's job history is marked
     to read the job's record in the proxy user's, where the job writes it."""
-    check_proxy(spec.proxy_user, me, hadoop_conf_dir, login)
+    proxy = spec.proxy_user
+    assert proxy is not None, "act_as is for a job with a proxy user"
+    check_proxy(proxy, me, hadoop_conf_dir, login)
     if not spec.history_location and me:
         try:
-            site_history("yarn", hadoop_conf_dir=hadoop_conf_dir, login=login).note_proxied(spec.proxy_user)
+            site_history("yarn", hadoop_conf_dir=hadoop_conf_dir, login=login).note_proxied(proxy)
         except OSError as e:
             print(f"tony: the job's record will be in the history of {spec.proxy_user} alone: {e}", file=sys.stderr)
     return dataclasses.replace(spec, submitter=me)

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 __all__ = ["EVENTS_COPY", "KV_STATE", "EventsCopy", "am_restarts", "carry_over", "main", "save_state"]
 
@@ -44,7 +45,7 @@ def am_restarts(max_attempts: int, reclaim_retries: int) -> int:
     return max(0, max_attempts - 1) + max(0, reclaim_retries)
 
 
-def save_state(app, state: dict) -> None:
+def save_state(app: Any, state: dict[str, Any]) -> None:
     """Keeps ``state`` (:func:`tony_workflow.am.attempts.attempt_state`) in the key-value store of the
     skein application ``app``. A failure is swallowed: it costs a lost container its resume point,
     not the job."""
@@ -58,7 +59,7 @@ class EventsCopy:
     and a DataNode, which the AM's start and its session starts must not wait for. Each upload
     takes the file as it is then, so requests that come while one runs are served by one more."""
 
-    def __init__(self, store, events: Path):
+    def __init__(self, store: Any, events: Path):
         self.store, self.events = store, events
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +79,7 @@ class EventsCopy:
                     self.store.put(self.events, EVENTS_COPY)
 
 
-def _previous_end(app, me: str) -> tuple[str, bool]:
+def _previous_end(app: Any, me: str) -> tuple[str, bool]:
     """Why the AM's previous container ended, and whether the cluster took it back."""
     from .containers import AM_SERVICE, reclaim_cause
 
@@ -95,7 +96,7 @@ def _previous_end(app, me: str) -> tuple[str, bool]:
             + (f": {message.splitlines()[0][:300]}" if message else "") + ")"), False
 
 
-def carry_over(app, app_dir: Path, me: str, store=None) -> dict:
+def carry_over(app: Any, app_dir: Path, me: str, store: Any = None) -> dict[str, Any]:
     """What a new AM container takes over: ``{"attempt": the last attempt that ran (0: none),
     "counted": attempts that count, the lost one included if it counts, "why": how the previous
     container ended, "reclaimed": whether the cluster took it back}``. Writes the job's status

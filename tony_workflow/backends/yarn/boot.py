@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 from .containers import launch_key
 
 __all__ = ["launch_order", "main"]
 
 
-def launch_order(kv, container_id: str) -> dict[str, str]:
+def launch_order(kv: Any, container_id: str) -> dict[str, str]:
     """The environment the AM left for skein container ``container_id`` in the key-value store
     ``kv`` (a skein ``KeyValueStore``), waiting until it is there. The container is killed if the
     AM gives it up, so the wait needs no end of its own."""

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ _ENV_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _hadoop_conf_env(conf_dir: Path):
+def _hadoop_conf_env(conf_dir: Path) -> Iterator[None]:
     """HADOOP_CONF_DIR set to ``conf_dir`` while skein starts its driver. The driver finds the
     cluster through ``yarn classpath``, run with this process's environment; setting the variable
     only meanwhile lets backends for different clusters (two connections in one Airflow triggerer)
@@ -52,14 +53,14 @@ def _hadoop_conf_env(conf_dir: Path):
                 os.environ["HADOOP_CONF_DIR"] = saved
 
 
-_DRIVERS: dict[tuple, Any] = {}
+_DRIVERS: dict[tuple[Any, ...], Any] = {}
 _DRIVERS_LOCK = threading.Lock()
 
 
-def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None) -> tuple:
+def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None) -> tuple[Any, ...]:
     """What tells drivers apart: the cluster, the login, and on a Kerberized cluster the KDC's
     configuration and (for a ticket login) the ticket cache the driver would read."""
-    kerberos: tuple = ()
+    kerberos: tuple[Any, ...] = ()
     if is_secure(conf):
         kerberos = (os.environ.get("KRB5_CONFIG"), None if keytab else os.environ.get("KRB5CCNAME"))
     return (tuple(sorted(conf.items())), principal, keytab, *kerberos)
@@ -74,7 +75,8 @@ def _java_options() -> list[str]:
     return options
 
 
-def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None, keytab: str | None = None):
+def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None,
+                  keytab: str | None = None) -> Any:
     """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
     login (``principal`` and ``keytab``, or the ticket cache). Backends of one cluster share it,
     whatever directory their configuration was written to. A driver that has died is replaced."""

@@ -37,19 +37,25 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..base import ContainerRequest, Wait, gang_requests
 from .containers import AM_SERVICE, KV_GATE, encode_asked, service_name
 from .line import Line, line_store
 from .rm import container_rm
 
+if TYPE_CHECKING:
+    from ...spec import JobSpec
+
 __all__ = ["asked_first", "main", "wait_turn"]
 
 log = logging.getLogger("tony.yarn.gate")
 
 
-def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None,
+def wait_turn(line: Line, requests: Sequence[ContainerRequest], publish: Callable[[Wait], None],
+              stop: threading.Event | None = None,
               deadline: float | None = None) -> Wait | None:
     """Looks at ``line`` until the gang of ``requests`` (its AM's container and every task) may be
     asked for, ``stop`` is set or the wall clock passes ``deadline``; ``publish(wait)`` is told why
@@ -69,7 +75,7 @@ def wait_turn(line: Line, requests, publish, stop: threading.Event | None = None
             return last
 
 
-def asked_first(spec, requests: list[ContainerRequest]) -> list[str]:
+def asked_first(spec: JobSpec, requests: list[ContainerRequest]) -> list[str]:
     """The tasks whose containers are asked for with the AM's, before it runs: every task but those
     of spread types (placed node by node by the AM, :mod:`.spread`), in gang order, so that
     each type's are its service's first containers (:func:`.containers.first_container`)."""

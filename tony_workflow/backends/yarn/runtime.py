@@ -138,7 +138,7 @@ def _dist_files(dists: dict[str, metadata.Distribution], prefix: str) -> Iterato
             rel = f.as_posix()
             if rel.startswith("..") or any(s in rel for s in _SKIPPED):
                 continue
-            path = Path(dist.locate_file(f))
+            path = Path(str(dist.locate_file(f)))
             if path.is_file():
                 yield path, f"{prefix}{rel}"
 

@@ -30,6 +30,7 @@ import os
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ...errors import ConfigError
 from ...kerberos import Login
@@ -116,7 +117,7 @@ class Cache:
         return f"{self.uri}/{key}"
 
 
-def spec_env(spec: dict) -> dict[str, str] | None:
+def spec_env(spec: dict[str, Any]) -> dict[str, str] | None:
     """The environment that carries ``spec`` (a JobSpec's dict) to a container; None when it is too
     large for one variable (ship it as a file)."""
     encoded = base64.b64encode(gzip.compress(json.dumps(spec, separators=(",", ":")).encode(), mtime=0)).decode()

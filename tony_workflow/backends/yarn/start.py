@@ -46,6 +46,7 @@ from .gang import (
     verdict,
 )
 from .line import ASKED_PREFIX, BOARD_PREFIX, STALE_S, Board, queue_dir
+from .rm import AppReport
 
 __all__ = ["INTENT_GONE_S", "INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
 
@@ -146,7 +147,8 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
 
 
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
-               queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node], reports, store: Storage | None,
+               queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node], reports: Sequence[AppReport],
+               store: Storage | None,
                ) -> StartPlan:
     """Whether the tasks ``tasks`` (those that may be asked for at start; the AM's container is
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ... import process
 from ...errors import UnknownApplication
@@ -86,7 +87,7 @@ class LocalClusterManager(ClusterManager):
         self.owner_started = owner_started if owner_pid else process.start_time(self.owner_pid)
         self.attempt = attempt
         self.books = Ledger(app_id, inventory, self.owner_pid, self.owner_started)
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._forked: dict[str, int] = {}  # container id -> pid, for containers the fork server started
         self._started_at: dict[str, float | None] = {}  # container id -> its first process's start time
         self._seq = 0
@@ -167,6 +168,7 @@ class LocalClusterManager(ClusterManager):
         return env
 
     def _started(self, container: Container, pid: int) -> None:
+        assert container.workdir is not None  # every container of this cluster has its directory
         container.pid = pid
         started = process.start_time(pid)
         with self._lock:
@@ -177,6 +179,7 @@ class LocalClusterManager(ClusterManager):
         (container.workdir / "started").write_text(repr(started))
 
     def _popen(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
+        assert container.stdout is not None and container.stderr is not None  # given as the container is made
         with open(container.stdout, "ab") as out, open(container.stderr, "ab") as err:
             p = subprocess.Popen(argv, cwd=container.workdir, env=env, stdout=out, stderr=err,
                                  stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
@@ -231,7 +234,7 @@ class LocalClusterManager(ClusterManager):
         if p is not None:
             return p.poll()
         pid = self._forked.get(container.id)
-        return None if pid is None else self._forks.poll(pid)
+        return None if pid is None or self._forks is None else self._forks.poll(pid)
 
     def kill(self, container: Container, grace: float = 5.0) -> None:
         """Stops the container: its first process, its process group and every descendant, also
@@ -314,8 +317,9 @@ class LocalBackend(Backend):
         join_queue(app_id, sup.pid)
         return app_id
 
-    def _secret(self, app_id: str) -> dict:
-        return json.loads((self.app_dir(app_id) / "am.secret").read_text())
+    def _secret(self, app_id: str) -> dict[str, Any]:
+        secret: dict[str, Any] = json.loads((self.app_dir(app_id) / "am.secret").read_text())
+        return secret
 
     def endpoint(self, app_id: str) -> AMEndpoint | None:
         d = self.app_dir(app_id)
@@ -337,11 +341,8 @@ class LocalBackend(Backend):
         am = self._am_info(app_id)
         return am is None or not process.alive(am["pid"], am.get("started"))
 
-    def _supervisor(self, app_id: str) -> dict | None:
-        try:
-            return json.loads((self.app_dir(app_id) / "supervisor.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+    def _supervisor(self, app_id: str) -> dict[str, Any] | None:
+        return _json_or_none(self.app_dir(app_id) / "supervisor.json")
 
     def check_exists(self, app_id: str) -> None:
         if not (self.app_dir(app_id) / "status.json").is_file():
@@ -366,11 +367,8 @@ class LocalBackend(Backend):
                 status.finished_at = status.finished_at or time.time()
         return status
 
-    def _am_info(self, app_id: str) -> dict | None:
-        try:
-            return json.loads((self.app_dir(app_id) / "am.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+    def _am_info(self, app_id: str) -> dict[str, Any] | None:
+        return _json_or_none(self.app_dir(app_id) / "am.json")
 
     def force_kill(self, app_id: str) -> None:
         for info in (self._supervisor(app_id), self._am_info(app_id)):
@@ -432,3 +430,12 @@ class LocalBackend(Backend):
                 if p.is_dir():
                     apps.append(check_application_id(p.name))
         return sorted(apps, key=lambda a: (int(a.split("_")[1]), int(a.split("_")[2])))
+
+
+def _json_or_none(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None while it is not there or not whole."""
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return doc

@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import IO, Any
 
 from ... import process
 
@@ -46,18 +48,21 @@ class ForkServer:
 
     def __init__(self, inline: bool = False, python: str | None = None):
         self.pid: int
-        self._popen: subprocess.Popen | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._requests: IO[bytes]
+        self._replies_in: IO[bytes]
         if inline:
             self._fork_inline()
         else:
             self._popen = subprocess.Popen([python or sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
             self.pid = self._popen.pid
+            assert self._popen.stdin is not None and self._popen.stdout is not None  # both PIPE
             self._requests, self._replies_in = self._popen.stdin, self._popen.stdout
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._seq = 0
-        self._replies: dict[int, dict] = {}
+        self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, int] = {}
         self._gone = False
         #: called with a child's pid once its end is known (outside this object's lock)
@@ -136,8 +141,7 @@ class ForkServer:
             pids: list[int | None] = []
             deadline = time.monotonic() + timeout
             for seq in seqs:
-                self._cond.wait_for(lambda seq=seq: seq in self._replies or self._gone,
-                                    max(0.0, deadline - time.monotonic()))
+                self._cond.wait_for(partial(self._answered, seq), max(0.0, deadline - time.monotonic()))
                 reply = self._replies.pop(seq, None) or {}
                 pids.append(reply.get("pid"))
             return pids
@@ -157,6 +161,10 @@ class ForkServer:
         with self._cond:
             self._cond.wait_for(lambda: pid in self._exits or self._gone, timeout)
         return self.poll(pid)
+
+    def _answered(self, seq: int) -> bool:
+        """Whether request ``seq`` has its reply, or never will (the server is gone). Lock held."""
+        return seq in self._replies or self._gone
 
     def close(self) -> None:
         """Stops the server (children keep running). Idempotent."""
@@ -190,7 +198,7 @@ class ForkServer:
 
 
 # -------------------------------------------------------------------------------- server side
-def _write(msg: dict) -> None:
+def _write(msg: dict[str, Any]) -> None:
     data = (json.dumps(msg) + "\n").encode()
     while data:
         data = data[os.write(1, data):]
@@ -212,7 +220,7 @@ def _is_executor(argv: list[str]) -> bool:
             and os.path.realpath(argv[0]) == os.path.realpath(sys.executable))
 
 
-def _become(request: dict, close_fds: list[int]) -> int:
+def _become(request: dict[str, Any], close_fds: list[int]) -> int:
     """In the forked child: set up the container's process and run it. Returns its exit code."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import hadoop
 from ...status import JobState
-from ...storage import open_storage
+from ...storage import Storage, open_storage
 from ..base import AMIdentity, ClusterManager, Container, ContainerRequest, Wait
 from .attempts import EventsCopy, save_state
 from .containers import (
@@ -119,7 +119,7 @@ class YarnClusterManager(ClusterManager):
         return cluster, AMIdentity(cluster.app_id, tokens["token"], tokens["view_token"],
                                    os.environ.get("NM_HOST") or socket.getfqdn())
 
-    def __init__(self, app_client=None, line_dir: str | None = None):
+    def __init__(self, app_client: Any = None, line_dir: str | None = None):
         import skein
         self.app = app_client or skein.ApplicationClient.from_current()
         self.app_id = skein.properties.application_id
@@ -438,10 +438,10 @@ class YarnClusterManager(ClusterManager):
         users already have keeps working. None when the proxy cannot be set up."""
         ui = self.app.ui
         with contextlib.suppress(Exception):  # the route is taken: by an earlier session or attempt
-            return ui.add_page(route, url, link_name=link_name).address
+            return str(ui.add_page(route, url, link_name=link_name).address)
         try:
             ui.remove_page(route)
-            return ui.add_page(route, url, link_name=link_name).address
+            return str(ui.add_page(route, url, link_name=link_name).address)
         except Exception:  # noqa: BLE001 - whatever the reason, the job runs on without the proxied link
             return None
 
@@ -457,11 +457,11 @@ class YarnClusterManager(ClusterManager):
                 self.app.kill_container(c.id)
 
     @functools.cached_property
-    def store(self):
+    def store(self) -> Storage:
         """The application's HDFS directory: checkpoints, the events' copy, the final status."""
         return open_storage(app_store(self.app_id))
 
-    def save_attempt_state(self, state: dict, app_dir: Path) -> None:
+    def save_attempt_state(self, state: dict[str, Any], app_dir: Path) -> None:
         # A later AM container takes these over (attempts.carry_over).
         save_state(self.app, state)
         if self._events_copy is None:
@@ -474,7 +474,7 @@ class YarnClusterManager(ClusterManager):
         except Exception as e:  # noqa: BLE001 - the driver's errors, a closed channel while the AM ends
             log.debug("progress not reported to the ResourceManager: %s", e)
 
-    def finish(self, state: str, diagnostics: str, status: dict | None = None) -> None:
+    def finish(self, state: str, diagnostics: str, status: dict[str, Any] | None = None) -> None:
         if status is not None:
             # The whole final status outlives the AM in HDFS; the ResourceManager keeps only a line.
             try:

@@ -41,6 +41,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from ...spec import JobSpec, SpecError, SpecIssue
 from ...spec.keys import TONY_XML_DEFAULTS
 from ...status import JobState, JobStatus
 from ...storage import open_storage
-from ..base import AMEndpoint, Backend, gang_requests, label_key
+from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key
 from .access import act_as, kill_refused, proxied_by, refused_by_yarn, submitting_user, view_refused
 from .app import Shipment, application
 from .containers import (
@@ -80,7 +81,7 @@ from .gang import (
 )
 from .gate import asked_first
 from .line import line_store
-from .rm import AppReport, RMError, node_totals, resource_manager
+from .rm import AppReport, ResourceManager, RMError, node_totals, resource_manager
 from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
 from .ship import deterministic_zip, open_cache, shipped, skein_security, spec_env
 from .spread import spread_hosts
@@ -144,7 +145,7 @@ def site_keytab() -> tuple[str | None, str | None]:
     return given.get(KEYTAB_USER), given.get(KEYTAB_LOCATION)
 
 
-def _keytab_settings(get) -> dict[str, str]:
+def _keytab_settings(get: Callable[[str], str | None]) -> dict[str, str]:
     """tony.keytab.user and tony.keytab.location as ``get`` reads them, leaving out those unset or
     at tony-default.xml's placeholders."""
     return {k: v for k in (KEYTAB_USER, KEYTAB_LOCATION)
@@ -203,7 +204,7 @@ class YarnBackend(Backend):
                         "give a Hadoop conf directory with fs.defaultFS if that is wrong", webhdfs, hadoop.NAMENODE_PORT)
         overrides = hadoop.address_conf(rm_address=rm_address, rm_web_address=rm_web_address, webhdfs=webhdfs,
                                         base=base_conf, namenode_port=port)
-        self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else base)
+        self.conf_dir = Path(hadoop.write_conf_dir(overrides, base) if overrides else (base or ""))
         self.conf = hadoop.read_conf(self.conf_dir)
         # An interpreter the nodes have this project installed in (given, or said by the cluster's own
         # configuration, as the mini cluster does); None: the runtime goes with each job.
@@ -217,13 +218,13 @@ class YarnBackend(Backend):
         # submitting those that name no keytab of their own; None on a cluster without Kerberos.
         self.login = (Login(principal, keytab, keys=keys) if is_secure(self.conf) else None)
         self._logins: dict[str, Login] = {}   # app id -> the login of a job submitted here
-        self._apps: dict[str, tuple[str, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
+        self._apps: dict[str, tuple[str | None, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
         # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ plumbing
     @property
-    def client(self):
+    def client(self) -> Any:
         """skein's client: the process's one driver for this cluster and login, started on first use."""
         return shared_driver(self.conf, self.conf_dir, self.principal, self.keytab)
 
@@ -233,11 +234,11 @@ class YarnBackend(Backend):
         return driver_running(self.conf, self.principal, self.keytab)
 
     @property
-    def rm(self):
+    def rm(self) -> ResourceManager:
         """The ResourceManager's REST API, shared by the process (as :attr:`login`)."""
         return resource_manager(self.rm_web, self.login)
 
-    def _rm(self, app_id: str):
+    def _rm(self, app_id: str) -> ResourceManager:
         """The REST API as the login ``app_id`` was submitted with here, else as :attr:`login`."""
         return resource_manager(self.rm_web, self._logins.get(app_id, self.login))
 
@@ -249,7 +250,7 @@ class YarnBackend(Backend):
             raise ConfigError(f"yarn.resourcemanager.webapp.address is not set in {self.conf_dir}/yarn-site.xml")
         return url
 
-    def _app_client(self, report: AppReport):
+    def _app_client(self, report: AppReport) -> Any:
         """The skein ApplicationMaster's client, connected straight to the address the
         ResourceManager reports, with the credentials skein keeps for this user (no driver)."""
         import skein
@@ -271,7 +272,7 @@ class YarnBackend(Backend):
             raise UnknownApplication(app_id, "the ResourceManager does not know it")
         return report
 
-    def inventory(self, rm=None) -> tuple[dict, dict]:
+    def inventory(self, rm: ResourceManager | None = None) -> tuple[dict[str, int], dict[str, int]]:
         """(largest node, cluster total) of memory MB, vcores and GPUs, from the ResourceManager
         (``rm``: as another login than the backend's)."""
         biggest = {"memory_mb": 0, "vcores": 0, "gpus": 0}
@@ -285,7 +286,7 @@ class YarnBackend(Backend):
                 total[key] += value
         return biggest, total
 
-    def check_fits(self, spec: JobSpec, rm=None) -> _Gang:
+    def check_fits(self, spec: JobSpec, rm: ResourceManager | None = None) -> _Gang:
         """Raises NeverFits when the job's gang can never be placed (YARN would keep it waiting
         forever): see :func:`.gang.refuse_never_fits`. Returns the gang as YARN will grant
         it, with what the ResourceManager said of the queue and the nodes."""
@@ -299,11 +300,11 @@ class YarnBackend(Backend):
         refuse_never_fits(requests_, master, nodes, queue, queue_name,
                           lambda task_id: label_key(spec, task_id))
         minimum = minimum_allocation(queue)
-        shape = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)
+        shape: Callable[[ContainerRequest], Shape] = lambda r: shape_of(r.memory_mb, r.vcores, r.gpus, r.node_label, minimum)
         return _Gang(shape(master), [(r.task_id.split(":")[0], shape(r)) for r in requests_],
                      str((queue or {}).get("queuePath") or queue_name), queue, nodes, listed)
 
-    def _start_plan(self, spec: JobSpec, rm, gang: _Gang, login: Login | None) -> StartPlan:
+    def _start_plan(self, spec: JobSpec, rm: ResourceManager, gang: _Gang, login: Login | None) -> StartPlan:
         """Whether skein's master asks for the whole gang as the application starts (:mod:`.start`)."""
         tasks = [] if any(t.spread for t in spec.tasks.values()) else asked_first(spec, gang_requests(spec))
         store = line_store(spec.gang_line_dir, str(self.conf_dir), login) if tasks else None
@@ -331,7 +332,7 @@ class YarnBackend(Backend):
         finally:
             plan.done()
 
-    def _submit(self, spec: JobSpec, rm, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
+    def _submit(self, spec: JobSpec, rm: ResourceManager, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         shipment = self._ship(spec, staging, open_cache(self.conf_dir, login, spec.proxy_user))
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
@@ -362,9 +363,9 @@ class YarnBackend(Backend):
         if login is not None:
             self._logins[app_id] = login
         self._apply_limits(app_id, spec)
-        return app_id
+        return str(app_id)
 
-    def _ship(self, spec: JobSpec, staging: Path, cache) -> Shipment:
+    def _ship(self, spec: JobSpec, staging: Path, cache: Any) -> Shipment:
         """What the job's containers get (see :mod:`.runtime`): the runtime, unless the job
         names an interpreter its nodes have this project in (``tony.yarn.python``); the job's
         environment; its source; the Hadoop configuration this client used (it may have been
@@ -558,7 +559,7 @@ class YarnBackend(Backend):
                 return
             time.sleep(0.5)
 
-    def store_options(self) -> dict:
+    def store_options(self) -> dict[str, Any]:
         """HDFS as this backend reaches it: its Hadoop configuration, and on a secure cluster its
         login (a connection's keytab as well as a ticket)."""
         return {"hadoop_conf_dir": str(self.conf_dir), "login": self.login}

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     store = Path(os.environ["TONY_CHECKPOINT_DIR"]) if os.environ.get("TONY_CHECKPOINT_DIR") else None
     resumed = saved_step(store) if store is not None else 0
     faulty = (not args.fault_task or args.fault_task == me) and session == args.fault_session
-    print(f"{TAG} {me} session={session} starts at step {resumed} of {args.steps} "
+    # The examples' own words for where a session began, which tests read in the job's logs.
+    print(f"{TAG} session={session} task={me} start_step={resumed} steps={args.steps} "
           f"(cluster: {', '.join(f'{t}={len(a)}' for t, a in sorted(cluster.items())) or 'none'})", flush=True)
 
     def save(step: int) -> None:

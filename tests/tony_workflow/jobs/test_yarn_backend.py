@@ -1,4 +1,7 @@
-"""The YARN backend against a real Hadoop 3.5 mini cluster (YARN + HDFS), with real TensorFlow."""
+"""The YARN backend against a real Hadoop 3.5 mini cluster (YARN + HDFS): MultiWorkerMirroredStrategy
+trained for real once, with its checkpoints in HDFS and TensorBoard behind the ResourceManager's
+proxy; what the runtime does around a trainer (a lost worker, a lost AM, GPUs, a kill) with the
+standard-library stand-in trainer (tests/stand_in), which keeps the same contract in seconds."""
 from __future__ import annotations
 
 import json
@@ -19,6 +22,7 @@ from tony_workflow.context import identity_tag
 pytestmark = [pytest.mark.yarn, pytest.mark.tf]
 
 MWMS = REPO / "examples" / "mnist_mwms" / "mnist_mwms.yaml"
+STAND_IN = REPO / "tests" / "stand_in" / "stand_in.yaml"
 SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
 
 
@@ -84,8 +88,8 @@ def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_p
 
 
 def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluster, yarn):
-    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
-                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+    spec = load_job(str(STAND_IN), conf=[*SMALL, "tony.am.retry-count=1"],
+                    task_params="--steps 100 --save-every 10 --step-sleep 0.25")
     h = yarn.submit(spec)
     ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
     wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
@@ -127,8 +131,8 @@ def am_process(app_id: str):
 
 
 def test_a_killed_am_is_replaced_and_training_resumes_from_hdfs(cluster, yarn):
-    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.liveness-timeout-ms=10000"],
-                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+    spec = load_job(str(STAND_IN), conf=[*SMALL, "tony.am.liveness-timeout-ms=10000"],
+                    task_params="--steps 100 --save-every 10 --step-sleep 0.25")
     h = yarn.submit(spec)
     ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
     wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
@@ -158,8 +162,7 @@ def used_gpus(cluster) -> int:
 
 
 def test_gpus_are_scheduled_against_the_declared_capacity(cluster, yarn):
-    spec = load_job(str(MWMS), conf=[*SMALL, "tony.worker.gpus=1"],
-                    task_params="--epochs 2 --steps-per-epoch 20 --step-sleep 0.2")
+    spec = load_job(str(STAND_IN), conf=[*SMALL, "tony.worker.gpus=1"], task_params="--steps 40 --step-sleep 0.2")
     h = yarn.submit(spec)
     wait_for(lambda: h.status().state == "RUNNING" and len(h.status().tasks) == 2, timeout=240)
     # the ResourceManager has handed out one yarn.io/gpu to each worker container
@@ -182,8 +185,8 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
     # Also: where the job came from tags it within YARN's ten, is in its status, and finds it.
     context = ["tony.context.dag-id=Nightly", "tony.context.dag-run-id=manual__7", "tony.context.task-id=train",
                "tony.context.try-number=1", "tony.context.map-index=-1"]
-    forged = load_job(str(MWMS), conf=[*SMALL, *context, "tony.application.tags=a,b,c,d,e,f"],
-                      task_params="--epochs 50 --steps-per-epoch 40 --step-sleep 0.2")
+    forged = load_job(str(STAND_IN), conf=[*SMALL, *context, "tony.application.tags=a,b,c,d,e,f"],
+                      task_params="--steps 3000 --step-sleep 0.2")
     spec = forged.with_identity(b"the-deployments-key-0123", "http://airflow-a:8080")
     h = yarn.submit(spec)
     tags = set(requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}",

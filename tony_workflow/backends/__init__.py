@@ -37,7 +37,7 @@ def get_backend(name: str = "local", **kwargs: Any) -> Backend:
         return LocalBackend(**kwargs)
     if name == "yarn":
         try:
-            from .yarn import YarnBackend
+            from .yarn.client import YarnBackend
         except ImportError as e:
             raise ConfigError(f"backend 'yarn' is not available here ({e}); install tony-workflow[yarn]") from None
         return YarnBackend(**kwargs)

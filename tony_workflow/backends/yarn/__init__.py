@@ -9,10 +9,19 @@ and what both sides share (:mod:`.containers`, :mod:`.attempts`). Gangs on a sha
 :mod:`.runtime`. Who may do what: :mod:`.access`. The REST API: :mod:`.rm`; skein's Java driver:
 :mod:`.driver`.
 
-This package's face is the client's: what importing it gives.
+This package's face is the client's: its names come from :mod:`.client` when first asked for, so
+that the programs run in a job's containers (``python -m tony_workflow.backends.yarn.gate``,
+``.boot``), which import this package first, do not load the client's side.
 """
 from __future__ import annotations
 
-from .client import YarnBackend, app_store, close_drivers, docker_env, job_login, yarn_lifetime_s
+from typing import Any
 
 __all__ = ["YarnBackend", "app_store", "close_drivers", "docker_env", "job_login", "yarn_lifetime_s"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import client
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

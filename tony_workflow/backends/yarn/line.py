@@ -434,7 +434,7 @@ class Line:
 
     def _known_queue(self) -> bool:
         if not self.queue and self.rm is not None:
-            with contextlib.suppress(RMError):
+            with contextlib.suppress(RMError, ValueError, KeyError):  # as a look: the line unreadable, not the job
                 me = self.rm.app(self.app_id)
                 self.queue = me.queue if me is not None else ""
         return bool(self.queue)

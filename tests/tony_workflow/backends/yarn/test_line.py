@@ -282,3 +282,18 @@ def test_an_application_the_resource_manager_does_not_know_makes_the_line_unread
     line = Line("application_1_9999", container_rm())
     assert line.look([ContainerRequest("worker:0", 256, 1, 0)], {"worker": (0, 1)}) is None
     assert "does not know application_1_9999" in line.unreadable
+
+
+def test_a_resource_manager_that_refuses_the_login_makes_the_mark_unwritable_not_the_job(tmp_path, clock):
+    # A container whose configuration does not say the cluster is secure meets SPNEGO: a LoginError,
+    # which a look takes for an unreadable line. Saying whether the job asks must not fail it either.
+    from tony_workflow.errors import LoginError
+
+    class Refusing(FakeRM):
+        def app(self, app_id):
+            raise LoginError("the ResourceManager asks for a Kerberos login")
+
+    line = Line("application_1_0001", Refusing(jobs=1), board=LocalStorage(tmp_path))
+    line.asking()
+    line.asking(False)
+    assert not (tmp_path / queue_dir(QUEUE)).exists()

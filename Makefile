@@ -12,6 +12,9 @@ FRAMEWORKS := $(VENV)/.installed-frameworks
 # MXNet job names as its python_venv (the test of a real MXNet job uses this one).
 MXNET_VENV := .venv-mxnet
 PYTEST_ARGS ?=
+# The suite runs in 4 processes, a test module to each at a time (the longest first; see
+# tests/conftest.py): most of its time is spent waiting on clusters and jobs, not on the CPU.
+TEST_WORKERS ?= 4
 
 .PHONY: run test test-fast setup frameworks mxnet browser kerberos clean
 
@@ -68,7 +71,7 @@ kerberos:
 test: $(STAMP) $(FRAMEWORKS) $(MXNET_VENV)/.installed browser kerberos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 # The fast tier: lint, types and every test that starts no process of its own (under a minute).
 FAST = not job and not tf and not frameworks and not yarn and not azkaban

@@ -35,7 +35,9 @@ with DAG(
         events = list((triggering_asset_events or {}).get(MNIST_MODEL, []))
         if not events:
             raise RuntimeError("started without a tony_mnist_model event: nothing to deploy")
-        model = events[-1].extra  # the newest, when several trainings ended since the last deploy
+        # The newest, when several trainings ended since the last deploy (the run's events come in
+        # no promised order).
+        model = max(events, key=lambda e: e.timestamp).extra
         source = open_storage(model["checkpoint_location"])
         target = DATA_ROOT / "serving" / "tony_mnist" / model["application_id"]
         files = source.list("")

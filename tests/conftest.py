@@ -21,6 +21,25 @@ def shared_dir() -> Path:
     return Path(os.environ.get("TONY_SHARED_DIR") or REPO.parent / "shared")
 
 
+# Roughly what one test of each kind costs, in seconds of the run: a test module is handed to one
+# worker whole (`--dist loadfile`), in the order collected, so the longest go first and the short
+# ones fill in the gaps at the end, rather than a long module starting last.
+_COST = {"yarn": 30.0, "frameworks": 25.0, "tf": 12.0, "azkaban": 8.0, "job": 3.0}
+
+
+def _cost(item: pytest.Item) -> float:
+    return max((_COST[m.name] for m in item.iter_markers() if m.name in _COST), default=0.05)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # only where xdist's workers collect
+        return
+    modules: dict[str, float] = {}
+    for item in items:
+        modules[item.nodeid.split("::")[0]] = modules.get(item.nodeid.split("::")[0], 0.0) + _cost(item)
+    items.sort(key=lambda item: -modules[item.nodeid.split("::")[0]])  # stable: a module keeps its order
+
+
 @pytest.fixture
 def tony_home(tmp_path, monkeypatch):
     home = tmp_path / "tony-home"

@@ -149,26 +149,27 @@ def test_the_plugin_in_chromium_jobs_list_job_page_and_task_instance_view(jobs, 
     # The task instance's page in Airflow's own UI has the plugin's "TonY job" view.
     run = urllib.parse.quote(jobs["run_id"])
     browser.get(f"{base}/dags/tony_plugin/runs/{run}/tasks/train")
-    found = False
-    deadline = time.time() + 90
-    while not found and time.time() < deadline:
+    # The page re-renders as its data arrives: a click may land on a tab replaced a moment later, so
+    # the tab is clicked again until the view's frame shows.
+    found, frame = False, None
+    deadline = time.time() + 150
+    while frame is None and time.time() < deadline:
         for tab in browser.find_elements(By.XPATH, "//*[normalize-space(text())='TonY job']"):
             try:
                 tab.click()
                 found = True
                 break
-            except Exception:  # noqa: BLE001, S112 - the page re-renders as data arrives: tried again on the next pass
+            except Exception:  # noqa: BLE001, S112 - a tab replaced under the click: tried again on the next pass
                 continue
-        if not found:
+        for _ in range(10):
+            frames = browser.find_elements(By.CSS_SELECTOR, "iframe")
+            frame = frames[0] if frames else None
+            if frame is not None or not found:
+                break
+            time.sleep(0.5)
+        if frame is None:
             time.sleep(1)
     assert found, "no 'TonY job' view on the task instance page"
-    frame = None
-    deadline = time.time() + 60
-    while frame is None and time.time() < deadline:
-        frames = browser.find_elements(By.CSS_SELECTOR, "iframe")
-        frame = frames[0] if frames else None
-        if frame is None:
-            time.sleep(0.5)
     assert frame is not None, "the view is shown in a frame"
     assert "/tony/ti/tony_plugin/" in frame.get_attribute("src")
     browser.switch_to.frame(frame)

@@ -135,6 +135,14 @@ with DAG("tony_gap", schedule=None, start_date=datetime(2026, 1, 1), catchup=Fal
 """
 
 
+def gap_state(tony_home: Path, log: Path) -> str:
+    """What a stuck run of the DAG below had done: its applications, its task's tries and logs."""
+    apps = {p.name: TonyClient("local").attach(p.name).status().summary() for p in applications(tony_home)}
+    tries = "".join(f"\n--- {p}\n{p.read_text(errors='replace')[-3000:]}"
+                    for p in sorted((AIRFLOW_HOME / "logs").rglob("attempt=*.log")) if "tony_gap" in str(p))
+    return f"applications {apps}; the run's output:\n{log.read_text(errors='replace')[-4000:]}{tries}"
+
+
 def test_a_task_killed_between_submitting_and_recording_finds_its_application_by_context(api_server, tony_home,
                                                                                           tmp_path):
     from tests.airflow_provider.conftest import DAGS
@@ -144,6 +152,8 @@ def test_a_task_killed_between_submitting_and_recording_finds_its_application_by
     runner = start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)
     try:
         runner.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the DAG run did not end: {gap_state(tony_home, tmp_path / 'dag.log')}") from None
     finally:
         stop(runner)
     out = (tmp_path / "dag.log").read_text()

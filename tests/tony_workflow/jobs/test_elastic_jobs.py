@@ -32,7 +32,8 @@ STEP_SLEEP = {"local": 0.25, "yarn": 0.6}
 def container_tree(status, task_id: str) -> list[psutil.Process]:
     """The task's container: on the embedded cluster its executor (the process the cluster
     started, its pid in the container's directory) and everything under it; on YARN every process
-    the NodeManager started for the container (their environment names it)."""
+    the NodeManager started for the container (their environment names it and its application:
+    a container id is the job's own count, which other jobs on the machine have too)."""
     task = status.task(task_id)
     if status.backend == "local":
         root = psutil.Process(int((Path(task.log_url).parent / "pid").read_text()))
@@ -40,7 +41,9 @@ def container_tree(status, task_id: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("TONY_CONTAINER_ID") == task.container_id and p.status() != psutil.STATUS_ZOMBIE:
+            env = p.environ()
+            if (env.get("TONY_CONTAINER_ID") == task.container_id and env.get("TONY_APPLICATION_ID") ==
+                    status.application_id and p.status() != psutil.STATUS_ZOMBIE):
                 found.append(p)
         except psutil.Error:
             continue
@@ -105,11 +108,14 @@ def finished(h):
     return st
 
 
-def identical_replicas(out: str, session: int = 0) -> None:
-    """Every rank of the last round trained every step and holds the same parameters."""
+def identical_replicas(out: str, session: int = 0, world: int | None = 3) -> None:
+    """Every rank of the last round (of ``world`` ranks; None: of however many finished, at least
+    the group's minimum of two) trained every step and holds the same parameters."""
     done = {rank: (int(steps), params) for rank, steps, params
             in re.findall(rf"session={session} rank=(\d) done steps=(\d+) params=(\w+)", out)}
-    assert set(done) == {"0", "1", "2"} and len(set(done.values())) == 1, done
+    if world is None:
+        world = max(len(done), 2)
+    assert set(done) == {str(r) for r in range(world)} and len(set(done.values())) == 1, done
     assert next(iter(done.values()))[0] == 4 * 14, done  # 4 epochs of 14 steps (1,397 images, 96 a step)
 
 
@@ -215,7 +221,8 @@ def test_two_losses_in_a_row(backend):
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
     assert final.elastic["changes"] == 2
     assert final.task("worker:1").restarts == 1 and final.task("worker:2").restarts == 1
-    identical_replicas(stdout(h))
+    # The second replacement may come too late to join (on a busy machine the others finish first).
+    identical_replicas(stdout(h), world=None)
 
 
 def test_too_few_left_for_too_long_relaunches_the_session_whole(backend):

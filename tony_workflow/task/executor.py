@@ -42,23 +42,54 @@ log = logging.getLogger("tony.executor")
 MIRROR_INTERVAL = 0.5  # seconds between passes of the chief's checkpoint mirror
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes the local ports of outgoing connections (and of ``bind(0)``) from."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def quiet_ports() -> range:
+    """Ports below the ephemeral range (at most 20,000 of them, none under 1024): no outgoing
+    connection on the host is ever given one, so a port chosen there and released for the task's
+    server to bind stays free meanwhile, where one from ``bind(0)`` may be taken by any connection
+    the host opens in that moment (on a busy machine, a matter of seconds while a framework loads)."""
+    low = ephemeral_ports()[0]
+    return range(max(1024, low - 20000), max(1024, low))
+
+
 class PortReservation:
     """Holds a TCP port so no other job on this host can take it before the task binds it.
 
     With ``shared=True`` the socket sets SO_REUSEPORT and stays bound while the user process runs:
     gRPC (TensorFlow's servers) binds with SO_REUSEPORT too, so it can share the port, while any
     other process asking the kernel for a free port never gets this one. Servers that do not set
-    SO_REUSEPORT need the port released just before they start (a window TonY has as well).
+    SO_REUSEPORT need the port released just before they start (a window TonY has as well), which is
+    why a port is chosen among :func:`quiet_ports` when the job does not fix it.
     """
 
     def __init__(self, host: str, port: int = 0, shared: bool = False):
         self.shared = shared
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if shared:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         bind_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else ""
-        self.sock.bind((bind_host, port))
+        # Held all along (shared), the kernel's choice is safe. Released, one of the quiet ports, bound
+        # without SO_REUSEADDR so that a port another job holds the same way is never taken too.
+        probing = not port and not shared
+        candidates = [*secrets.SystemRandom().sample(quiet_ports(), 64), 0] if probing else [port]
+        for i, candidate in enumerate(candidates):
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if shared:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if not probing:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                self.sock.bind((bind_host, candidate))
+                break
+            except OSError:
+                self.sock.close()
+                if i == len(candidates) - 1:
+                    raise
         self.port = self.sock.getsockname()[1]
 
     def release_for_launch(self) -> None:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tony_workflow.spec import load_job
-from tony_workflow.task.executor import PortReservation, TaskExecutor
+from tony_workflow.task.executor import PortReservation, TaskExecutor, ephemeral_ports, quiet_ports
 
 
 def executor(tmp_path, task_id: str, doc: dict | None = None, **env: str) -> TaskExecutor:
@@ -107,3 +107,31 @@ def test_a_plain_reservation_is_released_for_the_user_process(tmp_path):
     held.release_for_launch()
     with socket.socket() as user:
         user.bind(("127.0.0.1", held.port))
+
+
+def test_a_released_reservation_is_a_port_no_outgoing_connection_is_given():
+    low, high = ephemeral_ports()
+    held = [PortReservation("127.0.0.1") for _ in range(20)]
+    try:
+        ports = {h.port for h in held}
+        assert len(ports) == 20 and all(p in quiet_ports() and not low <= p <= high for p in ports), ports
+        # Held without SO_REUSEADDR: a reservation made the same way meanwhile gets another port.
+        with socket.socket() as other, pytest.raises(OSError):
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            other.bind(("127.0.0.1", held[0].port))
+    finally:
+        for h in held:
+            h.close()
+
+
+def test_a_shared_or_fixed_reservation_keeps_the_port_it_is_given(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    fixed = PortReservation("127.0.0.1", free)
+    shared = PortReservation("127.0.0.1", shared=True)
+    try:
+        assert fixed.port == free and shared.port > 0
+    finally:
+        fixed.close()
+        shared.close()

@@ -131,8 +131,9 @@ def am_process(app_id: str):
 
 
 def test_a_killed_am_is_replaced_and_training_resumes_from_hdfs(cluster, yarn):
+    # Long enough after the AM's loss for the new session's TensorBoard to start on a busy machine.
     spec = load_job(str(STAND_IN), conf=[*SMALL, "tony.am.liveness-timeout-ms=10000"],
-                    task_params="--steps 100 --save-every 10 --step-sleep 0.25")
+                    task_params="--steps 200 --save-every 10 --step-sleep 0.25")
     h = yarn.submit(spec)
     ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
     wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)

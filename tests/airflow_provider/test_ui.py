@@ -23,7 +23,8 @@ def finished_run(airflow_db, tmp_path_factory):
     old = os.environ.get("TONY_HOME")
     os.environ["TONY_HOME"] = str(home)
     try:
-        job = {"name": "ui", "command": "sleep 8", "am": {"memory": "128m"},
+        # Long enough for the chief's TensorBoard to come up on a busy machine before the job ends.
+        job = {"name": "ui", "command": "sleep 25", "am": {"memory": "128m"},
                "tasks": {"worker": {"instances": 1, "memory": "256m"}}}
         write_dag("tony_ui", {"job_spec": job, "poll_interval": 0.5, "tensorboard_wait": 60})
         dr = load_dag("tony_ui").test()

@@ -205,7 +205,9 @@ def test_tony_kill_kills_the_yarn_application(cluster, yarn):
         mp.setenv("HADOOP_USER_NAME", report["user"] + "-other")
         assert yarn.backend.running_with(identity_tag(spec.identity), spec) == []
         assert not yarn.backend.submitted_as_me(h.app_id, spec)
-    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s, timeout=240)
+    # The AM's own status (its tasks listed): before it, the ResourceManager's report stands in, whose
+    # tags YARN keeps in lower case.
+    st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and s, timeout=240)
     assert st.context == spec.context
     # Attaching asks the ResourceManager once, and reads nothing of the job (its AM, skein's store, HDFS).
     asked = []

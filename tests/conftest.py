@@ -34,10 +34,10 @@ def _cost(item: pytest.Item) -> float:
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):  # only where xdist's workers collect
         return
-    modules: dict[str, float] = {}
+    modules: dict[Path, float] = {}
     for item in items:
-        modules[item.nodeid.split("::")[0]] = modules.get(item.nodeid.split("::")[0], 0.0) + _cost(item)
-    items.sort(key=lambda item: -modules[item.nodeid.split("::")[0]])  # stable: a module keeps its order
+        modules[item.path] = modules.get(item.path, 0.0) + _cost(item)
+    items.sort(key=lambda item: -modules[item.path])  # stable: a module keeps its order
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ class PortReservation:
         # without SO_REUSEADDR so that a port another job holds the same way is never taken too.
         probing = not port and not shared
         candidates = [*secrets.SystemRandom().sample(quiet_ports(), 64), 0] if probing else [port]
-        for i, candidate in enumerate(candidates):
+        for candidate in candidates:
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             if shared:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -88,7 +88,7 @@ class PortReservation:
                 break
             except OSError:
                 self.sock.close()
-                if i == len(candidates) - 1:
+                if candidate == candidates[-1]:
                     raise
         self.port = self.sock.getsockname()[1]
 

@@ -26,6 +26,10 @@ from .build import MiniClusterError
 from .cluster import _default_dir, _get_json, _running, rm_nodes
 from .config import write_file
 
+# Two NodeManager heartbeats (Hadoop's default interval, 1 s, which the mini cluster keeps) and a
+# margin: after that long without one, the scheduler no longer places containers on a node.
+SCHEDULER_SKIPS_AFTER_S = 3.0
+
 __all__ = ["nodemanager_of", "nodemanagers", "stop_nodemanager"]
 
 
@@ -70,7 +74,8 @@ def nodemanager_of(info: dict, address: str) -> int:
 def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int = 0, *, timeout: float = 60.0,
                      wait_lost: bool = False) -> dict:
     """Stops NodeManager ``index`` of the cluster in ``directory``, killing its containers, without
-    telling the ResourceManager, and returns its entry of ``cluster.json``'s ``nodes``. With
+    telling the ResourceManager, and returns its entry of ``cluster.json``'s ``nodes`` once the
+    scheduler no longer places containers there (the node is still listed RUNNING). With
     ``wait_lost``, also waits until the ResourceManager declares the node LOST, which takes
     ``node_expiry_s`` (Hadoop's default, unless the cluster was started with a shorter one, is
     ten minutes). ``timeout`` bounds each wait."""
@@ -104,6 +109,10 @@ def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int
         raise MiniClusterError(f"NodeManager {index} could not be stopped: {outcome}")
     nodes[index]["stopped"] = True
     write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")
+    # Hadoop 3.5's CapacityScheduler places containers asynchronously, on any node that heartbeat
+    # within the last two intervals (yarn.scheduler.skip.node.multiplier): until then an
+    # application's AM may still be sent to the dead node, and fail to launch there.
+    time.sleep(SCHEDULER_SKIPS_AFTER_S)
 
     if wait_lost:
         node_id = nodes[index]["node_id"]

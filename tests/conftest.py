@@ -117,12 +117,11 @@ def own_minicluster(directory: Path, **options) -> Iterator[dict]:
 
     info = minicluster.start(directory, **options)
     saved = dict(os.environ)
-    close_drivers()  # a driver of an earlier cluster must not serve this one
     os.environ.update(minicluster.client_env(info))
     try:
         yield info
     finally:
-        close_drivers()
+        close_drivers(info["rm_address"])  # the session's shared cluster keeps its own
         os.environ.clear()
         os.environ.update(saved)
         minicluster.stop(directory)
@@ -152,16 +151,6 @@ def yarn_cluster(hadoop_cluster):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_driver_outlives_its_module():
-    """The process keeps one skein driver per cluster for as long as it lives; a test module that
-    used one stops it after itself, since an open gRPC channel aborts later tests' forked children
-    (a ``preexec_fn`` runs Python in the child)."""
-    yield
-    if "tony_workflow.backends.yarn" in sys.modules:
-        sys.modules["tony_workflow.backends.yarn"].close_drivers()
 
 
 def sleeper_job(name: str = "sleeper", conf: dict | None = None, *, seconds: int = 600, workers: int = 1,

@@ -29,6 +29,15 @@ def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512
                        seconds=seconds, workers=workers, memory=memory)
 
 
+# The kinds of cluster the tests share, each started once (by the first test that asks for it).
+# Queues default and urgent with preemption between them, and application priorities up to 10.
+PREEMPTING = {"nm_memory_mb": 4096, "nm_vcores": 16, "preemption": True, "max_priority": 10}
+# Exclusive labels: "work" on NodeManagers 1 and 2, "am" on 3 and 4; none on 0, for the rest. A
+# node whose heartbeats stop is LOST after 5 s.
+LABELLED = {"nodemanagers": 5, "nm_memory_mb": 2048, "nm_vcores": 8, "node_labels": {"work": [1, 2], "am": [3, 4]},
+            "node_expiry_s": 5}
+
+
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory):
     """Starts a mini cluster of the kind a test asks for, with its client environment, after
@@ -46,10 +55,11 @@ def clusters(tmp_path_factory):
             return last["info"]
         for d in started:
             minicluster.stop(d)
+        if last:
+            close_drivers(last["info"]["rm_address"])
         d = tmp_path_factory.mktemp("reclaim-mc")
         info = minicluster.start(d, **options)
         started.append(d)
-        close_drivers()  # a driver of an earlier cluster must not serve this one
         os.environ.clear()
         os.environ.update(saved)
         os.environ.update(minicluster.client_env(info))
@@ -57,7 +67,8 @@ def clusters(tmp_path_factory):
         return last["info"]
 
     yield use
-    close_drivers()
+    if last:
+        close_drivers(last["info"]["rm_address"])
     os.environ.clear()
     os.environ.update(saved)
     for d in started:
@@ -80,7 +91,7 @@ def node_of_task(info: dict, status, task_id: str) -> int:
 
 
 def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
-    info = clusters(nm_memory_mb=4096, nm_vcores=16, preemption=True)
+    info = clusters(**PREEMPTING)
     yarn = TonyClient("yarn")
     # Three 1 GB workers, the AM and skein's master fill the one 4 GB NodeManager from queue default.
     h = yarn.submit(load_job(job(3, 40, {"tony.yarn.queue": "default"}, memory="1g")))
@@ -117,7 +128,7 @@ def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
 
 @pytest.mark.frameworks
 def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train_on(clusters):
-    info = clusters(nm_memory_mb=4096, nm_vcores=16, preemption=True)  # the cluster of the test above
+    info = clusters(**PREEMPTING)  # the cluster of the test above
     yarn = TonyClient("yarn")
     # Three 1 GB workers of which two are enough, the AM and skein's master fill the NodeManager.
     spec = load_job(str(REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"),
@@ -149,9 +160,20 @@ def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
+def test_the_application_priority_is_asked_of_the_resource_manager(clusters):
+    info = clusters(**PREEMPTING)
+    h = TonyClient("yarn").submit(load_job(job(1, 600, {"tony.application.priority": "5"})))
+    try:
+        assert wait_for(lambda: int(rm_app(info, h.app_id)["priority"]) == 5, timeout=60)
+    finally:
+        st = h.kill()
+    assert st.state == "KILLED"
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
 def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relaunched(clusters):
     # NodeManagers 1 and 2 carry the exclusive label "work"; 0 has none, for skein's master and the AM.
-    info = clusters(nodemanagers=3, nm_memory_mb=2048, nm_vcores=8, node_labels={"work": [1, 2]}, node_expiry_s=5)
+    info = clusters(**LABELLED)
     yarn = TonyClient("yarn")
     h = yarn.submit(load_job(job(1, 45, {"tony.worker.node-label": "work"})))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and
@@ -182,16 +204,16 @@ def am_node(info: dict, app_id: str) -> set[int]:
 
 
 def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters):
-    # The AM on the labelled NodeManagers 1 and 2, the worker and skein's master on 0. With
+    # The AM on the labelled NodeManagers 3 and 4, the worker and skein's master on 0. With
     # tony.am.max-attempts=1 a lost AM container that counted would fail the job.
-    info = clusters(nodemanagers=3, nm_memory_mb=2048, nm_vcores=8, node_labels={"am": [1, 2]}, node_expiry_s=5)
+    info = clusters(**LABELLED)
     yarn = TonyClient("yarn")
     h = yarn.submit(load_job(job(1, 40, {"tony.am.node-label": "am", "tony.am.max-attempts": "1"})))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and s.tasks[0].state == "RUNNING" and s,
                   timeout=240, interval=1)
     first_tracking = st.tracking_url
     [lost] = wait_for(lambda: am_node(info, h.app_id), timeout=60)
-    assert lost in (1, 2)
+    assert lost in (3, 4)
     # The AM copies its events to HDFS on a thread as a session starts, and the executors may run
     # before that copy lands: the node goes once it has (a node lost sooner loses that history).
     wait_for(lambda: "session_started" in events_copy(yarn, h.app_id), timeout=60)
@@ -203,7 +225,7 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
                      and s.tasks[0].state == "RUNNING" and s, timeout=300, interval=1)
     assert again.session_id >= 1 and again.retries == 0, (again.session_id, again.retries)
     assert "lost with its node" in again.diagnostics, again.diagnostics
-    assert am_node(info, h.app_id) == {3 - lost}
+    assert am_node(info, h.app_id) == {7 - lost}
     assert again.tracking_url == first_tracking  # the ResourceManager's proxy, whichever node serves it
     wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=60)  # the old worker too
     st = h.wait(poll_interval=1, timeout=300)
@@ -281,15 +303,3 @@ def told(h) -> str:
     timeline = [(t["what"], t.get("detail")) for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]
     return (f"{s.state} {s.waiting_reason!r} {s.diagnostics!r} "
             f"{[(t.task_id, t.state, bool(t.log_url)) for t in s.tasks]} {timeline}")
-
-
-def test_the_application_priority_is_asked_of_the_resource_manager(clusters):
-    info = clusters(nm_memory_mb=4096, max_priority=10)
-    h = TonyClient("yarn").submit(load_job(job(1, 600, {"tony.application.priority": "5"})))
-    try:
-        assert wait_for(lambda: int(rm_app(info, h.app_id)["priority"]) == 5, timeout=60)
-    finally:
-        st = h.kill()
-    assert st.state == "KILLED"
-    wait_for(lambda: not app_processes(h.app_id), timeout=120)
-

@@ -99,12 +99,14 @@ def driver_running(conf: dict[str, str], principal: str | None = None, keytab: s
     return _driver_key(conf, principal, keytab) in _DRIVERS
 
 
-def close_drivers() -> None:
+def close_drivers(resource_manager: str | None = None) -> None:
     """Stops the process's skein drivers (at exit, or when a caller is done with a cluster): their
-    gRPC channels must not outlive the interpreter's teardown, or a fork of this process."""
+    gRPC channels must not outlive the interpreter's teardown. With ``resource_manager`` (a
+    ``host:port``, as ``yarn.resourcemanager.address`` gives it), only the drivers of that cluster."""
     with _DRIVERS_LOCK:
-        clients = list(_DRIVERS.values())
-        _DRIVERS.clear()
+        keys = [key for key in _DRIVERS if resource_manager is None
+                or dict(key[0]).get("yarn.resourcemanager.address") == resource_manager]
+        clients = [_DRIVERS.pop(key) for key in keys]
     for client in clients:
         with contextlib.suppress(Exception):
             client.close()

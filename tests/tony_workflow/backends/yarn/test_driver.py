@@ -27,3 +27,27 @@ def test_on_a_secure_cluster_the_ticket_cache_tells_ticket_logins_apart(monkeypa
 def test_the_jvm_is_told_where_the_kdcs_configuration_is_unless_it_already_is(monkeypatch):
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -Djava.security.krb5.conf=/etc/own.conf")
     assert _java_options() == ["-Xmx256m", "-Djava.security.krb5.conf=/etc/own.conf"]
+
+
+class Client:
+    """Stands in for a skein client in the process's table of drivers: what closing one does to a
+    real driver (its JVM stops) is the yarn tier's."""
+
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_closing_one_clusters_drivers_leaves_the_others_running(monkeypatch):
+    from tony_workflow.backends.yarn import driver
+    other = {"yarn.resourcemanager.address": "rm2:8032"}
+    clients = {_driver_key(PLAIN, None, None): Client(), _driver_key(PLAIN, "etl@EX", "/k"): Client(),
+               _driver_key(other, None, None): Client()}
+    monkeypatch.setattr(driver, "_DRIVERS", dict(clients))
+    driver.close_drivers("rm:8032")
+    assert [c.closed for c in clients.values()] == [True, True, False]
+    assert driver_running(other) and not driver_running(PLAIN)
+    driver.close_drivers()
+    assert all(c.closed for c in clients.values()) and not driver_running(other)

@@ -21,7 +21,15 @@ from typing import Any
 
 from ...protocol import ENVIRONMENT_ENV, RUNTIME_ENV
 from .attempts import am_restarts
-from .containers import AM_SERVICE, ASKED_ENV, MASTER_MEMORY_MB, MASTER_VCORES, encode_asked, service_name
+from .containers import (
+    AM_SERVICE,
+    ASKED_ENV,
+    MASTER_JAVA_OPTIONS,
+    MASTER_MEMORY_MB,
+    MASTER_VCORES,
+    encode_asked,
+    service_name,
+)
 from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, runtime_path
 from .ship import SPEC_ENV
 from .spread import SPREAD_ENV, encode_hosts, spread_service
@@ -118,7 +126,8 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
     gate = "" if at_start else f"{head}{python} -m tony_workflow.backends.yarn.gate --app-dir . && "
     master = skein.Master(resources=skein.Resources(memory=MASTER_MEMORY_MB, vcores=MASTER_VCORES),
                           script=f"{gate}exec sleep 2147483647", files=shipment.common() if not at_start else {},
-                          env=base_env if not at_start else {}, security=shipment.security)
+                          env={**(base_env if not at_start else {}), "JAVA_TOOL_OPTIONS": MASTER_JAVA_OPTIONS},
+                          security=shipment.security)
     return skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
                                  tags=set(tags), max_attempts=1, node_label=spec.node_label or "",
                                  acls=acls(spec, secure, submitter), user=spec.proxy_user or "")

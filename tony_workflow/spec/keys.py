@@ -10,6 +10,7 @@ import re
 
 __all__ = [
     "FRAMEWORKS",
+    "KNOWN_TYPES",
     "LOCAL_CLUSTER_DEFAULTS",
     "LOCAL_KEY_REASON",
     "MULTI_VALUE_KEYS",
@@ -143,6 +144,12 @@ RESERVED_TYPES = frozenset({
     "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
     "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic", "context", "lineage",
 })
+
+#: The task types TonY's frameworks give a meaning (TensorFlow's, PyTorch's, Horovod's and MXNet's
+#: roles, TensorBoard's and a notebook's sidecars): a declared type one edit away from one of them
+#: (or from another declared type, or a reserved word) is taken for a typo.
+KNOWN_TYPES = ("worker", "ps", "chief", "master", "evaluator", "driver", "scheduler", "server", "tensorboard",
+               "notebook")
 
 #: TonY's keys that tony-default.xml does not list (its client and code read them), known so that
 #: they are not taken for typos.

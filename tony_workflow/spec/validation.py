@@ -14,6 +14,7 @@ from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
 from .keys import (
     ENV_NAME,
+    KNOWN_TYPES,
     LOCAL_KEY_REASON,
     RESERVED_TYPES,
     TYPE_NAME,
@@ -31,7 +32,7 @@ from .values import (
 if TYPE_CHECKING:
     from .model import JobSpec
 
-__all__ = ["MAX_COMMAND_BYTES", "MAX_INSTANCES", "problems", "type_name_problem"]
+__all__ = ["MAX_COMMAND_BYTES", "MAX_INSTANCES", "near_miss", "one_edit_apart", "problems", "type_name_problem"]
 
 #: Instances of one task type: far beyond what one job runs on any cluster, and refused before
 #: anything is built per instance.
@@ -120,7 +121,8 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
         instances = check(key, TASK_KEY["instances"].parse)
         if instances == 0:
             continue
-        name_problem = type_name_problem(task_type, framework, spec.sidecar_types)
+        name_problem = (type_name_problem(task_type, framework, spec.sidecar_types)
+                        or near_miss(task_type, spec.declared_types()))
         if name_problem:
             issues.append(spec.issue(key, task_type, name_problem))
         for setting in TASK_KEYS:
@@ -265,6 +267,40 @@ def type_name_problem(task_type: str, framework: str | None, sidecars: list[str]
     if framework == "tensorflow" and "-" in task_type and task_type not in sidecars:
         return ("TensorFlow job names allow letters, digits and '_' only (they appear in device names "
                 "such as /job:<type>/task:0); use '_' instead of '-'")
+    return None
+
+
+def one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter added, dropped, changed, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                                  and a[diff[1]] == b[diff[0]])
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def near_miss(task_type: str, declared: list[str]) -> str | None:
+    """A declared type that is a typo of another (``tony.wroker.instances`` beside, or instead of,
+    ``tony.worker.instances``): it would start containers of a type nobody meant, and enter TF_CONFIG
+    under that name. It is compared with the types TonY's frameworks know, the words reserved for
+    job-wide keys and the other declared types (but for a difference in a digit: ``reader1`` and
+    ``reader2`` are meant). A known type is never a typo."""
+    if task_type in KNOWN_TYPES:
+        return None
+    for other in (*KNOWN_TYPES, *sorted(RESERVED_TYPES)):
+        if one_edit_apart(task_type, other):
+            if other in RESERVED_TYPES:
+                return (f"'{task_type}' is one letter away from '{other}', whose tony.{other}.* keys configure the "
+                        "job as a whole (did you mean one of those?); a task type needs a name further from it")
+            return (f"'{task_type}' is one letter away from the task type '{other}' (did you mean '{other}'?); "
+                    "a type of its own needs a name further from it")
+    for other in declared:
+        if one_edit_apart(task_type, other) and not any(c.isdigit() for c in set(task_type) ^ set(other)):
+            return (f"'{task_type}' is one letter away from the task type '{other}', declared too (did you mean "
+                    f"'{other}'?); a type of its own needs a name further from it")
     return None
 
 

@@ -5,7 +5,8 @@
     ``plugins/jobtypes`` folder.
 ``tony-azkaban validate PROJECT_DIR_OR_ZIP [--param NAME=VALUE ...] [--json]``
     Loads a whole project (Flow 1.0 or 2.0) as Azkaban would and shows, for every TonY job in every
-    flow, the job spec it would submit; otherwise every problem, with its file and key.
+    flow, the job spec it would submit; otherwise every problem, with its file and key: whatever
+    submitting would refuse, down to a job its cluster could never hold.
 
 Mistakes in the input are reported on stderr, one per line, and exit with status 2.
 """
@@ -13,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
+from tony_workflow.backends import Backend, NeverFits, get_backend
+from tony_workflow.errors import TonyError
 from tony_workflow.spec import JobSpec, SpecError, parse_pairs
 
 from .flow import JobInstance, Project, load_project
@@ -55,6 +59,7 @@ def validate_project(project: Project, params: dict[str, str] | None = None) -> 
     errors = [str(issue) for issue in project.issues]
     warnings: list[str] = []
     jobs = []
+    backends: dict[str, Backend | TonyError] = {}
     for instance in project.instances(params):
         if instance.node.type not in TONY_JOB_TYPES:
             continue
@@ -67,13 +72,38 @@ def validate_project(project: Project, params: dict[str, str] | None = None) -> 
             issues = path_issues(spec, instance.props, source=instance.node.source, origins=instance.props.origins(),
                                  project_dir=project.root)
         except SpecError as exc:
-            issues = exc.issues
+            issues, spec = exc.issues, None
         entry["errors"] = [str(issue) for issue in issues]
+        if spec is not None and not issues:
+            entry["errors"] += _never_fits(spec, instance, backends, warnings)
         errors.extend(entry["errors"])
         jobs.append(entry)
     # A Flow 1.0 job in several flows has the same problems in each; say them once.
     return {"project": str(project.root), "name": project.name, "flow_version": project.version,
             "jobs": jobs, "warnings": list(dict.fromkeys(warnings)), "errors": list(dict.fromkeys(errors))}
+
+
+def _never_fits(spec: JobSpec, instance: JobInstance, backends: dict[str, Backend | TonyError],
+                warnings: list[str]) -> list[str]:
+    """What submitting would refuse once the spec is good: a gang its cluster could never hold (the
+    backend the job would go to, as the runner picks it). A cluster that cannot be asked is a
+    warning: the check is the cluster's, and the project may be validated away from it."""
+    name = (instance.props.get("tony.backend") or os.environ.get("TONY_BACKEND") or "local").strip()
+    if name not in backends:
+        try:
+            backends[name] = get_backend(name)
+        except TonyError as exc:
+            backends[name] = exc
+    backend = backends[name]
+    try:
+        if isinstance(backend, TonyError):
+            raise backend
+        backend.check_fits(spec)
+    except NeverFits as exc:
+        return [f"{instance.node.source}: {exc}"]
+    except TonyError as exc:
+        warnings.append(f"{instance.id}: not checked against the {name} cluster, which could not be asked: {exc}")
+    return []
 
 
 def _spec_of(instance: JobInstance, project: Project, warnings: list[str]) -> JobSpec:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from tony_workflow.client import venv_problem
+from tony_workflow.client import executes_problem, venv_problem
 from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
 
 from .props import Origin
@@ -186,6 +186,9 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
     problem = venv_problem(spec.python_venv, remote=on_yarn) if spec.python_venv else None
     if problem:
         issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv, problem, source))
+    problem = executes_problem(spec)
+    if problem:
+        issues.append(SpecIssue(_spelled("executes", origins, source), spec.executes, problem, source))
     return issues
 
 

@@ -30,12 +30,19 @@ BAD_JOBS = {
                       "venvelsewhere.job: python_venv (line 4): must stay inside the project directory"),
     "machine": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.local.gpus=8\n",
                 "machine.job: tony.local.gpus (line 4): a job may not set this key"),
+    "script": ("type=TonyJob\nexecutes=trian.py\ntony.worker.instances=1\n",
+               "script.job: executes (line 2): is not a file in src_dir"),
+    "huge": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.worker.memory=900g\n",
+             "huge.job: tony.worker.memory: worker:0 asks for "),
+    "typo": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.wroker.instances=1\n",
+             "typo.job: tony.wroker.instances (line 4): 'wroker' is one letter away from the task type 'worker'"),
 }
 
 
 def project_with(tmp_path: Path, jobs: dict[str, str]) -> Path:
     root = tmp_path / "project"
     (root / "src").mkdir(parents=True)
+    (root / "src" / "train.py").write_text("")
     for name, text in jobs.items():
         (root / f"{name}.job").write_text(text)
     return root
@@ -104,6 +111,7 @@ def test_inherited_properties_and_subdirectories(tmp_path):
     (root / "team" / "team.properties").write_text("tony.worker.instances=${workers}\nworkers=3\n")
     (root / "team" / "train.job").write_text("type=TonyJob\ntony.ps.instances=1\n")
     (root / "team" / "src").mkdir()
+    (root / "team" / "src" / "train.py").write_text("")
     r = run_cli("validate", str(root), "--json")
     assert r.returncode == 0, r.stderr
     [job] = json.loads(r.stdout)["jobs"]
@@ -117,6 +125,7 @@ def test_inherited_properties_and_subdirectories(tmp_path):
 def test_a_flow20_project(tmp_path):
     root = tmp_path / "p"
     (root / "code").mkdir(parents=True)
+    (root / "code" / "train.py").write_text("")
     (root / "p.project").write_text("azkaban-flow-version: 2.0\n")
     (root / "train.flow").write_text("""\
 config:
@@ -141,7 +150,7 @@ nodes:
 
 
 def test_a_job_that_sets_command_is_warned_about(tmp_path):
-    root = project_with(tmp_path, {"j": "type=TonyJob\nexecutes=t.py\ntony.worker.instances=1\ncommand=echo hi\n"})
+    root = project_with(tmp_path, {"j": "type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ncommand=echo hi\n"})
     r = run_cli("validate", str(root))
     assert r.returncode == 0
     assert r.stderr.startswith("warning: j.job:4: command: set for j:j, it replaces the TonyJob job type's own "

@@ -363,6 +363,12 @@ class Backend(ABC):
     name: str
 
     @abstractmethod
+    def check_fits(self, spec: JobSpec) -> object:
+        """Raises :class:`NeverFits`, naming the key to change, when the cluster could never hold
+        the job's gang at once; what the check learned of the cluster otherwise. Submitting checks
+        first; a validator may check without submitting."""
+
+    @abstractmethod
     def submit(self, spec: JobSpec) -> str:
         """Checks the request fits, stages files, starts the AM; returns the application id."""
 

@@ -10,6 +10,9 @@ Azkaban) goes through here.
 """
 from __future__ import annotations
 
+import difflib
+import itertools
+import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,10 +23,12 @@ from ..context import identity_tag, matches
 from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
+from ..spec.keys import task_key
 from ..status import JobStatus, check_application_id
 from .follow import Follower, JobUpdate
 
-__all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication", "load_job"]
+__all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication", "check_paths", "executes_problem", "load_job",
+           "venv_problem"]
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
@@ -40,8 +45,38 @@ def check_paths(spec: JobSpec, backend: str = "local") -> None:
         problem = venv_problem(spec.python_venv, remote=backend == "yarn")
         if problem:
             issues.append(SpecIssue("python_venv", spec.python_venv, problem, spec.source))
+    problem = executes_problem(spec)
+    if problem:
+        issues.append(SpecIssue("executes", spec.executes, problem, spec.source))
     if issues:
         raise SpecError(issues)
+
+
+def executes_problem(spec: JobSpec) -> str | None:
+    """Why the script ``executes`` names cannot run, or None: a relative script that some task runs
+    (no command of its own replaces it) must be in ``src_dir``, which is what every task is given.
+    Without ``src_dir`` the script is the nodes' own, which only the nodes can tell."""
+    if not spec.executes or not spec.src_dir or not Path(spec.src_dir).is_dir():
+        return None
+    if all(spec.get(task_key(t, "command")) or spec.container_command for t in spec.tasks):
+        return None
+    try:
+        words = shlex.split(spec.executes)
+    except ValueError:
+        return None
+    # The script itself, also in TonY's form of a whole command line ("python x.py --flag").
+    script = next((w for w in words if w.endswith((".py", ".sh"))), None)
+    if script is None or "://" in script or Path(script).is_absolute():
+        return None
+    src = Path(spec.src_dir)
+    if (src / script).is_file():
+        return None
+    scripts = [p.relative_to(src).as_posix() for p in itertools.islice(src.rglob("*"), 5000)
+               if p.suffix in (".py", ".sh") and p.is_file()]
+    close = difflib.get_close_matches(script, scripts, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    names = "is" if script == spec.executes.strip() else f"names {script}, which is"
+    return f"{names} not a file in src_dir {spec.src_dir}{hint}: every task runs it from there"
 
 
 def venv_problem(path: str, remote: bool = False) -> str | None:

@@ -10,7 +10,7 @@ import pytest
 
 from tony_workflow.backends.base import NeverFits
 from tony_workflow.backends.local.ledger import cluster_dir
-from tony_workflow.client import TonyClient, load_job, venv_problem
+from tony_workflow.client import TonyClient, executes_problem, load_job, venv_problem
 from tony_workflow.errors import ConfigError, NotAnApplicationId, SpecError, UnknownApplication
 from tony_workflow.spec import JobSpec
 
@@ -53,6 +53,27 @@ def test_paths_that_name_nothing_are_refused_with_nothing_submitted(tony_home, t
         TonyClient("local").submit(spec)
     assert "src_dir" in str(e.value) and "python_venv" in str(e.value)
     assert nothing_submitted()
+
+
+def test_a_script_missing_from_src_dir_is_refused_naming_the_closest_with_nothing_submitted(tony_home, tmp_path):
+    (tmp_path / "src" / "models").mkdir(parents=True)
+    (tmp_path / "src" / "train.py").write_text("")
+    (tmp_path / "src" / "models" / "resnet.py").write_text("")
+    spec = load_job({"name": "typo", "executes": "trian.py", "src_dir": str(tmp_path / "src"),
+                     "tasks": {"worker": {"instances": 1}}})
+    with pytest.raises(SpecError) as e:
+        TonyClient("local").submit(spec)
+    assert str(e.value).startswith("executes: is not a file in src_dir") and "(did you mean train.py?)" in str(e.value)
+    assert "(got 'trian.py')" in str(e.value)
+    assert nothing_submitted()
+
+    def problem(executes: str, **job) -> str | None:
+        return executes_problem(load_job({"name": "x", "executes": executes, "src_dir": str(tmp_path / "src"),
+                                          "tasks": {"worker": {"instances": 1, **job}}}))
+    assert problem("train.py") is None and problem("models/resnet.py --depth 50") is None
+    assert "(did you mean models/resnet.py?)" in problem("python models/resnt.py")  # TonY's form, a command line
+    assert problem("trian.py", command="python other.py") is None  # no task runs it
+    assert problem("/opt/job/train.py") is None  # the nodes' own: only they can tell
 
 
 def test_a_job_larger_than_the_machine_is_refused_naming_the_key(tony_home, local_site):

@@ -273,9 +273,9 @@ class LocalBackend(Backend):
     def app_dir(self, app_id: str) -> Path:
         return cluster_dir() / "apps" / check_application_id(app_id)
 
-    def submit(self, spec: JobSpec) -> str:
+    def check_fits(self, spec: JobSpec, settings: LocalSettings | None = None) -> LocalSettings:
         # The machine's settings come from the site configuration, never from the job.
-        settings = local_settings()
+        settings = settings or local_settings()
         requests = gang_requests(spec)
         labelled = next((r for r in requests if r.node_label), None)
         if labelled is not None:
@@ -283,6 +283,10 @@ class LocalBackend(Backend):
                             f"{labelled.task_id} asks for node label {labelled.node_label!r}, and the embedded "
                             "cluster's one machine carries no node label; leave node labels to YARN jobs")
         Inventory.of(settings.capacity).check_fits(requests)
+        return settings
+
+    def submit(self, spec: JobSpec) -> str:
+        settings = self.check_fits(spec)
         clean_now_and_then(cluster_dir(), settings.retention_s)
         app_id = next_application_id()
         d = self.app_dir(app_id)

@@ -53,7 +53,7 @@ NM_MEMORY_MB, NM_VCORES = 6144, 16
 
 def job(backend: str, name: str, seconds: int) -> dict:
     am = "256m" if backend == "local" else "512m"
-    return {"name": name, "framework": "standalone",
+    return {"name": name, "framework": "tensorflow",
             "tasks": {"worker": {"instances": 3, "memory": "1g", "vcores": 1, "command": f"sleep {seconds}"}},
             "conf": {"tony.am.memory": am, "tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "0",
                      # the mini cluster shares two cores with eight waiting jobs: a minute of AM silence

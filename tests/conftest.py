@@ -156,7 +156,8 @@ def yarn_cluster(hadoop_cluster):
 def sleeper_job(name: str = "sleeper", conf: dict | None = None, *, seconds: int = 600, workers: int = 1,
                 memory: str = "512m") -> dict:
     """A small job for the YARN tests: ``workers`` tasks that sleep, an AM of 512 MB, no TensorBoard."""
-    return {"name": name, "framework": "standalone",
+    # A standalone job is one task (TonY's rule); several run under the default framework.
+    return {"name": name, "framework": "standalone" if workers == 1 else "tensorflow",
             "tasks": {"worker": {"instances": workers, "memory": memory, "vcores": 1, "command": f"sleep {seconds}"}},
             "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", **(conf or {})}}
 

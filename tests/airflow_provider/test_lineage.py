@@ -33,7 +33,7 @@ DAG = textwrap.dedent("""
     from airflow.sdk import DAG, Asset
     from airflow_provider.operators import TonyOperator
 
-    JOB = {{"name": "lineage", "framework": "standalone", "am": {{"memory": "128m"}},
+    JOB = {{"name": "lineage", "framework": "tensorflow", "am": {{"memory": "128m"}},
             "tasks": {{"worker": {{"instances": 2, "memory": "128m", "vcores": 1, "command": {command!r}}}}},
             "conf": {{"tony.task.tensorboard.enabled": "false", "tony.lineage.inputs": "/data/raw/digits.csv",
                       "tony.lineage.outputs": "hdfs://nn.example:8020/exports/digits"}}}}
@@ -73,7 +73,7 @@ def test_a_training_task_reports_its_job_inputs_outputs_and_run(airflow_db, tony
     assert start["job"]["namespace"] == "tony-tests" and start["run"]["runId"] == done["run"]["runId"]
 
     job = done["job"]["facets"]["tony"]
-    assert job["framework"] == "standalone" and job["backend"] == "local" and job.get("queue") is None
+    assert job["framework"] == "tensorflow" and job["backend"] == "local" and job.get("queue") is None
     assert job["tasks"] == {"worker": {"instances": 2, "memoryMb": 128, "vcores": 1, "gpus": 0}}
     assert job["am"]["memoryMb"] == 128 and job["_schemaURL"].endswith("TonyJobFacet:1-0-0")
     assert start["job"]["facets"]["tony"]["tasks"] == job["tasks"]

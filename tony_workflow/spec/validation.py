@@ -177,6 +177,12 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
             "no tracked task type: every task type is untracked (tony.application.untracked.jobtypes) "
             "or a sidecar (tony.application.sidecar.jobtypes), so nothing decides when the job ends"))
 
+    if framework == "standalone" and sum(active.values()) > 1:
+        tasks = ", ".join(f"{t} {n}" for t, n in active.items())
+        issues.append(spec.issue("tony.application.framework", framework,
+                                 f"a standalone job is one task, whose process is the job (TonY's rule); this "
+                                 f"one has {sum(active.values())} ({tasks}): use one instance, or the "
+                                 "tensorflow framework (the default) for several tasks"))
     if active.get("chief", 0) > 1:
         issues.append(spec.issue(task_key("chief", "instances"), active["chief"],
                                  "at most one chief: the chief is a single task (it writes checkpoints and "

@@ -12,7 +12,7 @@ from tony_workflow.spec import load_job
 
 
 def spec(**tasks):
-    return load_job({"name": "app", "framework": "standalone", "src_dir": None,
+    return load_job({"name": "app", "framework": "tensorflow", "src_dir": None,
                      "tasks": tasks or {"worker": {"instances": 2, "memory": "512m", "command": "true"}},
                      "conf": {"tony.am.memory": "1g"}})
 

@@ -32,7 +32,7 @@ from .values import (
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["JobSpec", "Resources", "TaskSpec"]
+__all__ = ["JobSpec", "Resources", "TaskSpec", "needs_interpreter"]
 
 _T = TypeVar("_T")
 
@@ -161,6 +161,17 @@ def known_fields(cls: type[DataclassInstance], data: Mapping[str, Any], what: st
     return dict(data)
 
 
+def needs_interpreter(executes: str) -> bool:
+    """Whether ``executes`` is a Python script or interpreter options (``train.py --lr 0.1``,
+    ``-m pkg.train``) rather than a command line of its own (``python train.py``, ``bash run.sh``,
+    ``./run``): only the first can run under no interpreter named."""
+    try:
+        words = shlex.split(executes)
+    except ValueError:
+        words = executes.split()
+    return bool(words) and (words[0].endswith(".py") or words[0].startswith("-"))
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A job: its effective TonY configuration plus what TonY takes as client arguments.
@@ -169,8 +180,10 @@ class JobSpec:
     and the source of truth: every typed property is derived from it. A key missing from ``conf``
     reads as its TONY_DEFAULTS value, so a hand-built JobSpec need not repeat the defaults.
 
-    ``executes`` is the script the default command runs, with ``task_params`` as its arguments and
-    ``python_binary_path`` as its interpreter (``python`` when None). ``python_venv`` is a
+    ``executes`` is what the default command runs, with ``task_params`` as its arguments: with
+    ``python_binary_path`` as its interpreter, put in front of it as TonY does; without one, a
+    script (``train.py``) or interpreter options (``-m pkg``) get the job's ``python``, and any
+    other command line (TonY's ``python train.py``, ``bash run.sh``) runs as written. ``python_venv`` is a
     virtualenv directory or zip and ``src_dir`` a source directory, both shipped to every container.
     ``shell_env`` is extra environment for the user process. ``source`` is the file the spec came
     from and ``key_origin`` maps conf keys to the user's spelling (``tasks.worker.memory``), both
@@ -472,17 +485,21 @@ class JobSpec:
     def command_for(self, task_type: str, python: str | None = None) -> str | None:
         """The command tasks of ``task_type`` run, with TonY's precedence.
 
-        tony.<type>.command, else tony.containers.command, else ``<python> <executes> <task_params>``
+        tony.<type>.command, else tony.containers.command, else ``[<python>] <executes> <task_params>``
         where python is the ``python`` argument (the executor passes the interpreter it resolved
         from ``python_venv``/``python_binary_path``), else ``python_binary_path``, else ``python``;
-        None when none of these is set.
+        None when none of these is set. As in TonY the interpreter goes in front of ``executes``
+        when ``python_binary_path`` is given; otherwise only where ``executes`` cannot be a command
+        line of its own (:func:`needs_interpreter`).
         """
         command = self._text(task_key(task_type, "command")) or self.container_command
         if command:
             return command
         if not self.executes:
             return None
-        parts = [shlex.quote(python) if python else (self.python_binary_path or "python"), self.executes]
+        parts = [self.executes]
+        if self.python_binary_path or needs_interpreter(self.executes):
+            parts.insert(0, shlex.quote(python) if python else (self.python_binary_path or "python"))
         if self.task_params:
             parts.append(self.task_params)
         return " ".join(parts)

@@ -27,6 +27,24 @@ def test_command_precedence():
     assert JobSpec().command_for("worker") is None
 
 
+@pytest.mark.parametrize("executes,python_binary_path,command", [
+    # TonY's rule: the interpreter goes in front when python_binary_path is given, whatever follows.
+    ("exit_0.py", "python", "python exit_0.py --n 1"),
+    ("python x.py", "/usr/bin/python3", "/usr/bin/python3 python x.py --n 1"),
+    # Without one, TonY's command lines run as written...
+    ("python exit_0.py", None, "python exit_0.py --n 1"),
+    ("bash run.sh", None, "bash run.sh --n 1"),
+    ("./train", None, "./train --n 1"),
+    # ...and what can only be Python's gets the job's interpreter (the executor passes the one it resolved).
+    ("train.py", None, "/venv/bin/python train.py --n 1"),
+    ("-m pkg.train", None, "/venv/bin/python -m pkg.train --n 1"),
+])
+def test_the_interpreter_is_put_in_front_of_executes_as_tony_does(executes, python_binary_path, command):
+    spec = JobSpec(executes=executes, python_binary_path=python_binary_path, task_params="--n 1")
+    resolved = python_binary_path or "/venv/bin/python"
+    assert spec.command_for("worker", python=resolved) == command
+
+
 def test_task_order_chief_and_tracking():
     spec = JobSpec(conf={"tony.ps.instances": "1", "tony.evaluator.instances": "0", "tony.chief.instances": "1",
                          "tony.worker.instances": "2", "tony.tensorboard.instances": "1",

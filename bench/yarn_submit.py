@@ -51,7 +51,9 @@ def started_at(app_id: str, log_name: str, n: int, timeout: float = 300) -> list
     deadline = time.time() + timeout
     while True:
         stamps = []
-        for path in _data_root().glob(f"**/{app_id}/container_*/{log_name}"):
+        # The NodeManagers' log directories only: their local directories hold every job's unpacked
+        # files, which a walk would read through ten times a second (and which vanish under it).
+        for path in _data_root().glob(f"tony/yarn-*/tony-logDir-nm-*/{app_id}/container_*/{log_name}"):
             for line in path.read_text(errors="replace").splitlines():
                 try:
                     stamps.append(float(line.strip()))
@@ -112,7 +114,7 @@ def tony_job(yarn, n: int, memory: str) -> dict:
 def am_phases(app_id: str, t0: float) -> dict:
     """The AM's own clock, from its event log in the mini cluster's container directory (same
     machine, same clock): when it started, had its gang, and saw every task running."""
-    for path in _data_root().glob(f"**/appcache/{app_id}/*/events.jsonl"):
+    for path in _data_root().glob(f"tony/yarn-*/tony-localDir-nm-*/usercache/*/appcache/{app_id}/*/events.jsonl"):
         try:
             events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         except (OSError, ValueError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from . import table, validation
+from . import table, unhonoured, validation
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .keys import INSTANCES_KEY, task_key
 from .overrides import apply_pairs, parse_overrides
@@ -279,10 +279,11 @@ class JobSpec:
     @cached_property
     def warnings(self) -> list[str]:
         """What the job's user should know but that does not stop it: the framework's caveat
-        (:data:`~tony_workflow.frameworks.CAVEATS`). Shown with the job's status everywhere."""
+        (:data:`~tony_workflow.frameworks.CAVEATS`), and TonY's keys it sets that have no effect
+        here (:mod:`.unhonoured`). Shown with the job's status everywhere."""
         from ..frameworks import CAVEATS
         caveat = CAVEATS.get(self.framework)
-        return [caveat] if caveat else []
+        return [*([caveat] if caveat else []), *unhonoured.warnings(self.conf)]
 
     @cached_property
     def application_type(self) -> str:

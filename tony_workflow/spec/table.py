@@ -31,6 +31,8 @@ from .keys import (
     RESERVED_TYPES,
     TONY_XML_DEFAULTS,
 )
+from .unhonoured import markdown as unhonoured_markdown
+from .unhonoured import not_honoured
 from .values import (
     optional,
     parse_acl,
@@ -151,7 +153,8 @@ MODIFY_ACLS = Key("tony.application.modify-acls", parse_acl,
 CONTAINER_COMMAND = text("tony.containers.command", "the command of every task type without its own")
 CONTAINER_ENV = environment("tony.containers.envs", "the environment of every container")
 EXECUTION_ENV = environment("tony.execution.envs", "the environment of every user process")
-CONTAINER_RESOURCES = listing("tony.containers.resources", "files every container is given")
+CONTAINER_RESOURCES = listing("tony.containers.resources", "files for every container; not yet localized "
+                              "(a job that sets it is warned)")
 HISTORY_RETENTION_S = integer("tony.history.retention-sec", 0, "how long history records are kept; 0: forever")
 DOCKER_ENABLED = boolean("tony.docker.enabled", "containers run in docker images (tony.docker.<type>.image)")
 
@@ -273,7 +276,8 @@ TASK_KEYS: tuple[TaskKey[Any], ...] = (
             "`session` (a failure relaunches the session) or `task` (only that task, at its address)", "session",
             kind="session or task"),
     _task_integer("timeout", "timeout", 0, "a task's time limit in ms; 0: none", "0"),
-    TaskKey("resources", None, _optional_text, "files the type's containers are given", checked=False),
+    TaskKey("resources", None, _optional_text, "files for the type's containers; not yet localized (a job that "
+            "sets it is warned)", checked=False),
     TaskKey("spread", "spread", parse_bool, "on YARN, the type's tasks go to distinct nodes where the cluster allows",
             "false", kind="boolean"),
     TaskKey("processes", "processes", parse_processes, "PyTorch: processes of the command per container, under "
@@ -307,7 +311,8 @@ _KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.com
 def unknown_key(key: str, declared_types: set[str]) -> str | None:
     """Why ``key`` is not a key of TonY or of this project (None when it is one). ``declared_types``
     are the task types the configuration declares (a ``tony.<type>.instances`` key)."""
-    if key in TONY_DEFAULTS or key in OTHER_TONY_KEYS or any(f.match(key) for f in _KEY_FAMILIES):
+    if (key in TONY_DEFAULTS or key in OTHER_TONY_KEYS or any(f.match(key) for f in _KEY_FAMILIES)
+            or not_honoured(key) is not None):
         return None
     if key.startswith("tony.local."):
         return LOCAL_KEY_REASON
@@ -368,6 +373,9 @@ def reference_markdown() -> str:
     lines.append("")
     lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "
                  "only; a job that sets one is refused.")
+    lines += ["", ("TonY's keys that this project does not honour. Set to anything but TonY's default, each is "
+                   "refused at submission, naming the key and why, or accepted with a warning in the job's status "
+                   "(the job runs as written without it):"), "", unhonoured_markdown()]
     return "\n".join(lines)
 
 

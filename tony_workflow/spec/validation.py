@@ -21,6 +21,7 @@ from .keys import (
     task_key,
 )
 from .table import KEYS, TASK_DEFAULTS, TASK_KEY, TASK_KEYS, UNTYPED_BOOLEANS, UNTYPED_INTEGERS, known_keys, unknown_key
+from .unhonoured import refusals
 from .values import (
     parse_bool,
     parse_framework,
@@ -63,6 +64,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
             return None
 
     issues.extend(_unknown_keys(spec))
+    issues.extend(spec.issue(key, value, why) for key, value, why in refusals(spec.conf))
     framework = check("tony.application.framework", parse_framework)
     for k in KEYS:  # every key of the table, with its own parser and bound
         check(k.name, k.parse)

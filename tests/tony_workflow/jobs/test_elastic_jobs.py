@@ -189,6 +189,13 @@ def lose_a_worker(backend: str, regroup: str) -> None:
     assert alone.state == "SUCCEEDED" and alone.session_id == 0 and alone.tasks[0].restarts == 0, alone.diagnostics
 
 
+# What the AM decides alone (a loss in the group, two in a row, too few left) is proved on the
+# embedded cluster; YARN's part, a container replaced while the others train on and rank 0's lost
+# with its checkpoint mirror, is proved by the test above and by test_elastic_checkpoints.
+LOCAL_ONLY = pytest.mark.parametrize("backend", ["local"], indirect=True)
+
+
+@LOCAL_ONLY
 def test_rank_zeros_container_killed(backend):
     h = submit(backend=backend)
     st = running_at(h, 15)
@@ -205,6 +212,7 @@ def test_rank_zeros_container_killed(backend):
     assert causes == [rank0], final.elastic["history"]
 
 
+@LOCAL_ONLY
 def test_two_losses_in_a_row(backend):
     h = submit(backend=backend)
     st = running_at(h, 10)
@@ -226,6 +234,7 @@ def test_two_losses_in_a_row(backend):
     identical_replicas(stdout(h), world=None)
 
 
+@LOCAL_ONLY
 def test_too_few_left_for_too_long_relaunches_the_session_whole(backend):
     # Two of three lost at once leaves one, below min-instances=2: past the (tiny) fallback
     # timeout the session is relaunched, as for a fixed job, and the job still succeeds.

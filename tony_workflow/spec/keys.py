@@ -159,7 +159,7 @@ OTHER_TONY_KEYS = frozenset({
     "tony.history.cache.max-entries", "tony.history.maxAppends", "tony.init.module",
     "tony.application.single-node", "tony.chief.name", "tony.chief.index", "tony.evaluator.run-alone.timeout",
     "tony.application.stop.on.failure.jobtypes", "tony.application.reserve.port.python.process.wait.seconds",
-    "tony.application.docker.enabled", "tony.application.docker.image",
+    "tony.application.docker.enabled", "tony.application.docker.image", "tony.application.tensorboard-log-dir",
 })
 
 #: Why a job may not set ``tony.local.*``.

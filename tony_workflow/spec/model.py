@@ -32,7 +32,7 @@ from .values import (
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["JobSpec", "Resources", "TaskSpec", "needs_interpreter"]
+__all__ = ["JobSpec", "Resources", "TaskSpec", "needs_interpreter", "with_tensorboard_task"]
 
 _T = TypeVar("_T")
 
@@ -161,6 +161,28 @@ def known_fields(cls: type[DataclassInstance], data: Mapping[str, Any], what: st
     return dict(data)
 
 
+#: TonY's TensorBoard task for tony.application.tensorboard-log-dir: one instance, and these
+#: resources unless the job sets its own.
+TENSORBOARD_TASK = {"vcores": "2", "memory": "2g", "gpus": "0"}
+
+
+def with_tensorboard_task(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with TonY's TensorBoard task when tony.application.tensorboard-log-dir names a log
+    directory: a sidecar type ``tensorboard`` of one instance, which serves that directory
+    (:class:`tony_workflow.task.executor.TaskExecutor`), as TonY's client adds it."""
+    if not (conf.get(table.TENSORBOARD_LOG_DIR.name) or "").strip():
+        return conf
+    conf = dict(conf)
+    conf[task_key("tensorboard", "instances")] = "1"
+    for name, value in TENSORBOARD_TASK.items():
+        conf.setdefault(task_key("tensorboard", name), value)
+    key = table.SIDECAR_TYPES.name
+    sidecars = [t.strip() for t in (conf.get(key, TONY_DEFAULTS.get(key)) or "").split(",") if t.strip()]
+    if "tensorboard" not in sidecars:
+        conf[key] = ",".join([*sidecars, "tensorboard"])
+    return conf
+
+
 def needs_interpreter(executes: str) -> bool:
     """Whether ``executes`` is a Python script or interpreter options (``train.py --lr 0.1``,
     ``-m pkg.train``) rather than a command line of its own (``python train.py``, ``bash run.sh``,
@@ -219,7 +241,7 @@ class JobSpec:
                     converted[str(key)] = conf_value(item)
                 except ValueError as exc:
                     issues.append(SpecIssue(f"{name}.{key}", item, str(exc), self.source))
-            object.__setattr__(self, name, converted)
+            object.__setattr__(self, name, with_tensorboard_task(converted) if name == "conf" else converted)
         for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir", "source", "identity",
                      "submitter"):
             value = getattr(self, name)
@@ -311,6 +333,7 @@ class JobSpec:
     modify_acls = field_of(table.MODIFY_ACLS)
     untracked_types = field_of(table.UNTRACKED_TYPES)
     sidecar_types = field_of(table.SIDECAR_TYPES)
+    tensorboard_log_dir = field_of(table.TENSORBOARD_LOG_DIR)
     stop_on_failure_types = field_of(table.STOP_ON_FAILURE_TYPES)
     fail_on_worker_failure = field_of(table.FAIL_ON_WORKER_FAILURE)
     retry_count = field_of(table.RETRY_COUNT)

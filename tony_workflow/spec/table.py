@@ -160,6 +160,9 @@ DOCKER_ENABLED = boolean("tony.docker.enabled", "containers run in docker images
 
 # This project's keys
 TENSORBOARD_ENABLED = boolean("tony.task.tensorboard.enabled", "run TensorBoard on the chief", "true")
+TENSORBOARD_LOG_DIR = text("tony.application.tensorboard-log-dir", "a log directory for TonY's TensorBoard task: a "
+                           "sidecar 'tensorboard' of its own (2 vcores, 2g unless tony.tensorboard.* say) serves it, "
+                           "and every task finds it in TB_LOG_DIR")
 CHECKPOINT_LOCATION = text("tony.checkpoint.location", "where TONY_CHECKPOINT_DIR is mirrored to and restored "
                            "from; empty: the job's directory", "")
 HEARTBEAT_TIMEOUT_MS = integer("tony.task.heartbeat-timeout-ms", 0,

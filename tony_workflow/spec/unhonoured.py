@@ -69,8 +69,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "TonY's task groups and their dependency timeouts are not done here"),
     _refuse("tony.application.dependency.<type>.timeout.after.<name>.ignored",
             "TonY's task groups and their dependency timeouts are not done here"),
-    _refuse("tony.application.tensorboard-log-dir", "TonY's TensorBoard task for a log directory is not started "
-            "here; the chief serves TensorBoard for the job's own logs (tony.task.tensorboard.enabled)"),
     _refuse("tony.application.placement-spec", "YARN placement constraints are not asked for here; "
             "tony.<type>.spread spreads a task type over the nodes"),
     _refuse("tony.containers.placement-spec", "YARN placement constraints are not asked for here; "

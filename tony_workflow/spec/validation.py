@@ -147,12 +147,13 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
             issues.append(spec.issue(key, instances, f"more instances than any cluster runs for one job (at most "
                                      f"{MAX_INSTANCES} per task type)"))
         command = spec.command_for(task_type)
-        if command is None:
+        serves_only = task_type == "tensorboard" and task_type in spec.sidecar_types  # TensorBoard alone
+        if command is None and not serves_only:
             issues.append(spec.issue(
                 task_key(task_type, "command"), None,
                 f"task type '{task_type}' has no command: set tony.{task_type}.command (command: of the "
                 "task), tony.containers.command (top-level command:), or executes"))
-        elif len(command.encode()) > MAX_COMMAND_BYTES:
+        elif command is not None and len(command.encode()) > MAX_COMMAND_BYTES:
             own = (spec.get(task_key(task_type, "command")) or "").strip()
             where = (task_key(task_type, "command") if own else
                      "tony.containers.command" if spec.container_command else "task_params")

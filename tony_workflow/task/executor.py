@@ -250,6 +250,9 @@ class TaskExecutor:
         return pbp or sys.executable
 
     def command(self) -> str:
+        if (self.task_type == "tensorboard" and self.spec.tensorboard_log_dir
+                and not self.spec.get("tony.tensorboard.command")):
+            return ""  # TonY's TensorBoard task serves its log directory, and runs nothing of the job's
         cmd = self.spec.command_for(self.task_type, python=self._python())
         if cmd is None and self.task_type in self.spec.sidecar_types and self.task_type == "tensorboard":
             return ""  # a tensorboard sidecar with no command of its own just serves TensorBoard
@@ -297,6 +300,8 @@ class TaskExecutor:
         })
         if tb_port:
             env["TB_PORT"] = str(tb_port)
+        if spec.tensorboard_log_dir:
+            env["TB_LOG_DIR"] = spec.tensorboard_log_dir
         # A bare `python` in a command means the job's interpreter (venv, python_binary_path, or
         # the one running this executor), not whatever else happens to be first on PATH.
         python_dir = os.path.dirname(self._python())
@@ -321,6 +326,8 @@ class TaskExecutor:
                                                os.path.join(runtime, "tony")])}
 
     def _wants_tensorboard(self) -> bool:
+        if self.spec.tensorboard_log_dir and self.task_type == "tensorboard":
+            return True  # TonY's TensorBoard task, whatever tony.task.tensorboard.enabled says
         if not self.spec.tensorboard_enabled:
             return False
         if "tensorboard" in self.spec.tasks:
@@ -329,7 +336,10 @@ class TaskExecutor:
 
     def _start_tensorboard(self, port: int) -> None:
         logdir = self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard"))
-        Path(logdir).mkdir(parents=True, exist_ok=True)
+        if self.spec.tensorboard_log_dir and self.task_type == "tensorboard":
+            logdir = self.spec.tensorboard_log_dir  # the directory TonY's TensorBoard task serves
+        if "://" not in logdir:
+            Path(logdir).mkdir(parents=True, exist_ok=True)
         python = sys.executable if importlib.util.find_spec("tensorboard") else self._python()
         bind = ["--host", self.host] if self.host in ("127.0.0.1", "localhost") else ["--bind_all"]
         argv = [python, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), *bind,

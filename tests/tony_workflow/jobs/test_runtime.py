@@ -393,6 +393,27 @@ def test_tensorboard_sidecar_serves_the_job_and_stays_out_of_tf_config(tony_home
     assert h.kill().state == "KILLED"
 
 
+@pytest.mark.tf
+def test_a_tensorboard_log_dir_gets_tonys_tensorboard_task_which_serves_it_and_leaves_with_the_job(tony_home,
+                                                                                                 tmp_path):
+    # TonY's key: a TensorBoard task of its own serves the directory (not the chief), every task is
+    # told where it is, and the job ends with its tracked tasks, taking TensorBoard with it.
+    logs = tmp_path / "tb-logs"
+    h = submit(tmp_path, 'echo "TB_LOG_DIR=$TB_LOG_DIR"; sleep 20', {"worker": {"instances": 1}},
+               conf={"tony.application.tensorboard-log-dir": str(logs), "tony.tensorboard.memory": "256m",
+                     "tony.tensorboard.vcores": "1"})
+    st = wait_for(lambda: (s := h.status()).tensorboard_url and s, timeout=120)
+    assert [t.task_id for t in st.tasks] == ["worker:0", "tensorboard:0"]
+    assert requests.get(st.tensorboard_url + "/data/logdir", timeout=10).json()["logdir"] == str(logs)
+    served = [p for p in psutil.process_iter(["cmdline"]) if "tensorboard.main" in " ".join(p.info["cmdline"] or [])
+              and str(logs) in (p.info["cmdline"] or [])]
+    assert len(served) == 1 and logs.is_dir()
+    final = h.wait(poll_interval=0.2, timeout=120)
+    assert final.state == "SUCCEEDED", final.diagnostics
+    assert f"TB_LOG_DIR={logs}" in stdout_of(h, "worker:0")
+    wait_for(lambda: not any(p.is_running() for p in served), timeout=30)
+
+
 def test_chief_checkpoints_reach_the_store_when_its_trainer_outlives_the_stop(tony_home, tmp_path):
     # The chief writes a checkpoint and then ignores SIGTERM, as a trainer busy in a collective may;
     # another task fails, so the AM stops the session and SIGKILLs the chief's container a few

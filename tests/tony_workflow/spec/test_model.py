@@ -11,6 +11,7 @@ from tony_workflow.spec import (
     Resources,
     SpecError,
     TaskSpec,
+    load_job,
     load_spec,
 )
 
@@ -114,3 +115,17 @@ def test_a_pytorch_type_below_its_instances_is_elastic_and_the_job_runs_under_to
     # Elastic is PyTorch's: another framework's job is never elastic (validation refuses the key).
     tf = load_job({"name": "t", "command": "python t.py", "tasks": {"worker": {"instances": 3, "min_instances": 2}}})
     assert tf.elastic_types == [] and not tf.elastic
+
+
+def test_a_tensorboard_log_dir_adds_tonys_tensorboard_task_as_a_sidecar():
+    spec = load_job({"name": "tb", "command": "python train.py", "tasks": {"worker": {"instances": 2}},
+                     "conf": {"tony.application.tensorboard-log-dir": "hdfs:///logs/run1",
+                              "tony.application.sidecar.jobtypes": "notebook", "tony.tensorboard.memory": "1g"}})
+    spec.validate()
+    tb = spec.tasks["tensorboard"]
+    assert (tb.instances, tb.resources) == (1, Resources(memory_mb=1024, vcores=2, gpus=0))
+    assert spec.sidecar_types == ["notebook", "tensorboard"] and spec.tracked_types == ["worker"]
+    assert spec.tensorboard_log_dir == "hdfs:///logs/run1"
+    assert JobSpec.from_dict(spec.to_dict()).to_dict() == spec.to_dict()  # the task added once
+    # Without the key, no such task.
+    assert "tensorboard" not in load_job({"name": "x", "command": "true", "tasks": {"worker": {"instances": 1}}}).tasks

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -37,7 +38,8 @@ from ..storage import qualified
 from .attempts import Resume, attempt_state, finished_verdict, mark_am_stopped, resume_point, write_am_info
 from .board import SERIES_FILE
 from .gang import AllocationTimeout, GangWatch
-from .policy import LOST_EXIT_CODE, Action, Failure
+from .group_timeouts import overdue
+from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
 from .state import AMState, Task
@@ -179,6 +181,7 @@ class ApplicationMaster(AMState):
             self.status.attempts = session_id + 1
             self.tasks = {}
             self.status.tasks = []
+            self.policy = Policy.from_spec(self.spec)  # a type a dependency timeout stopped counting counts again
             self.cluster_spec = None
             self.gang_ready = threading.Event()
             if self.elastic is not None:
@@ -376,8 +379,22 @@ class ApplicationMaster(AMState):
         too_few = self.elastic.monitor_pass(now) if self.elastic is not None else None
         if too_few:
             raise SessionEnd(JobState.FAILED, too_few)
+        self._group_timeouts(now)
         if self.policy.tracked_done(t.status for t in self.tasks.values()):
             raise SessionEnd(*self._verdict(), retryable=False)
+
+    def _group_timeouts(self, now: float) -> None:
+        """TonY's group dependency timeouts (:mod:`tony_workflow.spec.groups`): a type still running
+        that long after its group ended fails the job, or with ``.ignored`` stops counting for its end."""
+        for dep, members in overdue(self.group_dependencies, self.groups, self.tasks.values(), now):
+            if not dep.ignored:
+                raise SessionEnd(JobState.FAILED, f"Task type: {dep.waiting} runs exceeded timeout because it's "
+                                 f"dependent group: {dep.group} (task set: [{','.join(members)}]) has been finished "
+                                 f"({dep.key}={dep.timeout_s})", retryable=False)
+            if dep.waiting in self.policy.tracked:
+                self.policy = dataclasses.replace(self.policy, tracked=self.policy.tracked - {dep.waiting})
+                self.events.emit("type_untracked", session=self.session_id, type=dep.waiting, group=dep.group,
+                                 key=f"{dep.key}.ignored")
 
     def _run_session(self) -> SessionEnd:
         while True:

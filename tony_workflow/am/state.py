@@ -24,6 +24,7 @@ from ..context import application_tags, dropped_warning
 from ..events import EventLog
 from ..progress import TaskProgress
 from ..spec import JobSpec
+from ..spec.groups import dependencies, groups
 from ..status import JobState, JobStatus, TaskState, TaskStatus
 from .attempts import Resume
 from .board import StatusBoard
@@ -54,6 +55,8 @@ class Task:
     #: since when the AM waits for the cluster to say how the task's container ended
     held_since: float | None = None
     progress: TaskProgress = field(default_factory=TaskProgress)
+    #: when it reached a final state (by the AM's clock)
+    ended_at: float | None = None
 
     @property
     def id(self) -> str:
@@ -111,6 +114,7 @@ class AMState:
         # The spec derives these from its flat conf on every access; the monitor and the handlers
         # need them on every pass, so take them once.
         self.policy = Policy.from_spec(spec)
+        self.groups, self.group_dependencies = groups(spec.conf), dependencies(spec.conf)
         self.liveness = Liveness.from_spec(spec)
         self.type_order = list(spec.tasks)
         self.chief = self.policy.chief
@@ -151,6 +155,8 @@ class AMState:
     def set_task_state(self, task: Task, state: str, **extra: Any) -> None:
         """A task's new state, in its status and the event log. Called with the lock held."""
         task.status.state = state
+        if task.final and task.ended_at is None:
+            task.ended_at = time.time()
         if task.final and task.status.metrics:
             extra.setdefault("metrics", task.status.metrics)  # the final figures stay in the task's last event
         self.events.emit("task_state", task=task.id, session=task.session_id, state=state, **extra)

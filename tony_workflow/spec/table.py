@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from ..context import FIELDS as CONTEXT_FIELDS
+from .groups import DEPENDENCY_KEY, GROUP_KEY
 from .keys import (
     LOCAL_CLUSTER_DEFAULTS,
     LOCAL_KEY_REASON,
@@ -308,7 +309,8 @@ UNTYPED_BOOLEANS = tuple(k for k, v in TONY_XML_DEFAULTS.items() if k not in _BY
 
 _TASK_KEY = re.compile(r"^tony\.([a-z][a-z0-9_-]*)\.([a-z][a-z0-9_.-]*)$")
 _DOCKER_IMAGE_KEY = re.compile(r"^tony\.docker\.([a-z][a-z0-9_-]*)\.image$")
-_KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.compile(r"^tony\.version-info\.[^.]+$"))
+_KEY_FAMILIES = (re.compile(r"^tony\.task\.max-total-[a-z][a-z0-9_-]*$"), re.compile(r"^tony\.version-info\.[^.]+$"),
+                 GROUP_KEY, DEPENDENCY_KEY)
 
 
 def unknown_key(key: str, declared_types: set[str]) -> str | None:

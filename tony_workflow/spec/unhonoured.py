@@ -64,11 +64,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "start) are not done here: run them as a workflow task before this one"),
     _refuse("tony.application.training-stage", "TonY's stages (task types that run and end before the others "
             "start) are not done here: run them as a workflow task before this one"),
-    _refuse("tony.application.group.<name>", "TonY's task groups and their dependency timeouts are not done here"),
-    _refuse("tony.application.dependency.<type>.timeout.after.<name>",
-            "TonY's task groups and their dependency timeouts are not done here"),
-    _refuse("tony.application.dependency.<type>.timeout.after.<name>.ignored",
-            "TonY's task groups and their dependency timeouts are not done here"),
     _refuse("tony.application.placement-spec", "YARN placement constraints are not asked for here; "
             "tony.<type>.spread spreads a task type over the nodes"),
     _refuse("tony.containers.placement-spec", "YARN placement constraints are not asked for here; "

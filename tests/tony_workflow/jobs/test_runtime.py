@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from tests.conftest import wait_for
+from tests.conftest import app_processes, wait_for
 from tony_workflow.client import SubmissionRefused, TonyClient, load_job
 from tony_workflow.errors import UnknownApplication
 from tony_workflow.events import read_events
@@ -412,6 +412,29 @@ def test_a_tensorboard_log_dir_gets_tonys_tensorboard_task_which_serves_it_and_l
     assert final.state == "SUCCEEDED", final.diagnostics
     assert f"TB_LOG_DIR={logs}" in stdout_of(h, "worker:0")
     wait_for(lambda: not any(p.is_running() for p in served), timeout=30)
+
+
+def test_a_type_running_past_its_groups_timeout_fails_the_job_or_with_ignored_stops_counting(tony_home, tmp_path):
+    # TonY's group dependency timeout: the evaluator may run 2 s after every worker ended. Past it
+    # the job fails, naming the type, its group and the key; with .ignored the evaluator no longer
+    # counts for the job's end, which succeeds with the workers and stops it.
+    tasks = {"worker": {"instances": 2}, "evaluator": {"instances": 1}}
+    command = 'if [ "$JOB_NAME" = evaluator ]; then sleep 120; else sleep 1; fi'
+    conf = {"tony.application.group.A": "worker", "tony.application.dependency.evaluator.timeout.after.A": "2"}
+    first = submit(tmp_path, command, tasks, conf=conf)
+    failed = first.wait(poll_interval=0.2, timeout=90)
+    assert failed.state == "FAILED", failed.diagnostics
+    assert ("Task type: evaluator runs exceeded timeout because it's dependent group: A (task set: [worker]) has "
+            "been finished (tony.application.dependency.evaluator.timeout.after.A=2)") in failed.diagnostics
+    assert failed.retries == 0  # not a failure another session would mend
+    h = submit(tmp_path, command, tasks, conf={**conf, "tony.application.dependency.evaluator.timeout.after.A.ignored":
+                                               "true"})
+    ended = h.wait(poll_interval=0.2, timeout=90)
+    assert ended.state == "SUCCEEDED", ended.diagnostics
+    assert ended.task("evaluator:0").state == "KILLED"
+    assert [e["type"] for e in events(h) if e["event"] == "type_untracked"] == ["evaluator"]
+    for handle in (first, h):  # the evaluator stopped either way, found by scanning the machine
+        wait_for(lambda handle=handle: not app_processes(handle.app_id), timeout=30)
 
 
 def test_chief_checkpoints_reach_the_store_when_its_trainer_outlives_the_stop(tony_home, tmp_path):

@@ -297,22 +297,30 @@ def near_miss(task_type: str, declared: list[str]) -> str | None:
     """A declared type that is a typo of another (``tony.wroker.instances`` beside, or instead of,
     ``tony.worker.instances``): it would start containers of a type nobody meant, and enter TF_CONFIG
     under that name. It is compared with the types TonY's frameworks know, the words reserved for
-    job-wide keys and the other declared types (but for a difference in a digit: ``reader1`` and
-    ``reader2`` are meant). A known type is never a typo."""
+    job-wide keys and the other declared types; names that differ in digits only (``worker1`` and
+    ``worker``, ``t12`` and ``t21``) are meant. A known type is never a typo."""
     if task_type in KNOWN_TYPES:
         return None
+
+    def near(other: str) -> bool:
+        return one_edit_apart(task_type, other) and _letters(task_type) != _letters(other)
+
     for other in (*KNOWN_TYPES, *sorted(RESERVED_TYPES)):
-        if one_edit_apart(task_type, other):
+        if near(other):
             if other in RESERVED_TYPES:
                 return (f"'{task_type}' is one letter away from '{other}', whose tony.{other}.* keys configure the "
                         "job as a whole (did you mean one of those?); a task type needs a name further from it")
             return (f"'{task_type}' is one letter away from the task type '{other}' (did you mean '{other}'?); "
                     "a type of its own needs a name further from it")
     for other in declared:
-        if one_edit_apart(task_type, other) and not any(c.isdigit() for c in set(task_type) ^ set(other)):
+        if near(other):
             return (f"'{task_type}' is one letter away from the task type '{other}', declared too (did you mean "
                     f"'{other}'?); a type of its own needs a name further from it")
     return None
+
+
+def _letters(name: str) -> str:
+    return "".join(c for c in name if not c.isdigit())
 
 
 def _unknown_keys(spec: JobSpec) -> list[SpecIssue]:

@@ -54,7 +54,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
     assert "allowed: tensorflow, pytorch, horovod, mxnet, jax, standalone" in str(error)
 
 
-def test_a_task_type_one_letter_from_another_is_taken_for_a_typo_unless_it_differs_by_a_digit(tmp_path):
+def test_a_task_type_one_letter_from_another_is_taken_for_a_typo_unless_they_differ_in_digits(tmp_path):
     from tony_workflow.spec.validation import near_miss, one_edit_apart
     assert one_edit_apart("wroker", "worker") and one_edit_apart("workr", "worker") and one_edit_apart("pss", "ps")
     assert not one_edit_apart("work", "worker") and not one_edit_apart("worker", "worker")
@@ -62,5 +62,7 @@ def test_a_task_type_one_letter_from_another_is_taken_for_a_typo_unless_it_diffe
     assert near_miss("worker", ["worker", "wroker"]) is None  # a known type is never the typo
     assert "'wroker' is one letter away from the task type 'worker'" in near_miss("wroker", ["wroker"])
     assert near_miss("reader1", ["reader1", "reader2"]) is None and near_miss("trainer", ["trainer", "ps"]) is None
+    assert near_miss("t1", ["t1", "t11"]) is None and near_miss("t12", ["t12", "t21"]) is None
+    assert near_miss("worker1", ["worker", "worker1"]) is None  # digits only: meant
     assert "'readr', declared too" in near_miss("reader", ["readr", "reader"])
     assert "tony.task.* keys configure the job as a whole" in near_miss("tasks", ["tasks"])

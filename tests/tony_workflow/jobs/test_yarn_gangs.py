@@ -217,10 +217,12 @@ def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):
         sampler.wait_ended((a, b))
     assert [s.state for s in ends] == ["SUCCEEDED", "SUCCEEDED"], [s.diagnostics for s in ends]
     # The other said it waited, and why, without a task shown launched: behind the first, while
-    # that one still lacked part of its gang; for the queue's headroom, once it held it whole.
+    # that one still lacked part of its gang; for the queue's headroom or the nodes' room (which of
+    # the two the scheduler's report shows first), once it held it whole.
     assert seen.state == "ALLOCATING", seen
     assert ((first.app_id in seen.waiting_reason and seen.jobs_ahead == [first.app_id]) or
-            ("blocked by queue headroom" in seen.waiting_reason and not seen.jobs_ahead)), seen
+            (("blocked by queue headroom" in seen.waiting_reason or "blocked by room on the nodes" in
+              seen.waiting_reason) and not seen.jobs_ahead)), seen
     assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in seen.tasks), seen
     # The ResourceManager never saw both hold part of their gang (skein's master + AM + 3 workers = 5)
     # at once, and the waiting job held only its master while the other ran.
@@ -269,6 +271,7 @@ def test_a_job_that_can_never_fit_is_refused_at_submission_and_nothing_is_submit
     before = apps()
     spec = job("never", 1, "512m", 1)
     spec["tasks"]["worker"].update(worker)
+    spec["framework"] = "tensorflow"  # several workers: a standalone job is one task
     with pytest.raises(SubmissionRefused) as e:
         TonyClient("yarn").submit(load_job(spec))
     assert str(e.value).startswith(key) and words in str(e.value), str(e.value)

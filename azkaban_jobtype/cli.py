@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 
@@ -25,7 +24,7 @@ from tony_workflow.spec import JobSpec, SpecError, parse_pairs
 from .flow import JobInstance, Project, load_project
 from .plugin import install_plugin
 from .props import resolve
-from .translate import TONY_JOB_TYPES, describe, path_issues, translate
+from .translate import TONY_JOB_TYPES, backend_name, describe, path_issues, translate
 
 __all__ = ["main"]
 
@@ -88,7 +87,7 @@ def _never_fits(spec: JobSpec, instance: JobInstance, backends: dict[str, Backen
     """What submitting would refuse once the spec is good: a gang its cluster could never hold (the
     backend the job would go to, as the runner picks it). A cluster that cannot be asked is a
     warning: the check is the cluster's, and the project may be validated away from it."""
-    name = (instance.props.get("tony.backend") or os.environ.get("TONY_BACKEND") or "local").strip()
+    name = backend_name(instance.props)
     if name not in backends:
         try:
             backends[name] = get_backend(name)

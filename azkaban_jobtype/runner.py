@@ -62,7 +62,7 @@ from tony_workflow.spec import SpecIssue
 from tony_workflow.status import JobStatus, hanging
 
 from .props import load_properties
-from .translate import describe, translate
+from .translate import backend_name, describe, translate
 
 __all__ = ["KILL_TIMEOUT", "OUTPUT_KEYS", "main", "run"]
 
@@ -134,7 +134,7 @@ def run(out: TextIO | None = None) -> int:
         spec = translate(resolved, source=label, base_dir=base_dir, check_paths=True)
         if spec.context:
             spec = spec.with_identity(_reattach_key(env, say), spec.context.get("host", ""))
-        backend = resolved.get("tony.backend") or env.get("TONY_BACKEND") or "local"
+        backend = backend_name(resolved, env)
         try:
             client = TonyClient(backend)
         except ConfigError as exc:

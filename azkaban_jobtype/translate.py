@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_SRC_DIR",
     "TONY_JOB_TYPES",
     "WORKER_ENV_PREFIX",
+    "backend_name",
     "context_conf",
     "describe",
     "path_issues",
@@ -182,7 +183,7 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
         issues.append(SpecIssue(_spelled("src_dir", origins, source), spec.src_dir,
                                 f"must be an existing directory{default}: it is shipped to every task, and a "
                                 "relative path starts at the directory of the job's file", source))
-    on_yarn = (props.get("tony.backend") or os.environ.get("TONY_BACKEND") or "").strip() == "yarn"
+    on_yarn = backend_name(props) == "yarn"
     problem = venv_problem(spec.python_venv, remote=on_yarn) if spec.python_venv else None
     if problem:
         issues.append(SpecIssue(_spelled("python_venv", origins, source), spec.python_venv, problem, source))
@@ -190,6 +191,12 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
     if problem:
         issues.append(SpecIssue(_spelled("executes", origins, source), spec.executes, problem, source))
     return issues
+
+
+def backend_name(props: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:
+    """The backend a job goes to: the props' ``tony.backend``, else ``$TONY_BACKEND``, else ``local``."""
+    env = os.environ if env is None else env
+    return (props.get("tony.backend") or env.get("TONY_BACKEND") or "local").strip()
 
 
 def _text(value: str | None) -> str | None:

@@ -250,8 +250,7 @@ class TaskExecutor:
         return pbp or sys.executable
 
     def command(self) -> str:
-        if (self.task_type == "tensorboard" and self.spec.tensorboard_log_dir
-                and not self.spec.get("tony.tensorboard.command")):
+        if self._serves_log_dir and not self.spec.get("tony.tensorboard.command"):
             return ""  # TonY's TensorBoard task serves its log directory, and runs nothing of the job's
         cmd = self.spec.command_for(self.task_type, python=self._python())
         if cmd is None and self.task_type in self.spec.sidecar_types and self.task_type == "tensorboard":
@@ -325,8 +324,13 @@ class TaskExecutor:
         return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
                                                os.path.join(runtime, "tony")])}
 
+    @property
+    def _serves_log_dir(self) -> bool:
+        """Whether this is TonY's TensorBoard task for tony.application.tensorboard-log-dir."""
+        return self.task_type == "tensorboard" and bool(self.spec.tensorboard_log_dir)
+
     def _wants_tensorboard(self) -> bool:
-        if self.spec.tensorboard_log_dir and self.task_type == "tensorboard":
+        if self._serves_log_dir:
             return True  # TonY's TensorBoard task, whatever tony.task.tensorboard.enabled says
         if not self.spec.tensorboard_enabled:
             return False
@@ -336,7 +340,7 @@ class TaskExecutor:
 
     def _start_tensorboard(self, port: int) -> None:
         logdir = self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard"))
-        if self.spec.tensorboard_log_dir and self.task_type == "tensorboard":
+        if self._serves_log_dir:
             logdir = self.spec.tensorboard_log_dir  # the directory TonY's TensorBoard task serves
         if "://" not in logdir:
             Path(logdir).mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,9 @@ def overdue(dependencies: Iterable[GroupDependency], groups: Mapping[str, list[s
     its group ended, with the group's types this session has. Nothing until every task of the
     session has started (a group that has not begun has not ended), and nothing for a group none
     of whose types the session has."""
+    dependencies = list(dependencies)
+    if not dependencies:  # the monitor asks on every pass; most jobs set none
+        return []
     tasks = list(tasks)
     if any(not t.final and t.registered_at is None for t in tasks):
         return []

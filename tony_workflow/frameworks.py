@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -317,6 +317,21 @@ CAVEATS: dict[str, str] = {
               "project's TensorFlow and JAX do not allow: run the job with a python_venv of MXNet's own "
               "(`make mxnet` builds one, .venv-mxnet); tony-workflow sets its DMLC_* variables"),
 }
+
+
+#: The math libraries' thread pools (OpenMP: PyTorch's CPU operators, OpenBLAS and MKL under NumPy)
+#: size themselves to every core of the machine, whatever the container asked for. Several tasks on
+#: a node then run several times more threads than cores, and the spinning threads cost more than
+#: they compute. Each process of a task gets its share of the container's vcores instead (as
+#: torchrun, PySpark and Ray do), unless the job or its environment already says.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_env(vcores: int, processes: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The thread limits for a process of a task of ``vcores`` running ``processes`` processes,
+    for each of :data:`THREAD_VARIABLES` that ``env`` (what the task would otherwise get) lacks."""
+    share = str(max(1, vcores // max(1, processes)))
+    return {name: share for name in THREAD_VARIABLES if not env.get(name)}
 
 
 def build_env(ctx: TaskContext) -> dict[str, str]:

@@ -7,6 +7,7 @@ from tony_workflow.frameworks import (
     PLACE_VARIABLES,
     TaskContext,
     build_env,
+    thread_env,
     in_place_env,
     launch_command,
     tf_config,
@@ -141,3 +142,10 @@ def test_only_horovod_and_mxnet_jobs_carry_a_caveat():
     for name, why in (("horovod", "C++20"), ("mxnet", "numpy < 1.24")):
         assert CAVEATS[name].startswith(f"framework {name}: ") and why in CAVEATS[name]
         assert "python_venv" in CAVEATS[name]
+
+
+def test_each_process_gets_its_share_of_the_containers_vcores_as_threads_unless_set():
+    assert thread_env(4, 1, {}) == {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "4"}
+    assert thread_env(4, 2, {})["OMP_NUM_THREADS"] == "2"
+    assert thread_env(1, 4, {})["OMP_NUM_THREADS"] == "1"  # never none
+    assert thread_env(8, 1, {"OMP_NUM_THREADS": "3"}) == {"MKL_NUM_THREADS": "8", "OPENBLAS_NUM_THREADS": "8"}

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..archive import unsafe_entry
 from ..context import task_env
 from ..events import log_tail
-from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command
+from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command, thread_env
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
 from ..protocol import ENVIRONMENT_ENV, RESULT_FILE, RUNTIME_ENV, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
@@ -309,6 +309,8 @@ class TaskExecutor:
         env.update(task_env(spec.context))
         env.update(spec.execution_env)
         env.update(spec.shell_env)
+        task = spec.tasks[self.task_type]
+        env.update(thread_env(task.resources.vcores, task.processes, env))
         env.update(self._task_path(env.get("PYTHONPATH")))
         return env
 

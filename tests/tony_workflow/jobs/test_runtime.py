@@ -54,7 +54,8 @@ def stdout_of(handle, task_id):
 
 ENV_DUMP = ("python3 -c 'import os,json; print(\"ENV\", json.dumps({k: os.environ.get(k) for k in "
             "[\"TF_CONFIG\",\"CLUSTER_SPEC\",\"JOB_NAME\",\"TASK_INDEX\",\"TASK_NUM\",\"IS_CHIEF\",\"SESSION_ID\","
-            "\"TONY_CHECKPOINT_DIR\",\"TONY_APPLICATION_ID\",\"CUDA_VISIBLE_DEVICES\",\"TONY_AM_TOKEN\",\"A\",\"B\"]}))'")
+            "\"TONY_CHECKPOINT_DIR\",\"TONY_APPLICATION_ID\",\"CUDA_VISIBLE_DEVICES\",\"TONY_AM_TOKEN\",\"A\",\"B\","
+            "\"OMP_NUM_THREADS\",\"MKL_NUM_THREADS\"]}))'")
 
 
 def dumped_env(handle, task_id):
@@ -64,8 +65,8 @@ def dumped_env(handle, task_id):
 
 def test_job_succeeds_with_tony_task_env(tony_home, tmp_path):
     # ps tracked here, so it is not stopped before it printed its environment
-    h = submit(tmp_path, ENV_DUMP, {"worker": {"instances": 2}, "ps": {"instances": 1}},
-               conf={"tony.containers.envs": "A=1", "tony.execution.envs": "B=2",
+    h = submit(tmp_path, ENV_DUMP, {"worker": {"instances": 2}, "ps": {"instances": 1, "vcores": 2}},
+               conf={"tony.containers.envs": "A=1", "tony.execution.envs": "B=2,MKL_NUM_THREADS=3",
                      "tony.application.untracked.jobtypes": ""})
     st = h.wait(poll_interval=0.2, timeout=60)
     assert st.state == "SUCCEEDED", st.diagnostics
@@ -80,6 +81,8 @@ def test_job_succeeds_with_tony_task_env(tony_home, tmp_path):
     assert w0["CUDA_VISIBLE_DEVICES"] == ""  # no GPUs allocated: none visible
     assert w0["TONY_AM_TOKEN"] is None  # the AM secret never reaches user code
     assert (w0["A"], w0["B"]) == ("1", "2")
+    # the math libraries' threads: the container's vcores, unless the job says otherwise
+    assert (w0["OMP_NUM_THREADS"], ps["OMP_NUM_THREADS"], ps["MKL_NUM_THREADS"]) == ("1", "2", "3")
     # every container is its own process group with its own directory and log files
     dirs = {p.parent for p in h.logs().values() if p.parent.name.startswith("container_")}
     assert len(dirs) == 3 and all((d / "stdout").is_file() and (d / "stderr").is_file() for d in dirs)

@@ -1,7 +1,8 @@
-"""Models as Airflow assets, end to end with Airflow's own parts: ``tony_mnist`` trains for real
-under ``dag.test()`` and publishes the model asset with the job's application, checkpoints and
-metrics; Airflow queues ``tony_mnist_deploy`` (scheduled on the asset) and a real ``airflow
-scheduler`` with the LocalExecutor runs it, and it deploys that very model."""
+"""The main example DAG and models as Airflow assets, end to end with Airflow's own parts:
+``tony_mnist`` trains for real under ``dag.test()`` (its XComs, links and evaluation checked) and
+publishes the model asset with the job's application, checkpoints and metrics; Airflow queues
+``tony_mnist_deploy`` (scheduled on the asset) and a real ``airflow scheduler`` with the
+LocalExecutor runs it, and it deploys that very model."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.airflow_provider.conftest import AIRFLOW_HOME, load_dag, xcoms
+from tests.airflow_provider.test_operators import LINK_KEYS
 
 pytestmark = pytest.mark.tf
 
@@ -48,7 +50,16 @@ def test_a_trained_model_is_an_asset_whose_event_starts_the_deploy_dag(api_serve
 
     dr = load_dag("tony_mnist").test()
     assert dr.state == "success"
-    app_id = xcoms("tony_mnist", dr.run_id, "train")["application_id"]
+    x = xcoms("tony_mnist", dr.run_id, "train")
+    app_id = x["application_id"]
+    assert app_id.startswith("application_")
+    assert x["status"]["state"] == "SUCCEEDED" and x["status"]["application_id"] == app_id
+    assert x["tensorboard_url"].startswith("http://") and x["tracking_url"].startswith("http://")
+    for key in LINK_KEYS:
+        assert x[key].startswith("http://"), key
+    assert x["_link_TonyTensorBoardLink"] == x["tensorboard_url"]
+    evaluation = xcoms("tony_mnist", dr.run_id, "evaluate")["return_value"]
+    assert evaluation["test_accuracy"] > 0.5 and evaluation["train_steps"] == 120
     with create_session() as session:
         asset = session.scalars(select(AssetModel).where(AssetModel.name == "tony_mnist_model")).one()
         events = session.scalars(select(AssetEvent).where(AssetEvent.asset_id == asset.id)).all()

@@ -309,26 +309,6 @@ def test_an_execution_id_of_another_server_or_set_by_hand_is_not_followed(tony_h
         wait_for(lambda app_id=app_id: not app_processes(app_id), timeout=90)
 
 
-@pytest.mark.frameworks
-@pytest.mark.parametrize("name, job, tag, steps", [("pytorch_ddp", "ddp_train", "[ddp] session=0 rank=0", 176),
-                                                   ("jax", "jax_train", "[jax] session=0 process=0", 300)])
-def test_the_pytorch_and_jax_example_projects_train(tony_home, tmp_path, name, job, tag, steps):
-    import shutil
-    project = tmp_path / name
-    shutil.copytree(EXAMPLE.parent / name, project)
-    with load_project(project) as loaded:
-        [train] = [i for i in loaded.instances(runtime={"azkaban.flow.execid": "7"}) if i.node.name == job]
-        props = resolve(train.props)
-    run = Execution(project, job, props)
-    assert run.wait(600) == 0, run.log
-    [app_id] = run.application_ids()
-    assert run.output()["tony.final.status"] == "SUCCEEDED"
-    metrics = json.loads((app_dir(tony_home, app_id) / "checkpoints" / "final" / "metrics.json").read_text())
-    assert metrics["steps"] == steps and metrics["accuracy"] >= 0.85, metrics
-    stdout = "".join(p.read_text() for p in app_dir(tony_home, app_id).glob("containers/*/stdout"))
-    assert f"{tag} done steps={steps}" in stdout
-
-
 @pytest.mark.tf
 def test_the_example_project_trains_mnist(tony_home, tmp_path):
     import shutil

@@ -189,3 +189,22 @@ def test_missing_directories_are_reported_when_checked(tmp_path):
     assert any(p.startswith("bad.job: src_dir: must be an existing directory (the default, since src_dir is not "
                             "set)") for p in found)
     assert any(p.startswith("bad.job: python_venv (line 4): must be an existing virtualenv") for p in found)
+
+
+@pytest.mark.parametrize("name, job, framework, workers, params", [
+    ("pytorch_ddp", "ddp_train", "pytorch", 2, "--epochs 8 --save-every 10"),
+    ("jax", "jax_train", "jax", 3, "--steps 300 --save-every 20")])
+def test_the_pytorch_and_jax_example_projects_are_jobs_of_their_framework_with_their_scripts(name, job, framework,
+                                                                                             workers, params):
+    # Their scripts are the examples' own (src/ links to them), which the framework job tests and
+    # the example DAGs train for real; what is the projects' own is their props.
+    project = EXAMPLE.parent / name
+    with load_project(project) as loaded:
+        [instance] = [i for i in loaded.instances(runtime={"azkaban.flow.execid": "7"}) if i.node.name == job]
+        props = instance.props
+        spec = translate(resolve(props), source=instance.node.source, origins=props.origins(), base_dir=project,
+                         check_paths=True)
+    assert spec.framework == framework and spec.tasks["worker"].instances == workers
+    assert (spec.executes, spec.task_params) == ("train.py", params)
+    assert (Path(spec.src_dir) / "train.py").is_file()
+    assert spec.conf["tony.am.retry-count"] == "1"

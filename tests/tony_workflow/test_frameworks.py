@@ -7,10 +7,10 @@ from tony_workflow.frameworks import (
     PLACE_VARIABLES,
     TaskContext,
     build_env,
-    thread_env,
     in_place_env,
     launch_command,
     tf_config,
+    thread_env,
 )
 
 CLUSTER = {"chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"], "tensorboard": ["h4:5"]}

@@ -97,21 +97,18 @@ def test_ps_example_succeeds(tony_home):
     assert st.progress["task"] == "chief:0" and st.progress["step"] == st.progress["total"] > 0
 
 
-@pytest.mark.parametrize("target", ["user", "executor"])
-def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home, target):
+def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home):
+    # The worker's executor is killed (a dead trainer alone is test_runtime's and test_deaths' case,
+    # with no framework): its TensorFlow server must go with it, or the relaunch, which keeps the
+    # task's address, would find the port taken.
     spec = load_job(str(PS), conf=[*SMALL, "tony.worker.restart-policy=task", "tony.am.retry-count=2"],
                     task_params="--steps 200 --step-sleep 0.05")
     h = TonyClient("local").submit(spec)
     wait_for(lambda: re.search(r"step=[2-9]\d", stdout(h, "chief:0")))
     before = {t.task_id: t.pid for t in h.status().tasks}
     trainer = user_process(before["worker:1"])
-    if target == "user":
-        trainer.send_signal(signal.SIGKILL)
-    else:
-        # Its executor: the worker's TensorFlow server must go with it, or the relaunch, which
-        # keeps the task's address, would find the port taken.
-        task = h.status().task("worker:1")
-        os.kill(int((Path(task.log_url).parent / "pid").read_text()), signal.SIGKILL)
+    task = h.status().task("worker:1")
+    os.kill(int((Path(task.log_url).parent / "pid").read_text()), signal.SIGKILL)
     st = h.wait(poll_interval=0.5, timeout=300)
     assert not trainer.is_running() or trainer.status() == "zombie"
     assert app_processes(h.app_id) == []

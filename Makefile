@@ -12,11 +12,11 @@ FRAMEWORKS := $(VENV)/.installed-frameworks
 # MXNet job names as its python_venv (the test of a real MXNet job uses this one).
 MXNET_VENV := .venv-mxnet
 PYTEST_ARGS ?=
-# TEST_WORKERS=4 runs the suite in 4 processes, a test module to each at a time (the longest
-# first; see tests/conftest.py): most of its time is spent waiting on clusters and jobs. On two
-# cores that keeps the CPU busy throughout, and tests whose jobs must outpace their own timers
-# do not yet all hold under that load, so the default is one process.
-TEST_WORKERS ?= 0
+# The suite runs in 4 processes, a test module to each at a time (the longest first; see
+# tests/conftest.py): most of a test's time is spent waiting on clusters and jobs, so on two cores
+# four keep the CPU busy throughout (about 20 minutes, against an hour in one process).
+# TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 4
 
 .PHONY: run test test-fast setup frameworks mxnet browser kerberos clean
 

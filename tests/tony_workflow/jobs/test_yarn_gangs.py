@@ -194,13 +194,15 @@ def test_a_relaunch_right_after_the_gang_formed_asks_again_for_a_request_the_res
 def runner_and_waiter(a, b):
     """(the job that runs, the one that waits, its status), once one runs and the other waits. The
     runner is read after the waiter, running still, none of its tasks ended: one that had begun to
-    give its containers back may have let the waiter's turn come, which is no sight of it waiting."""
+    give its containers back may have let the waiter's turn come, which is no sight of it waiting.
+    The waiter's reason is its gate's own word: before the gate has written one (its skein master
+    still starting, on a busy machine), the status can only say it waits for its turn."""
     sa, sb = a.status(), b.status()
     sa_after = a.status()
     for run, srun, swait in ((a, sa_after, sb), (b, sb, sa)):
         if (srun.state == "RUNNING" and not any(t.state in ("SUCCEEDED", "FAILED", "KILLED") for t in srun.tasks)
                 and swait.state == "ALLOCATING" and swait.waiting_reason
-                and not swait.waiting_reason.startswith("its turn has come")):
+                and not swait.waiting_reason.startswith(("its turn has come", "waiting for its turn in the queue"))):
             return run, (b if run is a else a), swait
     return None
 

@@ -110,6 +110,10 @@ def load_dag(name: str, dag_id: str | None = None):
                                                   if getattr(d, "dag_id", None) == dag_id and hasattr(d, "test"))
 
 
+#: The XComs the operator pushes for its extra links (TensorBoard, tracking page, logs).
+LINK_KEYS = ("_link_TonyTensorBoardLink", "_link_TonyTrackingLink", "_link_TonyLogsLink")
+
+
 def xcoms(dag_id: str, run_id: str, task_id: str) -> dict:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session

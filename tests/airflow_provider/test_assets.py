@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_provider.conftest import AIRFLOW_HOME, load_dag, xcoms
-from tests.airflow_provider.test_operators import LINK_KEYS
+from tests.airflow_provider.conftest import AIRFLOW_HOME, LINK_KEYS, load_dag, xcoms
 
 pytestmark = pytest.mark.tf
 

@@ -7,11 +7,9 @@ from datetime import UTC
 
 import pytest
 
-from tests.airflow_provider.conftest import load_dag, task_instance, write_dag, xcoms
+from tests.airflow_provider.conftest import LINK_KEYS, load_dag, task_instance, write_dag, xcoms
 
 pytestmark = pytest.mark.tf
-
-LINK_KEYS = ("_link_TonyTensorBoardLink", "_link_TonyTrackingLink", "_link_TonyLogsLink")
 
 
 def test_ps_strategy_dag_succeeds(airflow_db, tony_home):

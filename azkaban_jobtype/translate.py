@@ -27,13 +27,15 @@ task sees them as ``TONY_CONTEXT_*`` variables.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from tony_workflow.client import executes_problem, venv_problem
+from tony_workflow.client import executes_problem, reads_cluster_files, venv_problem
 from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
+from tony_workflow.spec.resources import absolute, resource_issues, resources_by_type
 
 from .props import Origin
 
@@ -138,6 +140,8 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
         for name in ("src_dir", "python_venv"):
             if fields[name] and "://" not in fields[name] and not os.path.isabs(fields[name]):
                 fields[name] = str(Path(base_dir) / fields[name])
+        # TonY's resources: a relative local path starts at the job's working directory too.
+        conf = {k: absolute(v, Path(base_dir)) if k.endswith(".resources") and v else v for k, v in conf.items()}
 
     no_executes = not fields["executes"] and not _every_type_has_command(conf)
     if no_executes:
@@ -170,9 +174,11 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
         # By the path as written (normalised, links not followed): ``..`` or an absolute path
         # elsewhere leaves the project; a link the project itself holds is the project's business.
         root = Path(os.path.abspath(project_dir))
-        for name in ("src_dir", "python_venv"):
-            value = getattr(spec, name)
-            if value and "://" not in value and not Path(os.path.abspath(value)).is_relative_to(root):
+        shipped = [(name, getattr(spec, name), getattr(spec, name)) for name in ("src_dir", "python_venv")]
+        shipped += [(r.key, spec.conf[r.key], str(r.local_path)) for rs in _resources(spec).values() for r in rs
+                    if not r.remote]
+        for name, value, path in shipped:
+            if path and "://" not in path and not Path(os.path.abspath(path)).is_relative_to(root):
                 issues.append(SpecIssue(_spelled(name, origins, source), value,
                                         f"must stay inside the project directory {root}: a job ships its "
                                         "project's files, not others of the machine", source))
@@ -190,7 +196,18 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
     problem = executes_problem(spec)
     if problem:
         issues.append(SpecIssue(_spelled("executes", origins, source), spec.executes, problem, source))
+    for issue in resource_issues(spec.conf, set(spec.tasks), remote_ok=on_yarn or reads_cluster_files("local"),
+                                 source=source):
+        issues.append(dataclasses.replace(issue, key=_spelled(issue.key, origins, source)))
     return issues
+
+
+def _resources(spec: JobSpec) -> dict:
+    """The spec's resources by type; none where an entry cannot be read (resource_issues says why)."""
+    try:
+        return resources_by_type(spec.conf)
+    except ValueError:
+        return {}
 
 
 def backend_name(props: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:

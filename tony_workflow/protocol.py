@@ -45,6 +45,7 @@ __all__ = [
     "RDZV_STORE",
     "RECORD",
     "REGISTER",
+    "RESOURCES_ENV",
     "RESULT",
     "RESULT_FILE",
     "ROUTES",
@@ -99,6 +100,8 @@ OWNER_ENV = "TONY_AM_OWNER"
 #: packed environment (a site-packages directory). A task's own processes get the environment and
 #: the runtime's ``tony/`` on their path, never its ``lib/``.
 RUNTIME_ENV, ENVIRONMENT_ENV = "TONY_RUNTIME", "TONY_ENVIRONMENT"
+#: The names of the resources YARN gave a container (comma-separated; see task/workdir.py).
+RESOURCES_ENV = "TONY_RESOURCES"
 
 
 # ---------------------------------------------------------------- requests

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import os
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,11 +25,12 @@ from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..spec.keys import task_key
+from ..spec.resources import resource_issues
 from ..status import JobStatus, check_application_id
 from .follow import Follower, JobUpdate
 
 __all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication", "check_paths", "executes_problem", "load_job",
-           "venv_problem"]
+           "reads_cluster_files", "venv_problem"]
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
@@ -48,8 +50,16 @@ def check_paths(spec: JobSpec, backend: str = "local") -> None:
     problem = executes_problem(spec)
     if problem:
         issues.append(SpecIssue("executes", spec.executes, problem, spec.source))
+    issues.extend(resource_issues(spec.conf, set(spec.tasks), remote_ok=reads_cluster_files(backend),
+                                  source=spec.source))
     if issues:
         raise SpecError(issues)
+
+
+def reads_cluster_files(backend: str) -> bool:
+    """Whether ``backend`` can give a container files from the cluster's file system: YARN
+    always; the embedded cluster when a Hadoop configuration says where HDFS is."""
+    return backend == "yarn" or bool(os.environ.get("HADOOP_CONF_DIR"))
 
 
 def executes_problem(spec: JobSpec) -> str | None:

@@ -19,6 +19,7 @@ from .errors import error
 from .keys import LOCAL_CLUSTER_DEFAULTS
 from .model import JobSpec
 from .render import render_template
+from .resources import absolute
 from .table import TONY_DEFAULTS
 
 __all__ = ["is_text", "load_job", "load_spec", "load_tony_xml", "read_text", "site_conf", "site_path"]
@@ -173,4 +174,11 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
             # (a field, or a spec given as text or a mapping) is relative to base_dir.
             path = (file_dir if file_dir is not None and not given else Path(base_dir or ".")) / path
         updates[key] = str(path.resolve())
+    # TonY's resources: local paths written in a spec file start beside it, others at base_dir.
+    overridden = set(conf) if isinstance(conf, Mapping) else {str(c).split("=", 1)[0].strip() for c in conf}
+    located = {key: absolute(value, file_dir if file_dir is not None and key not in overridden
+                             else Path(base_dir or "."))
+               for key, value in loaded.conf.items() if key.endswith(".resources") and value}
+    if located:
+        updates["conf"] = {**loaded.conf, **located}
     return dataclasses.replace(loaded, **updates) if updates else loaded

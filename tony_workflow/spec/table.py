@@ -154,8 +154,9 @@ MODIFY_ACLS = Key("tony.application.modify-acls", parse_acl,
 CONTAINER_COMMAND = text("tony.containers.command", "the command of every task type without its own")
 CONTAINER_ENV = environment("tony.containers.envs", "the environment of every container")
 EXECUTION_ENV = environment("tony.execution.envs", "the environment of every user process")
-CONTAINER_RESOURCES = listing("tony.containers.resources", "files for every container; not yet localized "
-                              "(a job that sets it is warned)")
+CONTAINER_RESOURCES = listing("tony.containers.resources", "files every container (the AM's too) is given in its "
+                              "working directory: `path`, `path::alias`, `path#archive` (unpacked), a directory; "
+                              "local or hdfs://")
 HISTORY_RETENTION_S = integer("tony.history.retention-sec", 0, "how long history records are kept; 0: forever")
 DOCKER_ENABLED = boolean("tony.docker.enabled", "containers run in docker images (tony.docker.<type>.image)")
 
@@ -280,8 +281,8 @@ TASK_KEYS: tuple[TaskKey[Any], ...] = (
             "`session` (a failure relaunches the session) or `task` (only that task, at its address)", "session",
             kind="session or task"),
     _task_integer("timeout", "timeout", 0, "a task's time limit in ms; 0: none", "0"),
-    TaskKey("resources", None, _optional_text, "files for the type's containers; not yet localized (a job that "
-            "sets it is warned)", checked=False),
+    TaskKey("resources", None, _optional_text, "files the type's containers are given, as "
+            "tony.containers.resources (the type's own win by name)", checked=False),
     TaskKey("spread", "spread", parse_bool, "on YARN, the type's tasks go to distinct nodes where the cluster allows",
             "false", kind="boolean"),
     TaskKey("processes", "processes", parse_processes, "PyTorch: processes of the command per container, under "

@@ -80,10 +80,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "Horovod job gets Horovod's variables only"),
     _refuse("tony.other.namenodes", "delegation tokens are obtained for the cluster's own file system only: "
             "the job could not read the other NameNodes"),
-    _warn("tony.containers.resources", "not yet localized into the containers: ship files in src_dir, or read "
-          "them from HDFS"),
-    _warn("tony.<type>.resources", "not yet localized into the containers: ship files in src_dir, or read them "
-          "from HDFS"),
     _warn("tony.history.finished", _HISTORY),
     _warn("tony.history.intermediate", _HISTORY),
     _warn("tony.history.mover-interval-ms", _HISTORY),

@@ -34,6 +34,7 @@ from ..spec import JobSpec
 from .handoff import HANDOFF_ENV, serve
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
+from .workdir import python_path, user_directory
 
 __all__ = ["PortReservation", "TaskExecutor", "main"]
 
@@ -121,7 +122,6 @@ class TaskExecutor:
         self.container_id = e.get("TONY_CONTAINER_ID")
         # On YARN the NodeManager tells the container its host; the embedded cluster is loopback.
         self.host = e.get("TONY_TASK_HOST") or e.get("NM_HOST") or "127.0.0.1"
-        self.user_dir = Path.cwd() / e.get("TONY_WORKDIR", ".")
         self.spec = JobSpec.from_dict(json.loads(Path(e["TONY_SPEC_FILE"]).read_text()))
         self.am = AMClient(e["TONY_AM_ADDRESS"], e["TONY_AM_TOKEN"], timeout=10)
         self.workdir = Path.cwd()
@@ -303,9 +303,7 @@ class TaskExecutor:
             env["TB_LOG_DIR"] = spec.tensorboard_log_dir
         # A bare `python` in a command means the job's interpreter (venv, python_binary_path, or
         # the one running this executor), not whatever else happens to be first on PATH.
-        python_dir = os.path.dirname(self._python())
-        if python_dir:
-            env["PATH"] = os.pathsep.join([python_dir, env.get("PATH", os.defpath)])
+        env["PATH"] = os.pathsep.join([*python_path(self.workdir, self._python()), env.get("PATH", os.defpath)])
         env.update(task_env(spec.context))
         env.update(spec.execution_env)
         env.update(spec.shell_env)
@@ -484,6 +482,7 @@ class TaskExecutor:
         if command:
             command = launch_command(ctx, command, self._python())
         env = self._user_env(ctx, tb_port.port if tb_port else None)
+        user_dir = user_directory(self.workdir, self.env)  # the source, resources and venv side by side
         if command:
             self.inbox = ReportInbox(secrets.token_hex(16))
             env.update(self.inbox.environment())
@@ -492,7 +491,7 @@ class TaskExecutor:
             self._start_tensorboard(tb_port.port)
         port.release_for_launch()
         if command:
-            self.user = subprocess.Popen(["bash", "-c", command], cwd=self.user_dir, env=env,
+            self.user = subprocess.Popen(["bash", "-c", command], cwd=user_dir, env=env,
                                          stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
             with contextlib.suppress(AMError, AMUnreachable):

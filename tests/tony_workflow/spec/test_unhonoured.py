@@ -30,7 +30,7 @@ def test_every_key_of_tony_default_xml_is_read_here_or_said_not_to_be():
     for key in load_tony_xml(tony_fixture("tony-default.xml")):
         field = TASK_KEY.match(key)
         honoured = (key in {k.name for k in table.KEYS} or key in READ_BY_NAME
-                    or (field is not None and field.group(1) in table.TASK_FIELDS and field.group(1) != "resources")
+                    or (field is not None and field.group(1) in table.TASK_FIELDS)
                     or key.startswith("tony.version-info."))
         assert honoured != (not_honoured(key) is not None), key
     for key in READ_BY_NAME:
@@ -57,9 +57,9 @@ def test_a_key_of_another_part_of_tony_is_accepted_with_a_warning_naming_it():
     spec = load_job(job(**{"tony.history.finished": "/tony/history", "tony.task.executor.jvm.opts": "-Xmx4g",
                            "tony.worker.resources": "hdfs:///data/vocab.txt"}))
     spec.validate()
+    # Resources are given to the containers (spec/resources.py): no word on them.
     assert sorted(w.split(" has no effect")[0] for w in spec.warnings) == [
-        "tony.history.finished='/tony/history'", "tony.task.executor.jvm.opts='-Xmx4g'",
-        "tony.worker.resources='hdfs:///data/vocab.txt'"]
+        "tony.history.finished='/tony/history'", "tony.task.executor.jvm.opts='-Xmx4g'"]
     assert any(w.startswith("tony.history.finished=") and "TonY's history server" in w for w in spec.warnings)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -25,6 +26,7 @@ def executor(tmp_path, task_id: str, doc: dict | None = None, **env: str) -> Tas
             "TONY_AM_TOKEN": "executors-secret", "TONY_CONTAINER_ID": "c-1", "PATH": "/usr/bin"}
     ex = TaskExecutor({**base, **env})
     ex.checkpoint_dir = tmp_path / "checkpoint"
+    ex.workdir = tmp_path  # the container's directory
     return ex
 
 
@@ -46,8 +48,12 @@ def test_the_user_process_gets_tf_config_and_the_tony_variables_but_not_the_am_t
     assert (env["JOB_NAME"], env["TASK_INDEX"], env["SESSION_ID"]) == ("worker", "1", "3")
     assert env["TONY_CHECKPOINT_DIR"] == str(tmp_path / "checkpoint") and env["DATA"] == "/data/digits"
     assert "TONY_AM_TOKEN" not in env and "TB_PORT" not in env
-    # A bare `python` in the command is the executor's own interpreter.
-    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    # A bare `python` in the command is the executor's own interpreter, whatever the node's PATH holds.
+    then = env["PATH"].split(os.pathsep)[1]
+    ran = subprocess.run(["python", "-c", "import sys; print(sys.prefix)"], env={"PATH": env["PATH"]},
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == sys.prefix  # the executor's virtualenv, not only its interpreter
+    assert then == os.path.dirname(sys.executable)
 
 
 def test_with_a_shipped_runtime_the_task_imports_its_environment_and_this_package_never_the_runtimes_own(tmp_path):

@@ -25,7 +25,7 @@ from ... import process
 from ...errors import UnknownApplication
 from ...protocol import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ...retention import clean_now_and_then
-from ...spec import JobSpec, LocalSettings, local_settings
+from ...spec import JobSpec, LocalSettings, SpecError, local_settings
 from ...status import JobState, JobStatus, check_application_id
 from ..base import (
     AMEndpoint,
@@ -40,6 +40,8 @@ from ..base import (
 )
 from .forkserver import ForkServer, ForkServerGone
 from .ledger import Inventory, Ledger, cluster_dir, join_queue, next_application_id
+from .localize import link_into
+from .localize import stage as stage_resources
 
 __all__ = ["LocalBackend", "LocalClusterManager"]
 
@@ -159,6 +161,8 @@ class LocalClusterManager(ClusterManager):
             # is hard-linked into every container (one copy on disk, whatever the number of tasks
             # and relaunches); a task that replaces a file gets its own, and none can change another's.
             shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True, copy_function=_link_or_copy)
+        # TonY's resources, staged once at submission, beside the source (localize.py).
+        link_into(self.app_dir, container.task_id.split(":")[0], wd)
         container.workdir = wd
         container.stdout, container.stderr = wd / "stdout", wd / "stderr"
         env = {**os.environ, **env}
@@ -299,6 +303,11 @@ class LocalBackend(Backend):
             shutil.copytree(spec.src_dir, d / "src", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
             _read_only(d / "src")
+        try:
+            stage_resources(spec.conf, d)
+        except SpecError:
+            shutil.rmtree(d, ignore_errors=True)
+            raise
         _write_private(d / "spec.json", json.dumps(spec.to_dict(), indent=1))
         _write_private(d / SETTINGS_FILE, json.dumps(settings.to_dict(), indent=1))
         status = JobStatus(application_id=app_id, state=JobState.SUBMITTED, name=spec.name,

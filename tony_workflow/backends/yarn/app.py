@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...protocol import ENVIRONMENT_ENV, RUNTIME_ENV
+from ...protocol import ENVIRONMENT_ENV, RESOURCES_ENV, RUNTIME_ENV
 from .attempts import am_restarts
 from .containers import (
     AM_SERVICE,
@@ -48,6 +48,12 @@ class Shipment:
     files: dict[str, Any] = field(default_factory=dict)
     spec_env: dict[str, str] | None = None
     security: Any = None
+    #: TonY's resources by name: None's every container's (the AM's too), a task type's its own.
+    resources: dict[str | None, dict[str, Any]] = field(default_factory=dict)
+
+    def resources_of(self, task_type: str | None) -> dict[str, Any]:
+        """The resources a container of ``task_type`` (None: the AM) gets: its type's over every container's."""
+        return {**self.resources.get(None, {}), **(self.resources.get(task_type, {}) if task_type else {})}
 
     @property
     def runtime(self) -> bool:
@@ -104,8 +110,9 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
                 # The executor; a container asked for before the AM ran learns its task first (yarn/boot.py).
                 script=(f'{head}if [ -n "${{TONY_TASK_ID:-}}" ]; then exec {python} -m tony_workflow.task.executor; '
                         f"fi; exec {python} -m tony_workflow.backends.yarn.boot"),
-                files={**shipment.common(), **shipment.for_tasks()},
-                env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".", **docker_env(task.docker_image)},
+                files={**shipment.resources_of(task.type), **shipment.common(), **shipment.for_tasks()},
+                env={**base_env, "TONY_WORKDIR": "src" if spec.src_dir else ".", **docker_env(task.docker_image),
+                     RESOURCES_ENV: ",".join(sorted(shipment.resources_of(task.type)))},
                 instances=instances, max_restarts=0,
                 # The AM decides what a failed task means; skein must not fail the application.
                 allow_failures=True, node_label=task.node_label or "", **locality)
@@ -116,7 +123,7 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
         resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
         # The supervisor runs the AM's attempts in this container (tony_workflow.am.supervisor).
         script=f"{head}exec {python} -m tony_workflow.am.supervisor --backend yarn --app-dir .",
-        files=shipment.common(), env=am_env, node_label=spec.am_node_label or "",
+        files={**shipment.resources_of(None), **shipment.common()}, env=am_env, node_label=spec.am_node_label or "",
         # A container lost whole (its node) is started again elsewhere (yarn/attempts.py).
         max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),
         # Asked for as the application starts, or by the gate once the job's turn has come (yarn/gate.py).

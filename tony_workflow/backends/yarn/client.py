@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,7 +55,7 @@ from ...kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secu
 from ...spec import JobSpec, SpecError, SpecIssue
 from ...spec.keys import TONY_XML_DEFAULTS
 from ...status import JobState, JobStatus
-from ...storage import open_storage
+from ...storage import open_storage, qualified
 from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key
 from .access import act_as, kill_refused, proxied_by, refused_by_yarn, submitting_user, view_refused
 from .app import Shipment, application
@@ -83,7 +84,7 @@ from .gate import asked_first
 from .line import line_store
 from .rm import AppReport, ResourceManager, RMError, node_totals, resource_manager
 from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
-from .ship import deterministic_zip, open_cache, shipped, skein_security, spec_env
+from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
 from .spread import spread_hosts
 from .start import StartPlan, plan_start
 
@@ -334,7 +335,15 @@ class YarnBackend(Backend):
 
     def _submit(self, spec: JobSpec, rm: ResourceManager, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
-        shipment = self._ship(spec, staging, open_cache(self.conf_dir, login, spec.proxy_user))
+        cache = open_cache(self.conf_dir, login, spec.proxy_user)
+        shipment = self._ship(spec, staging, cache)
+        try:
+            shipment.resources = ship_resources(spec.conf, staging, cache, partial(
+                open_storage, hadoop_conf_dir=self.conf_dir, login=login, doas=spec.proxy_user),
+                partial(qualified, hadoop_conf_dir=self.conf_dir))
+        except SpecError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
         # when the queue has room for it now (yarn/start.py); else none, and the gate asks in turn.
         log.debug("%s: %s", spec.name, plan.why)
@@ -386,7 +395,8 @@ class YarnBackend(Backend):
             shipment.files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")),
                                                type="archive")
         if spec.python_venv:
-            shipment.files["venv"] = self._venv(spec.python_venv, staging)
+            shipment.files["venv"] = ship_venv(qualified(spec.python_venv, self.conf_dir)
+                                                if "://" in spec.python_venv else spec.python_venv, staging)
         shipment.files["hadoop-conf"] = shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
                                                 "archive")
         shipment.spec_env = spec_env(spec.to_dict())
@@ -394,15 +404,6 @@ class YarnBackend(Backend):
             (staging / "spec.json").write_text(json.dumps(spec.to_dict()))
             shipment.files["spec.json"] = skein.File(str(staging / "spec.json"), type="file")
         return shipment
-
-    @staticmethod
-    def _venv(location: str, staging: Path) -> Any:
-        """TonY's ``python_venv``: an ``hdfs://`` archive as it is, a zip as it is, a directory zipped."""
-        import skein
-        if "://" in location:
-            return skein.File(location, type="archive")
-        venv = Path(location)
-        return skein.File(str(venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")), type="archive")
 
     def _apply_limits(self, app_id: str, spec: JobSpec) -> None:
         """What skein's application spec cannot say, set through the ResourceManager as soon as the

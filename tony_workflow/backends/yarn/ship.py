@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,8 @@ from ...kerberos import Login
 from ...process import user_name
 from ...storage import Storage, open_storage, qualified
 
-__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "shipped",
-           "skein_security", "spec_env"]
+__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "ship_resources",
+           "ship_venv", "shipped", "skein_security", "spec_env"]
 
 log = logging.getLogger("tony.yarn")
 
@@ -163,3 +163,52 @@ def skein_security(cache: Cache | None) -> object:
         log.info("skein's credentials not cached (%s): they are uploaded with the job", e)
         return None
     return skein.Security(cert_file=shipped(cache, files[0], "file"), key_file=shipped(cache, files[1], "file"))
+
+
+def ship_resources(conf: dict[str, str], staging: Path, cache: Cache | None,
+                   open_remote: Callable[[str], Storage],
+                   qualify: Callable[[str], str] = str) -> dict[str | None, dict[str, object]]:
+    """skein's Files for TonY's resources (:mod:`tony_workflow.spec.resources`), by owner (None:
+    every container) and name: a local file as it is (``#archive``: unpacked by YARN), a local
+    directory zipped and unpacked by YARN under its name, an ``hdfs://`` file as it is, and an
+    ``hdfs://`` directory's first-level files each under its own name (``open_remote(uri)`` lists
+    it). ``qualify(uri)`` names the NameNode where a URI leaves it out (``hdfs:///data``), which
+    a NodeManager cannot resolve. Local files go through the user's cache, uploaded once. Raises
+    SpecError naming the key and entry of one that cannot be shipped."""
+    import skein
+
+    from ...spec import SpecError, SpecIssue
+    from ...spec.resources import resources_by_type
+
+    out: dict[str | None, dict[str, object]] = {}
+    for owner, entries in resources_by_type(conf).items():
+        files = out.setdefault(owner, {})
+        for n, r in enumerate(entries):
+            kind = "archive" if r.archive else "file"
+            try:
+                if r.remote:
+                    source = qualify(r.source)
+                    listed = [key for key in open_remote(source).list("") if "/" not in key]
+                    if listed:  # a directory: its own files, by their names (not its subdirectories)
+                        files.update({key: skein.File(f"{source.rstrip('/')}/{key}", type="file") for key in listed})
+                    else:
+                        files[r.name] = skein.File(source, type=kind)
+                elif r.local_path.is_dir():
+                    zipped = staging / "resources" / str(owner) / str(n)
+                    zipped.mkdir(parents=True, exist_ok=True)
+                    files[r.name] = shipped(cache, deterministic_zip(r.local_path, zipped / f"{r.name}.zip"), "archive")
+                else:
+                    files[r.name] = shipped(cache, r.local_path, kind)
+            except OSError as e:
+                raise SpecError([SpecIssue(r.key, conf[r.key], f"{r.source} could not be given to the containers: "
+                                           f"{e}")]) from None
+    return out
+
+
+def ship_venv(location: str, staging: Path) -> object:
+    """TonY's ``python_venv``: an ``hdfs://`` archive as it is, a zip as it is, a directory zipped."""
+    import skein
+    if "://" in location:
+        return skein.File(location, type="archive")
+    venv = Path(location)
+    return skein.File(str(venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")), type="archive")

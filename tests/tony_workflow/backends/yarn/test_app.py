@@ -63,3 +63,14 @@ def test_the_prelude_writes_the_spec_out_of_the_environment_and_drops_it():
     assert head.startswith('export HADOOP_CONF_DIR="$PWD/hadoop-conf"; printf %s "$TONY_SPEC" | base64 -d')
     assert "unset TONY_SPEC" in head
     assert "TONY_SPEC" not in prelude(Shipment("python3.11", files("spec.json")))
+
+
+def test_each_type_gets_its_resources_and_every_container_the_common_ones():
+    job = spec(worker={"instances": 1, "command": "true"}, ps={"instances": 1, "command": "true"})
+    common, own = files("common"), {"vocab.txt": skein.File("hdfs://nn:8020/data/vocab.txt", type="file")}
+    shipment = Shipment("python3", files("hadoop-conf"), resources={None: common, "worker": own})
+    app = application(job, shipment, tags=["tony"], at_start=[], spread={}, docker_env=lambda image: {})
+    worker, ps, am = (app.services[f"tony-{t}"] for t in ("worker", "ps", "am"))
+    assert {"common", "vocab.txt"} <= set(worker.files) and worker.env["TONY_RESOURCES"] == "common,vocab.txt"
+    assert "common" in ps.files and "vocab.txt" not in ps.files and ps.env["TONY_RESOURCES"] == "common"
+    assert "common" in am.files and "vocab.txt" not in am.files  # the AM gets every container's

@@ -63,3 +63,35 @@ def test_the_spec_rides_in_the_environment_and_the_script_writes_it_out(tmp_path
     # Too large for one variable: it goes as a file instead.
     assert spec_env({"env": {f"K{i}": "x" * 64 for i in range(20000)}}) is None
     assert "spec.json" not in prelude(Shipment("python3"))
+
+
+def test_resources_ship_as_yarn_localizes_them(tmp_path):
+    import pytest
+    pytest.importorskip("skein")
+    from tony_workflow.backends.yarn.ship import ship_resources
+    from tony_workflow.spec import SpecError
+    given = tree(tmp_path / "given", {"vocab.txt": "w", "dir/a.txt": "a", "m.zip": "zip"})
+    hdfs = tree(tmp_path / "hdfs", {"lib/one.jar": "1", "lib/two.jar": "2", "lib/nested/three.jar": "3",
+                                    "data/x.csv": "x"})
+
+    def open_remote(uri):  # HDFS as its WebHDFS store lists it; the store here is a local one
+        return LocalStorage(str(hdfs / uri.split("://nn:8020/", 1)[1]))
+
+    cache = Cache(LocalStorage(str(tmp_path / "store")), "hdfs://nn:8020", user="u")
+    conf = {"tony.containers.resources": f"{given}/vocab.txt,{given}/dir,hdfs://nn:8020/lib",
+            "tony.worker.resources": f"{given}/m.zip::model#archive,hdfs://nn:8020/data/x.csv::x"}
+    shipped = ship_resources(conf, tmp_path / "staging", cache, open_remote)
+    common, worker = shipped[None], shipped["worker"]
+    assert sorted(common) == ["dir", "one.jar", "two.jar", "vocab.txt"]  # a directory's own files, not nested ones
+    assert common["one.jar"].source == "hdfs://nn:8020/lib/one.jar" and common["one.jar"].type == "file"
+    assert common["dir"].type == "archive" and common["dir"].source.endswith("/dir.zip")  # zipped, unpacked by YARN
+    assert common["vocab.txt"].source.startswith("hdfs://nn:8020/user/u/.tony/cache/")  # uploaded once
+    assert worker["model"].type == "archive" and worker["x"].source == "hdfs://nn:8020/data/x.csv"
+    assert worker["x"].type == "file"
+
+    def refusing(uri):
+        raise PermissionError(13, "Permission denied", uri)
+
+    with pytest.raises(SpecError, match="tony.containers.resources: hdfs://nn:8020/lib could not be given to the "
+                                        "containers: .*Permission denied"):
+        ship_resources({"tony.containers.resources": "hdfs://nn:8020/lib"}, tmp_path / "s2", None, refusing)

@@ -20,7 +20,7 @@ from ..errors import (
     UnknownApplication,
     UsageError,
 )
-from ..spec import SpecError, parse_pairs
+from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, hanging
 from . import JobHandle, TonyClient, load_job
 
@@ -49,11 +49,30 @@ def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobSt
     return status if status is not None else handle.status()
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    spec = load_job(args.spec, conf=args.conf or (), variables=parse_pairs(args.set, "--set"),
+def _tony_flags(args: argparse.Namespace) -> list[str]:
+    """TonY's client flags that are keys of the job, as --conf entries: appended where the key
+    holds a list (tony.containers.envs and resources), as TonY appends them."""
+    conf = [f"tony.containers.envs={pair}" for pair in args.container_env or ()]
+    conf += [f"tony.containers.resources={path}" for path in args.hdfs_classpath or ()]
+    if args.tensorboard_log_dir:
+        conf.append(f"tony.application.tensorboard-log-dir={args.tensorboard_log_dir}")
+    return conf
+
+
+def submitted_spec(args: argparse.Namespace) -> JobSpec:
+    """The job ``tony submit``'s arguments describe (not yet validated: submission does)."""
+    if args.spec and args.conf_file:
+        raise SpecError([SpecIssue("--conf_file", args.conf_file, f"names a second job file beside {args.spec}: "
+                                   "give one")])
+    source = args.spec or args.conf_file or {}
+    return load_job(source, conf=[*_tony_flags(args), *(args.conf or ())], variables=parse_pairs(args.set, "--set"),
                     executes=args.executes, task_params=args.task_params, src_dir=args.src_dir,
                     python_binary_path=args.python_binary_path, python_venv=args.python_venv,
                     shell_env=parse_pairs(args.shell_env, "--shell-env") or None)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    spec = submitted_spec(args)
     client = TonyClient(args.backend)
     handle = client.submit(spec)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
@@ -322,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("submit", help="submit a job spec (YAML, JSON or TonY XML; Jinja2 templates allowed)")
-    s.add_argument("spec")
+    s.add_argument("spec", nargs="?", help="the job's file; without one (TonY's way) the job is its --conf keys")
+    s.add_argument("--conf-file", "--conf_file", dest="conf_file", help="TonY's name for the job's file")
     s.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a tony.* key (repeatable)")
     s.add_argument("--set", action="append", metavar="NAME=VALUE", help="a template variable (repeatable)")
     s.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
@@ -335,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--python-binary-path", "--python_binary_path", dest="python_binary_path")
     s.add_argument("--python-venv", "--python_venv", dest="python_venv")
     s.add_argument("--shell-env", "--shell_env", dest="shell_env", action="append", metavar="K=V")
+    s.add_argument("--container-env", "--container_env", dest="container_env", action="append", metavar="K=V",
+                   help="a variable of every container (tony.containers.envs; repeatable)")
+    s.add_argument("--hdfs-classpath", "--hdfs_classpath", dest="hdfs_classpath", action="append", metavar="URI",
+                   help="files every container is given, e.g. an hdfs:// directory (tony.containers.resources)")
+    s.add_argument("--sidecar-tensorboard-log-dir", "--sidecar_tensorboard_log_dir", dest="tensorboard_log_dir",
+                   metavar="DIR", help="a TensorBoard task serves this directory (tony.application.tensorboard-log-dir)")
     s.set_defaults(fn=cmd_submit)
 
     for name, fn, helptext in (("status", cmd_status, "show an application's status"),

@@ -1,0 +1,50 @@
+"""A few of TonY's end-to-end cases (see test_tony_e2e.py) on the Hadoop mini cluster, where YARN
+localizes the resources and the source: TonY's resource forms with an HDFS directory among them
+(``libPath`` in TonY's test), its ``python_venv`` zip, and an untracked PS that fails the job."""
+from __future__ import annotations
+
+import pytest
+
+from tests.tony_workflow.jobs.test_tony_e2e import RESOURCES, SCRIPTS, VENV, src, tony
+from tony_workflow.status import TaskState
+from tony_workflow.storage import open_storage
+
+pytestmark = pytest.mark.yarn
+
+SMALL = ["--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m", "--conf", "tony.ps.memory=512m"]
+
+
+@pytest.fixture(scope="module")
+def lib_path(yarn_cluster):
+    """TonY's libPath: an HDFS directory of files (and one nested directory, which is not given)."""
+    from tony_workflow.client import TonyClient
+    store = open_storage("hdfs:///", **TonyClient("yarn").backend.store_options())
+    for name in ("one.jar", "two.jar", "nested/three.jar"):
+        store.put(RESOURCES / "common.zip", f"tony-e2e/yarn/lib/{name}")
+    return "hdfs:///tony-e2e/yarn/lib"
+
+
+def test_testTonyResourcesFlag_with_an_hdfs_directory(lib_path):
+    resources = (f"{RESOURCES / 'test.zip'}::test20.zip,{RESOURCES / 'test2.zip'}#archive,"
+                 f",{RESOURCES / 'common.zip'},{lib_path}")
+    # TonY's script, then what TonY's test leaves unchecked: the directory's own files, not its nested one.
+    check = "python check_archive_file_localization.py && test -f one.jar && test -f two.jar && test ! -e three.jar"
+    out = tony("--executes", "python check_archive_file_localization.py", "--src_dir", str(SCRIPTS),
+               "--conf", "tony.worker.instances=1", "--conf", f"tony.worker.resources={resources}",
+               "--conf", f"tony.worker.command={check}", "--conf", "tony.ps.instances=0", *SMALL, backend="yarn")
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+
+
+def test_testPSWorkerTrainingShouldPass(yarn_cluster):
+    out = tony(*src("--executes", "python check_env_and_venv.py", "--shell_env", "ENV_CHECK=ENV_CHECK",
+                    "--python_venv", VENV, "--conf", "tony.worker.instances=1"), *SMALL, backend="yarn")
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+
+
+def test_testTonyPSCrashShouldFailAndStopAM(yarn_cluster):
+    out = tony(*src("--shell_env", "ENV_CHECK=ENV_CHECK", "--python_venv", VENV, "--conf", "tony.ps.instances=1",
+                    "--conf", "tony.worker.instances=1", "--conf", "tony.ps.command=python exit_1.py",
+                    "--conf", "tony.worker.command=python sleep_30.py",
+                    "--conf", "tony.application.untracked.jobtypes=ps"), *SMALL, backend="yarn")
+    assert out.code == -1, out.status.diagnostics if out.status else out.refused
+    assert out.task_states() == {"worker": TaskState.KILLED, "ps": TaskState.FAILED}

@@ -367,6 +367,8 @@ def details(name: str, r: dict) -> list[str]:
                      "per size and scaled to the jobs and queues of the row. The simulated ResourceManager answers "
                      "with shapes captured from a real Hadoop 3.5.0 one; the board is a local directory there, HDFS "
                      "on the mini cluster.")]
+        if r.get("minicluster_error"):
+            out += ["", f"The mini cluster part of this run did not complete: {r['minicluster_error']}."]
     elif name == "follow_many" and r.get("runtime"):
         out += ["| follower | JVMs | RSS after one job (MB) | after all (MB) | MB per job | CPU | reads |",
                 "|---|---|---|---|---|---|---|"]

@@ -132,11 +132,16 @@ def on_minicluster(jobs_list: tuple[int, ...], *, warmup: float, window: float, 
         for n in jobs_list:
             # 10 x 2 GB: the blocker takes all but what the waiting jobs' masters (512 MB each) need.
             spare = n * 512 + 512
+            fill = max(1, (20480 - spare) // 512 - 2)
             blocker = client.submit(skein.ApplicationSpec(
                 name="bench-blocker", queue="default", max_attempts=1,
                 services={"fill": skein.Service(resources=skein.Resources(memory=512, vcores=1), script="sleep 3600",
-                                                instances=max(1, (20480 - spare) // 512 - 2))}))
-            time.sleep(15)
+                                                instances=fill)}))
+            # Every filler running before the jobs come (a busy machine starts them slowly): else
+            # a job's gang may fit meanwhile, run and end, and never wait.
+            blocking = client.connect(blocker, wait=True)
+            common.wait_for(lambda b=blocking, f=fill: len(b.get_containers(services=["fill"], states=["RUNNING"])) >= f,
+                            timeout=300, interval=2, what="the blocker's containers running")
             handles = []
             for i in range(n):
                 handles.append(yarn.submit(load_job(common.job_text(

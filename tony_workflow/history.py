@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from .context import application_tags, matches
 from .events import read_events
 from .process import user_name
+from .protocol import EXCEEDED_MEMORY_EXIT
 from .spec.errors import mask_secrets
 from .spec.site import tony_home
 from .spec.values import parse_list
@@ -71,13 +72,20 @@ def _gib(mb: float) -> str:
 
 def sizing_hints(tasks: list[dict[str, Any]], requested: dict[str, dict[str, Any]]) -> list[str]:
     """What each task type asked for against what its tasks used at most, where the two are far
-    apart: memory used below half the request, or above nine tenths of it; GPUs mostly idle."""
+    apart: memory used beyond the request (a container the cluster killed for it: YARN's exit
+    status -104), above nine tenths of it, or below half; GPUs mostly idle."""
     hints = []
     for task_type, asked in requested.items():
-        mine = [t for t in tasks if t["task_id"].split(":")[0] == task_type and t.get("metrics")]
+        own = [t for t in tasks if t["task_id"].split(":")[0] == task_type]
+        mine = [t for t in own if t.get("metrics")]
         peaks = [t["metrics"].get("max_rss_mb") for t in mine if t["metrics"].get("max_rss_mb") is not None]
         memory = asked.get("memory_mb")
-        if peaks and memory:
+        killed = any(t.get("exit_code") == EXCEEDED_MEMORY_EXIT for t in own)
+        if memory and (killed or (peaks and max(peaks) > memory)):
+            used = f"used {_gib(max(peaks))}, more than" if peaks and max(peaks) > memory else "went beyond"
+            hints.append(f"{task_type} {used} its {_gib(memory)}: it exceeded its memory"
+                         f"{' and the cluster killed it' if killed else ''}; raise tony.{task_type}.memory")
+        elif peaks and memory:
             peak = max(peaks)
             if peak < memory / 2:
                 hints.append(f"{task_type} asked for {_gib(memory)}, used at most {_gib(peak)}: "

@@ -35,6 +35,7 @@ __all__ = [
     "CLUSTER_SPEC",
     "COUNTED_ENV",
     "ENVIRONMENT_ENV",
+    "EXCEEDED_MEMORY_EXIT",
     "HEARTBEAT",
     "KILL",
     "OWNER_ENV",
@@ -100,6 +101,9 @@ OWNER_ENV = "TONY_AM_OWNER"
 #: packed environment (a site-packages directory). A task's own processes get the environment and
 #: the runtime's ``tony/`` on their path, never its ``lib/``.
 RUNTIME_ENV, ENVIRONMENT_ENV = "TONY_RUNTIME", "TONY_ENVIRONMENT"
+#: The exit status a cluster gives a container it killed for using more memory than it was given
+#: (YARN's ContainerExitStatus.KILLED_EXCEEDED_PMEM).
+EXCEEDED_MEMORY_EXIT = -104
 #: The names of the resources YARN gave a container (comma-separated; see task/workdir.py).
 RESOURCES_ENV = "TONY_RESOURCES"
 

@@ -71,6 +71,16 @@ def test_sizing_hints_name_tight_memory_and_idle_gpus():
     assert sizing_hints(tasks, {"worker": {"memory_mb": 2500, "gpus": 0}}) == [], "well sized: nothing to say"
 
 
+def test_a_task_over_its_memory_is_said_to_have_exceeded_it_not_to_be_close():
+    over = [{"task_id": "worker:0", "metrics": {"max_rss_mb": 2300.0}}]
+    assert sizing_hints(over, {"worker": {"memory_mb": 2048}}) == [
+        "worker used 2.2 GiB, more than its 2.0 GiB: it exceeded its memory; raise tony.worker.memory"]
+    # Killed by the cluster (YARN's -104) before a sample saw the peak: exceeded all the same.
+    killed = [{"task_id": "worker:1", "exit_code": -104, "metrics": {"max_rss_mb": 1500.0}}]
+    assert sizing_hints(killed, {"worker": {"memory_mb": 2048}}) == [
+        "worker went beyond its 2.0 GiB: it exceeded its memory and the cluster killed it; raise tony.worker.memory"]
+
+
 def test_records_are_kept_in_tonys_layout_and_found_by_state_and_time(tmp_path):
     history = JobHistory(LocalStorage(tmp_path), retention_s=0)
     for n, (state, started) in enumerate([("SUCCEEDED", T0), ("FAILED", T0 + 100), ("KILLED", T0 + 86400 * 3)], 1):

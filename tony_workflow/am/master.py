@@ -362,9 +362,13 @@ class ApplicationMaster(AMState):
                 # Its executor is gone: what that one started (the user process, a server holding the
                 # task's port) goes with it, before the task is reported and relaunched.
                 self.cluster.kill(task.container, grace=0.5)
-                code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
+                # Killed by signal N -> 128+N, as shells report it; a cluster's own status (YARN's
+                # -104 for a container over its memory) stays as the cluster gave it.
+                code = 128 - code if -64 <= code < 0 else code
                 diag = "" if task.registered_at else "task failed before registering with the AM. "
-                self._on_exit(task, code, diag + log_tail(task.container.stderr))
+                said = self.cluster.exit_diagnostics(task.container)
+                self._on_exit(task, code, diag + (f"The cluster said: {said} " if said else "")
+                              + log_tail(task.container.stderr))
                 continue
             lost = self.liveness.silent(task.id, task.last_heartbeat, now) or (
                 task.status.state == TaskState.RUNNING and self.liveness.stalled(task.id, task.progress.updated_at, now))

@@ -339,6 +339,11 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     def release(self) -> None:
         """Gives every reservation of this application back to the cluster."""
 
+    def exit_diagnostics(self, container: Container) -> str | None:
+        """What the cluster itself says of an ended container (YARN's diagnostics: a file it could
+        not localize, a memory limit it enforced), or None where it says nothing beyond the code."""
+        return None
+
     def log_url(self, container: Container) -> str | None:
         return str(container.stdout) if container.stdout else None
 

@@ -48,3 +48,29 @@ def test_testTonyPSCrashShouldFailAndStopAM(yarn_cluster):
                     "--conf", "tony.application.untracked.jobtypes=ps"), *SMALL, backend="yarn")
     assert out.code == -1, out.status.diagnostics if out.status else out.refused
     assert out.task_states() == {"worker": TaskState.KILLED, "ps": TaskState.FAILED}
+
+
+def test_a_python_venv_missing_from_hdfs_is_refused_before_anything_is_submitted(yarn_cluster):
+    out = tony(*src("--executes", "python exit_0.py", "--python_venv", "hdfs:///tony-e2e/gone/venv.zip",
+                    "--conf", "tony.worker.instances=1"), *SMALL, backend="yarn")
+    assert out.code == -1 and out.status is None
+    assert ("python_venv: is not a file of the cluster's file system (got 'hdfs:///tony-e2e/gone/venv.zip')"
+            in out.refused)
+
+
+def test_a_file_yarn_cannot_localize_is_named_in_the_jobs_diagnostics(lib_path):
+    # The file is there when the job is submitted and gone when the worker's container is made: the
+    # container never runs, and the task's diagnostics say what YARN said, not only an exit code.
+    from tony_workflow.client import TonyClient
+    store = open_storage("hdfs:///", **TonyClient("yarn").backend.store_options())
+    store.put(RESOURCES / "common.zip", "tony-e2e/vanishing/data.zip")
+
+    def vanish(handle):
+        store.delete("tony-e2e/vanishing/data.zip")
+
+    out = tony(*src("--executes", "python exit_0.py", "--conf", "tony.worker.instances=1",
+                    "--conf", "tony.worker.resources=hdfs:///tony-e2e/vanishing/data.zip"), *SMALL,
+               during=vanish, backend="yarn")
+    assert out.code == -1 and out.task_states()["worker"] == TaskState.FAILED
+    assert "The cluster said:" in out.status.diagnostics and "data.zip" in out.status.diagnostics, \
+        out.status.diagnostics

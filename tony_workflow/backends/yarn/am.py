@@ -45,6 +45,7 @@ from .containers import (
     KV_TOKEN,
     KV_VIEW,
     app_store,
+    container_exit_status,
     decode_asked,
     first_container,
     launch_key,
@@ -349,10 +350,19 @@ class YarnClusterManager(ClusterManager):
         if state == "SUCCEEDED":
             return 0
         if state == "FAILED":
-            return 1
+            return container_exit_status(c.exit_message or "")
         if state == "KILLED":
             return 137
         return None
+
+    def exit_diagnostics(self, container: Container) -> str | None:
+        """YARN's diagnostics of an ended container (skein's exit message): why a container that
+        never ran the executor failed (a resource it could not localize), or that the NodeManager
+        killed it (its memory limit), which the code alone does not say."""
+        sid = self._containers.get(container.id)
+        c = self._states().get(sid) if sid else None
+        message = " ".join((c.exit_message or "").split()) if c is not None else ""
+        return message[:1500] or None
 
     def ended_now(self, container: Container) -> int | None:
         """Its NodeManager's word on the container (``/ws/v1/node/containers/<id>``), which knows

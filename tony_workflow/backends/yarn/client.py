@@ -336,11 +336,13 @@ class YarnBackend(Backend):
     def _submit(self, spec: JobSpec, rm: ResourceManager, gang: _Gang, plan: StartPlan, login: Login | None) -> str:
         staging = Path(tempfile.mkdtemp(prefix="tony-yarn-"))
         cache = open_cache(self.conf_dir, login, spec.proxy_user)
-        shipment = self._ship(spec, staging, cache)
+        remote = (partial(open_storage, hadoop_conf_dir=self.conf_dir, login=login, doas=spec.proxy_user),
+                  partial(qualified, hadoop_conf_dir=self.conf_dir))  # a cluster file's store, its full URI
         try:
-            shipment.resources = ship_resources(spec.conf, staging, cache, partial(
-                open_storage, hadoop_conf_dir=self.conf_dir, login=login, doas=spec.proxy_user),
-                partial(qualified, hadoop_conf_dir=self.conf_dir))
+            shipment = self._ship(spec, staging, cache)
+            if spec.python_venv:
+                shipment.files["venv"] = ship_venv(spec.python_venv, staging, *remote)
+            shipment.resources = ship_resources(spec.conf, staging, cache, *remote)
         except SpecError:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -394,9 +396,6 @@ class YarnBackend(Backend):
         if spec.src_dir:
             shipment.files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")),
                                                type="archive")
-        if spec.python_venv:
-            shipment.files["venv"] = ship_venv(qualified(spec.python_venv, self.conf_dir)
-                                                if "://" in spec.python_venv else spec.python_venv, staging)
         shipment.files["hadoop-conf"] = shipped(cache, deterministic_zip(self.conf_dir, staging / "hadoop-conf.zip"),
                                                 "archive")
         shipment.spec_env = spec_env(spec.to_dict())

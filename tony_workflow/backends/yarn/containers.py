@@ -3,9 +3,11 @@ address, and how YARN says that it took a container back. Shared by the client, 
 container taking over (:mod:`.attempts`), without skein."""
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ...process import user_name
+from ...protocol import EXCEEDED_MEMORY_EXIT
 from ..base import ContainerRequest
 
 if TYPE_CHECKING:
@@ -14,6 +16,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AM_SERVICE",
     "ASKED_ENV",
+    "EXCEEDED_PMEM",
+    "EXCEEDED_VMEM",
     "KV_ADDRESS",
     "KV_GATE",
     "KV_LAUNCH",
@@ -23,6 +27,7 @@ __all__ = [
     "MASTER_MEMORY_MB",
     "MASTER_VCORES",
     "app_store",
+    "container_exit_status",
     "decode_asked",
     "encode_asked",
     "first_container",
@@ -117,3 +122,20 @@ def app_store(app_id: str, user: str | None = None) -> str:
     """The application's own HDFS directory, in the home of ``user``, the one it runs as (default:
     this process's, as in its own containers): checkpoints and the final status live there."""
     return f"hdfs:///user/{user or user_name()}/.tony/{app_id}"
+
+
+#: YARN's exit status of a container its NodeManager killed for using more physical memory than
+#: it was given (ContainerExitStatus.KILLED_EXCEEDED_PMEM), and of one over its virtual memory.
+EXCEEDED_PMEM, EXCEEDED_VMEM = EXCEEDED_MEMORY_EXIT, -103
+_EXIT_CODE = re.compile(r"Exit code(?: is)?:? (-?\d+)")
+
+
+def container_exit_status(diagnostics: str) -> int:
+    """The exit status of a failed container from YARN's diagnostics: a memory limit YARN enforced
+    (its own negative status), else the code the diagnostics give ('Exit code is 143'), else 1."""
+    if "beyond the 'PHYSICAL' memory limit" in diagnostics or "beyond physical memory limits" in diagnostics:
+        return EXCEEDED_PMEM
+    if "beyond the 'VIRTUAL' memory limit" in diagnostics or "beyond virtual memory limits" in diagnostics:
+        return EXCEEDED_VMEM
+    m = _EXIT_CODE.search(diagnostics)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else 1

@@ -205,10 +205,22 @@ def ship_resources(conf: dict[str, str], staging: Path, cache: Cache | None,
     return out
 
 
-def ship_venv(location: str, staging: Path) -> object:
-    """TonY's ``python_venv``: an ``hdfs://`` archive as it is, a zip as it is, a directory zipped."""
+def ship_venv(location: str, staging: Path, open_remote: Callable[[str], Storage] | None = None,
+              qualify: Callable[[str], str] = str) -> object:
+    """TonY's ``python_venv``: an ``hdfs://`` archive as it is (named with its NameNode; SpecError
+    when it is not there, which ``open_remote`` tells), a zip as it is, a directory zipped."""
     import skein
+
+    from ...spec import SpecError, SpecIssue
     if "://" in location:
-        return skein.File(location, type="archive")
+        uri = qualify(location)
+        parent, _, name = uri.rstrip("/").rpartition("/")
+        try:
+            there = open_remote is None or open_remote(parent).exists(name)
+        except OSError as e:
+            raise SpecError([SpecIssue("python_venv", location, f"could not be read: {e}")]) from None
+        if not there:
+            raise SpecError([SpecIssue("python_venv", location, "is not a file of the cluster's file system")])
+        return skein.File(uri, type="archive")
     venv = Path(location)
     return skein.File(str(venv if venv.is_file() else deterministic_zip(venv, staging / "venv.zip")), type="archive")

@@ -53,3 +53,17 @@ def test_tasks_asked_for_before_the_am_are_named_shortly_and_found_as_their_serv
     assert len(encode_asked([f"worker:{i}" for i in range(1000)])) < 20
     assert first_container("worker:2") == "tony-worker_2"
     assert launch_key(first_container("ps:0")) == "tony.launch.tony-ps_0"
+
+
+@pytest.mark.parametrize("diagnostics, status", [
+    (("Container [pid=4711,containerID=container_1_0001_01_000002] is running 176128000B beyond the 'PHYSICAL' "
+     "memory limit. Current usage: 1.2 GB of 1 GB physical memory used; 2.3 GB of 2.1 GB virtual memory used. "
+     "Killing container.\nContainer killed on request. Exit code is 143"), -104),
+    (("Container [pid=1,containerID=c] is running beyond virtual memory limits. Current usage: 100 MB of 1 GB "
+     "physical memory used; 2.2 GB of 2.1 GB virtual memory used. Killing container."), -103),
+    ("Exception from container-launch.\nContainer id: c\nExit code: 127\n", 127),
+    ("[2026-11-28 16:29:09.501]Incomplete HDFS URI, no host: hdfs:/data/one.jar", 1),
+])
+def test_a_failed_containers_status_is_read_from_yarns_diagnostics(diagnostics, status):
+    from tony_workflow.backends.yarn.containers import container_exit_status
+    assert container_exit_status(diagnostics) == status

@@ -196,7 +196,7 @@ def path_issues(spec: JobSpec, props: Mapping[str, str], *, source: str | None =
     problem = executes_problem(spec)
     if problem:
         issues.append(SpecIssue(_spelled("executes", origins, source), spec.executes, problem, source))
-    for issue in resource_issues(spec.conf, set(spec.tasks), remote_ok=on_yarn or reads_cluster_files("local"),
+    for issue in resource_issues(spec.conf, set(spec.declared_types()), remote_ok=on_yarn or reads_cluster_files("local"),
                                  source=source):
         issues.append(dataclasses.replace(issue, key=_spelled(issue.key, origins, source)))
     return issues

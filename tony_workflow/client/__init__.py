@@ -50,7 +50,7 @@ def check_paths(spec: JobSpec, backend: str = "local") -> None:
     problem = executes_problem(spec)
     if problem:
         issues.append(SpecIssue("executes", spec.executes, problem, spec.source))
-    issues.extend(resource_issues(spec.conf, set(spec.tasks), remote_ok=reads_cluster_files(backend),
+    issues.extend(resource_issues(spec.conf, set(spec.declared_types()), remote_ok=reads_cluster_files(backend),
                                   source=spec.source))
     if issues:
         raise SpecError(issues)

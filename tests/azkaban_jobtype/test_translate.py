@@ -155,9 +155,14 @@ def test_bad_instances_and_missing_executes():
     assert not any("has no command" in p for p in found)  # said once, in the job's terms
 
 
-def test_no_task_type_at_all():
-    found = problems("type=TonyJob\nexecutes=train.py\n")
-    assert any("no tracked task type" in p and p.startswith("bad.job: tasks:") for p in found)
+def test_no_task_type_at_all_is_tonys_single_node_job():
+    # TonY runs a job with no task instances in its ApplicationMaster, as this project does.
+    spec = translate({"type": "TonyJob", "executes": "train.py"})
+    assert spec.single_node and spec.command_for("am") == "python train.py"
+    found = problems("type=TonyJob\ntony.application.single-node=true\nexecutes=train.py\ntony.worker.instances=2\n")
+    assert any(p.startswith("bad.job: tony.application.single-node (line 2): a single-node job runs its command "
+                            "in the ApplicationMaster and has no task instances, but this job has worker 2")
+               for p in found), found
 
 
 def test_a_command_instead_of_executes_is_enough():

@@ -42,6 +42,7 @@ from .group_timeouts import overdue
 from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
+from .single_node import MODEL_PARAMS_ENV, preprocess, run_single_node
 from .state import AMState, Task
 
 __all__ = ["ApplicationMaster", "main"]
@@ -85,6 +86,7 @@ class ApplicationMaster(AMState):
         self.status.checkpoint_location = qualified(self.checkpoint_location)
         self.log_dir = cluster.log_dir(self.app_dir)
         self.retry_count = spec.retry_count
+        self.model_params: str | None = None  # what a preprocessing job handed the tasks (single_node.py)
 
     # ---------------------------------------------------------------- status
     def _on_wait(self, wait: Wait | None) -> None:
@@ -124,6 +126,8 @@ class ApplicationMaster(AMState):
         })
         if self._fallbacks:
             env["TONY_CHECKPOINT_FALLBACKS"] = self._fallbacks
+        if self.model_params:
+            env[MODEL_PARAMS_ENV] = self.model_params
         if self.log_dir:
             env["TONY_LOG_DIR"] = self.log_dir
         if fixed_port:
@@ -497,6 +501,10 @@ class ApplicationMaster(AMState):
             done = finished_verdict(self.policy, self.spec, self.cluster.finished_tasks(self.resume.first_session - 1))
             if done:
                 return SessionEnd(*done, retryable=False)
+        if self.spec.enable_preprocess and not self.spec.single_node:  # TonY's, before any task is asked for
+            ended, self.model_params = preprocess(self)
+            if ended is not None:
+                return SessionEnd(*ended, retryable=False)
         requests = gang_requests(self.spec)
         self.events.emit("allocating", containers=len(requests))
         session, fresh = self.resume.first_session, True
@@ -512,6 +520,8 @@ class ApplicationMaster(AMState):
             failed = self._allocate(requests)
             if failed is not None:
                 return failed
+            if self.spec.single_node:  # TonY's: the command runs here, in the AM's own container
+                return SessionEnd(*run_single_node(self), retryable=False)
             self._start_session(session)
             end = self._run_session()
             if not end.unformed:

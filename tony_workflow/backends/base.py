@@ -339,6 +339,11 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     def release(self) -> None:
         """Gives every reservation of this application back to the cluster."""
 
+    def am_workdir(self, app_dir: Path) -> Path:
+        """Where a single-node job's command runs (:mod:`tony_workflow.am.single_node`): the AM's own
+        container's directory, which holds the job's source, resources and venv as a task's does."""
+        return Path.cwd()
+
     def exit_diagnostics(self, container: Container) -> str | None:
         """What the cluster itself says of an ended container (YARN's diagnostics: a file it could
         not localize, a memory limit it enforced), or None where it says nothing beyond the code."""

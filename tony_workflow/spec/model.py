@@ -389,6 +389,8 @@ class JobSpec:
     gang_line_dir = field_of(table.GANG_LINE_DIR)
     registration_timeout_ms = field_of(table.REGISTRATION_TIMEOUT_MS)
     container_command = field_of(table.CONTAINER_COMMAND)
+    single_node_asked = field_of(table.SINGLE_NODE)
+    enable_preprocess = field_of(table.ENABLE_PREPROCESS)
     container_env = field_of(table.CONTAINER_ENV)
     execution_env = field_of(table.EXECUTION_ENV)
     container_resources = field_of(table.CONTAINER_RESOURCES)
@@ -420,6 +422,12 @@ class JobSpec:
             if instances > 0:
                 tasks[task_type] = self._task_spec(task_type, instances)
         return tasks
+
+    @property
+    def single_node(self) -> bool:
+        """TonY's single-node job: no task instances, the command run in the ApplicationMaster's
+        own container (:mod:`tony_workflow.am.single_node`)."""
+        return not self.tasks
 
     def _task_spec(self, task_type: str, instances: int) -> TaskSpec:
         return TaskSpec(

@@ -152,6 +152,14 @@ MODIFY_ACLS = Key("tony.application.modify-acls", parse_acl,
                   "on YARN, who besides the job's owner and the cluster's administrators may kill it: "
                   "`users groups`, or * for everyone", "", kind="YARN ACL")
 CONTAINER_COMMAND = text("tony.containers.command", "the command of every task type without its own")
+ENABLE_PREPROCESS = boolean("tony.application.enable-preprocess", "TonY's preprocessing job: the job's command "
+                            "(tony.am.command, ...) runs in the ApplicationMaster before any task; it failing fails "
+                            "the job, and what it prints after 'Model parameters: ' the tasks get as MODEL_PARAMS")
+AM_COMMAND = text("tony.am.command", "a single-node job's command, run in the ApplicationMaster's container "
+                  "(else tony.containers.command, else executes)")
+SINGLE_NODE = Key("tony.application.single-node", lambda v: parse_bool(v) if (v or "").strip() else False,
+                  "the job is its command run in the ApplicationMaster's container, as a job with no task "
+                  "instances is; true with task instances is refused", kind="boolean")
 CONTAINER_ENV = environment("tony.containers.envs", "the environment of every container")
 EXECUTION_ENV = environment("tony.execution.envs", "the environment of every user process")
 CONTAINER_RESOURCES = listing("tony.containers.resources", "files every container (the AM's too) is given in its "

@@ -56,10 +56,6 @@ _NO_EFFECT = "has no effect here"
 NOT_HONOURED: tuple[NotHonoured, ...] = (
     _refuse("tony.application.distributed-mode", "only GANG (TonY's default) is done here: every job's tasks "
             "start together, as a gang; FCFS, each task starting as its container comes, is not"),
-    _refuse("tony.application.enable-preprocess", "TonY's preprocessing job, run in the ApplicationMaster "
-            "before the tasks, is not done here: run it as a task of the workflow before this one"),
-    _refuse("tony.application.single-node", "TonY's single-node mode (the whole job in the ApplicationMaster's "
-            "container) is not done here: give the job one task"),
     _refuse("tony.application.prepare-stage", "TonY's stages (task types that run and end before the others "
             "start) are not done here: run them as a workflow task before this one"),
     _refuse("tony.application.training-stage", "TonY's stages (task types that run and end before the others "

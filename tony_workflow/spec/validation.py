@@ -171,11 +171,16 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
                                       "more than this limit (-1 means no limit)"))
 
     ignored = set(spec.untracked_types) | set(spec.sidecar_types)
-    if not active and not unreadable:
+    if not active and not unreadable and spec.command_for("am") is None:
         issues.append(SpecIssue(
             "tasks", None, "no tracked task type: no type has instances > 0; set tony.<type>.instances "
-            "(tasks.<type>.instances in YAML) for at least one type, e.g. tony.worker.instances=1",
+            "(tasks.<type>.instances in YAML) for at least one type, e.g. tony.worker.instances=1 (or give a "
+            "single-node job, run in the ApplicationMaster, its command: executes or tony.am.command)",
             spec.source))
+    elif active and spec.single_node_asked:
+        issues.append(spec.issue("tony.application.single-node", "true", "a single-node job runs its command in "
+                                 "the ApplicationMaster and has no task instances, but this job has "
+                                 + ", ".join(f"{t} {n}" for t, n in active.items())))
     elif active and all(t in ignored for t in active):
         issues.append(spec.issue(
             "tony.application.untracked.jobtypes", ",".join(active),

@@ -20,21 +20,19 @@ import subprocess
 import sys
 import threading
 import time
-import zipfile
 from pathlib import Path
 
-from ..archive import unsafe_entry
 from ..context import task_env
 from ..events import log_tail
 from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command, thread_env
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
-from ..protocol import ENVIRONMENT_ENV, RESULT_FILE, RUNTIME_ENV, group_token
+from ..protocol import RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .handoff import HANDOFF_ENV, serve
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
-from .workdir import python_path, user_directory
+from .workdir import job_python, python_path, task_pythonpath, user_directory
 
 __all__ = ["PortReservation", "TaskExecutor", "main"]
 
@@ -229,25 +227,7 @@ class TaskExecutor:
         self._wake.set()
 
     def _python(self) -> str:
-        venv = self.spec.python_venv
-        pbp = self.spec.python_binary_path
-        if venv:
-            target = self.workdir / "venv"
-            src = Path(venv)
-            if src.is_file() and zipfile.is_zipfile(src) and not target.exists():
-                unsafe = unsafe_entry(src)
-                if unsafe:
-                    raise ValueError(f"python_venv {src} is not unpacked: {unsafe}")
-                with zipfile.ZipFile(src) as z:
-                    z.extractall(target)
-                for p in (target / "bin").glob("*"):
-                    p.chmod(p.stat().st_mode | 0o111)
-            elif src.is_dir() and not target.exists():
-                target.symlink_to(src.resolve())
-            if pbp and not os.path.isabs(pbp):
-                return str(target / pbp)
-            return pbp or str(target / "bin" / "python")
-        return pbp or sys.executable
+        return job_python(self.workdir, self.spec)
 
     def command(self) -> str:
         if self._serves_log_dir and not self.spec.get("tony.tensorboard.command"):
@@ -313,16 +293,7 @@ class TaskExecutor:
         return env
 
     def _task_path(self, current: str | None) -> dict[str, str]:
-        """Where the job shipped its runtime (YARN): the task's processes import from the job's own
-        paths first, then its packed environment, then this package (``tony_workflow.report``), and
-        never from what the runtime itself imports, whose versions are not the job's."""
-        runtime = self.env.get(RUNTIME_ENV)
-        if not runtime:
-            return {}
-        own = [p for p in (current or "").split(os.pathsep) if p and not p.startswith(runtime)]
-        environment = self.env.get(ENVIRONMENT_ENV)
-        return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
-                                               os.path.join(runtime, "tony")])}
+        return task_pythonpath(self.env, current)
 
     @property
     def _serves_log_dir(self) -> bool:

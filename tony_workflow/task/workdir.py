@@ -15,12 +15,15 @@ import os
 import shlex
 import shutil
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..protocol import RESOURCES_ENV
+from ..archive import unsafe_entry
+from ..protocol import ENVIRONMENT_ENV, RESOURCES_ENV, RUNTIME_ENV
+from ..spec import JobSpec
 
-__all__ = ["RESOURCES_ENV", "WORKDIR_ENV", "python_path", "user_directory"]
+__all__ = ["RESOURCES_ENV", "WORKDIR_ENV", "job_python", "python_path", "task_pythonpath", "user_directory"]
 
 #: Where the job's source is in the container's directory (``src`` on YARN when the job has one).
 WORKDIR_ENV = "TONY_WORKDIR"
@@ -69,3 +72,40 @@ def python_path(container_dir: Path, interpreter: str) -> list[str]:
         script.chmod(0o755)
     own = os.path.dirname(interpreter) if os.path.isabs(interpreter) else ""
     return [str(shim), *([own] if own and os.path.isdir(own) else [])]
+
+
+def job_python(container_dir: Path, spec: JobSpec) -> str:
+    """The job's interpreter in ``container_dir``: ``python_venv``'s (a zip unpacked into ``venv/``
+    the first time, a directory linked there), with ``python_binary_path`` relative to it; else
+    ``python_binary_path``; else the one running this process."""
+    venv, pbp = spec.python_venv, spec.python_binary_path
+    if not venv:
+        return pbp or sys.executable
+    target = container_dir / "venv"
+    src = Path(venv)
+    if src.is_file() and zipfile.is_zipfile(src) and not target.exists():
+        unsafe = unsafe_entry(src)
+        if unsafe:
+            raise ValueError(f"python_venv {src} is not unpacked: {unsafe}")
+        with zipfile.ZipFile(src) as z:
+            z.extractall(target)
+        for p in (target / "bin").glob("*"):
+            p.chmod(p.stat().st_mode | 0o111)
+    elif src.is_dir() and not target.exists():
+        target.symlink_to(src.resolve())
+    if pbp and not os.path.isabs(pbp):
+        return str(target / pbp)
+    return pbp or str(target / "bin" / "python")
+
+
+def task_pythonpath(env: Mapping[str, str], current: str | None) -> dict[str, str]:
+    """Where the job shipped its runtime (YARN): the task's processes import from the job's own
+    paths first, then its packed environment, then this package (``tony_workflow.report``), and
+    never from what the runtime itself imports, whose versions are not the job's."""
+    runtime = env.get(RUNTIME_ENV)
+    if not runtime:
+        return {}
+    own = [p for p in (current or "").split(os.pathsep) if p and not p.startswith(runtime)]
+    environment = env.get(ENVIRONMENT_ENV)
+    return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
+                                           os.path.join(runtime, "tony")])}

@@ -452,3 +452,20 @@ def test_chief_checkpoints_reach_the_store_when_its_trainer_outlives_the_stop(to
     assert st.state == "FAILED" and "worker:1" in st.diagnostics
     stored = h.backend.app_dir(h.app_id) / "checkpoints" / "model.bin"
     assert stored.read_text() == "weights\n"
+
+
+def test_a_preprocessing_job_runs_in_the_am_first_and_hands_every_task_its_parameters(tmp_path, tony_home):
+    # TonY's tony.application.enable-preprocess: the command runs in the AM before any task is asked
+    # for; the tasks run their own command, with what it printed after 'Model parameters: '.
+    h = submit(tmp_path, "test \"$MODEL_PARAMS\" = '--lr 0.1' && test ! -e prepared", {"worker": {"instances": 2}},
+               {"tony.application.enable-preprocess": "true",
+                "tony.am.command": "touch prepared; echo 'Model parameters: --lr 0.1'"})
+    st = h.wait(timeout=120)
+    assert st.succeeded, st.diagnostics
+    started = [e for e in events(h) if e["event"] in ("preprocessing_job_ended", "allocating")]
+    assert [e["event"] for e in started] == ["preprocessing_job_ended", "allocating"]
+    assert started[0]["exit_code"] == 0
+    failed = submit(tmp_path, "true", {"worker": {"instances": 1}},
+                    {"tony.application.enable-preprocess": "true", "tony.am.command": "exit 5"}).wait(timeout=120)
+    assert failed.state == "FAILED" and "Preprocessing job exited with 5" in failed.diagnostics
+    assert failed.tasks == []  # no task was asked for

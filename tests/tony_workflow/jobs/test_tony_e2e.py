@@ -93,6 +93,19 @@ def running_task(handle, task_id: str) -> int:
 
 # -- what TonY's test asserts, case by case --------------------------------------------------------
 
+def test_testSingleNodeTrainingShouldPass(tony_home):
+    out = tony(*src("--executes", "exit_0_check_env.py", "--python_binary_path", "python", "--shell_env",
+                    "ENV_CHECK=ENV_CHECK"))
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+    # TonY's single node: the command ran in the ApplicationMaster's container, no task, no second container.
+    assert out.status.tasks == []
+
+
+def test_testSingleNodeTrainingShouldFail(tony_home):
+    out = tony(*src("--executes", "exit_1.py", "--python_binary_path", "python"))
+    assert out.code == -1 and "Single node job exited with 1" in out.status.diagnostics, out.status
+
+
 def test_testPSSkewedWorkerTrainingShouldPass(tony_home):
     # TonY's hook holds worker 0 back 30 s; here its command does (5 s), the others go on.
     skewed = '[ "$JOB_NAME:$TASK_INDEX" = worker:0 ] && sleep 5; python exit_0_check_env.py'
@@ -274,9 +287,6 @@ def test_testTonyFinalConf(tony_home):
 # -- TonY's cases not done yet: each must still fail, until it passes and moves up -----------------
 
 NOT_YET = {
-    "testSingleNodeTrainingShouldPass": (src("--executes", "exit_0_check_env.py", "--python_binary_path", "python",
-                                             "--shell_env", "ENV_CHECK=ENV_CHECK"), 0,
-                                         "single-node jobs (the command run in the AM) are not done yet"),
     "testTonyAMSchedulerShouldPass": (src("--executes", "exit_0.py", "--python_binary_path", "python",
                                           "--conf", "tony.worker.instances=1", "--conf", "tony.ps.instances=1",
                                           "--conf", "tony.db.instances=1", "--conf", "tony.dbloader.instances=1",
@@ -299,9 +309,6 @@ NOT_YET = {
 
 #: Cases whose outcome matches TonY's already, but for another reason than TonY's.
 FAILS_FOR_ANOTHER_REASON = {
-    # Single-node jobs are not done yet: a job with no task is refused, where TonY runs it in its AM.
-    "testSingleNodeTrainingShouldFail": (src("--executes", "exit_1.py", "--python_binary_path", "python"),
-                                         "no tracked task type"),
     "testTonyHorovodDriverCrashShouldFailAndStopAM": (
         src("--python_venv", VENV, "--conf", "tony.worker.instances=1", "--conf",
             "tony.worker.command=python sleep_30.py", "--conf", "tony.horovod.mode.test.fast.fail=true",
@@ -355,7 +362,7 @@ def test_every_case_of_tonys_suite_is_accounted_for():
     translated = {c for c in cases if f"def test_{c}(" in source or f'("{c}"' in source or f'"{c}",' in source}
     translated -= set(NOT_HERE) | set(NOT_YET) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
     assert cases == translated | set(NOT_HERE) | set(NOT_YET) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
-    assert len(translated) == 22
+    assert len(translated) == 24
 
 
 #: TonY's case about HDFS classpaths that do not exist: TonY drops one with a warning; here a resource

@@ -35,6 +35,16 @@ def test_testTonyResourcesFlag_with_an_hdfs_directory(lib_path):
     assert out.code == 0, out.status.diagnostics if out.status else out.refused
 
 
+def test_testSingleNodeTrainingShouldPass(yarn_cluster):
+    # In the AM's container, which YARN gave the job's source, common.zip and the venv as a task's.
+    check = "python exit_0_check_env.py && test -f common.zip && test -f venv/123.xml"
+    out = tony(*src("--executes", "exit_0_check_env.py", "--python_binary_path", "python", "--shell_env",
+                    "ENV_CHECK=ENV_CHECK", "--python_venv", VENV, "--conf", f"tony.am.command={check}"),
+               *SMALL, backend="yarn")
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+    assert out.status.tasks == []
+
+
 def test_testPSWorkerTrainingShouldPass(yarn_cluster):
     out = tony(*src("--executes", "python check_env_and_venv.py", "--shell_env", "ENV_CHECK=ENV_CHECK",
                     "--python_venv", VENV, "--conf", "tony.worker.instances=1"), *SMALL, backend="yarn")

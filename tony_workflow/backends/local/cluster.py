@@ -171,6 +171,17 @@ class LocalClusterManager(ClusterManager):
         env["CONTAINER_ID"] = container.id
         return env
 
+    def am_workdir(self, app_dir: Path) -> Path:
+        """A single-node job's directory: the source and every container's resources, linked as
+        into a task's container, beside the job's own files."""
+        wd = app_dir / "single-node"
+        if not wd.exists():
+            wd.mkdir()
+            if (app_dir / "src").is_dir():
+                shutil.copytree(app_dir / "src", wd, dirs_exist_ok=True, symlinks=True, copy_function=_link_or_copy)
+            link_into(app_dir, None, wd)
+        return wd
+
     def _started(self, container: Container, pid: int) -> None:
         assert container.workdir is not None  # every container of this cluster has its directory
         container.pid = pid

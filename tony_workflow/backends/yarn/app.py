@@ -96,6 +96,10 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
     python, head = shipment.python, prelude(shipment)
     base_env = {"TONY_BACKEND": "yarn", "PYTHONUNBUFFERED": "1", **(shipment.spec_env or {})}
     am_env = {**base_env, **docker_env(spec.docker_image("am"))}
+    single = spec.single_node  # its command runs in the AM's container, which gets what a task's would
+    if single:
+        am_env.update({"TONY_WORKDIR": "src" if spec.src_dir else ".",
+                       RESOURCES_ENV: ",".join(sorted(shipment.resources_of(None)))})
     if at_start:
         am_env[ASKED_ENV] = encode_asked(at_start)
     if spread:
@@ -123,7 +127,8 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
         resources=skein.Resources(memory=spec.am.memory_mb, vcores=spec.am.vcores, gpus=spec.am.gpus),
         # The supervisor runs the AM's attempts in this container (tony_workflow.am.supervisor).
         script=f"{head}exec {python} -m tony_workflow.am.supervisor --backend yarn --app-dir .",
-        files={**shipment.resources_of(None), **shipment.common()}, env=am_env, node_label=spec.am_node_label or "",
+        files={**shipment.resources_of(None), **shipment.common(), **(shipment.for_tasks() if single else {})},
+        env=am_env, node_label=spec.am_node_label or "",
         # A container lost whole (its node) is started again elsewhere (yarn/attempts.py).
         max_restarts=am_restarts(spec.am_max_attempts, spec.reclaim_retry_count),
         # Asked for as the application starts, or by the gate once the job's turn has come (yarn/gate.py).

@@ -126,7 +126,8 @@ class AMRoutes:
                 task = s.tasks.get(q.task_id)
                 if task is None or task.session_id != q.session_id or task.stopping:
                     return _stop("stale session")
-                if s.cluster_spec is not None:
+                # TonY's stages: the training stage's commands start once the prepare stage succeeded.
+                if s.cluster_spec is not None and not s.held_for_stage(task):
                     return 200, {"cluster": s.cluster_spec, "session_id": q.session_id, "chief": list(s.chief)}
                 remaining = deadline - time.time()
                 if remaining <= 0:

@@ -181,6 +181,13 @@ class AMState:
         self.cond.notify_all()
 
     # ---------------------------------------------------------------- views
+    def held_for_stage(self, task: Task) -> bool:
+        """Whether ``task`` is of TonY's training stage and a task of the prepare stage has not yet
+        succeeded: its command waits (its cluster spec is held). Called with the lock held."""
+        spec = self.spec
+        return task.status.type in spec.training_stage and any(
+            t.status.type in spec.prepare_stage and t.status.state != TaskState.SUCCEEDED for t in self.tasks.values())
+
     def cluster_dict(self) -> dict[str, list[str]]:
         """The registered tasks' addresses by type, in the spec's order and by index."""
         out: dict[str, list[str]] = {}

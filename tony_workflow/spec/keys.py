@@ -157,7 +157,8 @@ OTHER_TONY_KEYS = frozenset({
     "tony.containers.envs", "tony.execution.envs", "tony.containers.resources", "tony.containers.command",
     "tony.docker.containers.image", "tony.gpu-exec-path", "tony.python-exec-path", "tony.history.host",
     "tony.history.cache.max-entries", "tony.history.maxAppends", "tony.init.module",
-    "tony.application.single-node", "tony.am.command", "tony.chief.name", "tony.chief.index", "tony.evaluator.run-alone.timeout",
+    "tony.application.single-node", "tony.am.command", "tony.application.prepare-stage",
+    "tony.application.training-stage", "tony.chief.name", "tony.chief.index", "tony.evaluator.run-alone.timeout",
     "tony.application.stop.on.failure.jobtypes", "tony.application.reserve.port.python.process.wait.seconds",
     "tony.application.docker.enabled", "tony.application.docker.image", "tony.application.tensorboard-log-dir",
 })

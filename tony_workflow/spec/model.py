@@ -332,6 +332,8 @@ class JobSpec:
     view_acls = field_of(table.VIEW_ACLS)
     modify_acls = field_of(table.MODIFY_ACLS)
     untracked_types = field_of(table.UNTRACKED_TYPES)
+    prepare_stage = field_of(table.PREPARE_STAGE)
+    training_stage = field_of(table.TRAINING_STAGE)
     sidecar_types = field_of(table.SIDECAR_TYPES)
     tensorboard_log_dir = field_of(table.TENSORBOARD_LOG_DIR)
     stop_on_failure_types = field_of(table.STOP_ON_FAILURE_TYPES)

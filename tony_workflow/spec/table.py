@@ -136,6 +136,10 @@ FAIL_ON_WORKER_FAILURE = boolean("tony.application.fail-on-worker-failure-enable
                                  "a failed worker fails the job at once (else it is tolerated)")
 MAX_TOTAL_INSTANCES = integer("tony.task.max-total-instances", -1, "the most tasks a job may ask for; -1: no limit")
 MAX_TOTAL_GPUS = integer("tony.task.max-total-gpus", -1, "the most GPUs a job may ask for; -1: no limit")
+PREPARE_STAGE = listing("tony.application.prepare-stage", "TonY's stages: task types that run and end before the "
+                        "training stage's start (they get the gang's containers with the others)")
+TRAINING_STAGE = listing("tony.application.training-stage", "TonY's stages: task types whose commands start only "
+                         "once every task of the prepare stage has succeeded")
 UNTRACKED_TYPES = listing("tony.application.untracked.jobtypes", "task types whose end the job does not wait for")
 SIDECAR_TYPES = listing("tony.application.sidecar.jobtypes", "task types that serve the others and whose "
                         "failure is ignored")

@@ -56,10 +56,6 @@ _NO_EFFECT = "has no effect here"
 NOT_HONOURED: tuple[NotHonoured, ...] = (
     _refuse("tony.application.distributed-mode", "only GANG (TonY's default) is done here: every job's tasks "
             "start together, as a gang; FCFS, each task starting as its container comes, is not"),
-    _refuse("tony.application.prepare-stage", "TonY's stages (task types that run and end before the others "
-            "start) are not done here: run them as a workflow task before this one"),
-    _refuse("tony.application.training-stage", "TonY's stages (task types that run and end before the others "
-            "start) are not done here: run them as a workflow task before this one"),
     _refuse("tony.application.placement-spec", "YARN placement constraints are not asked for here; "
             "tony.<type>.spread spreads a task type over the nodes"),
     _refuse("tony.containers.placement-spec", "YARN placement constraints are not asked for here; "

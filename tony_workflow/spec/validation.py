@@ -187,6 +187,15 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
             "no tracked task type: every task type is untracked (tony.application.untracked.jobtypes) "
             "or a sidecar (tony.application.sidecar.jobtypes), so nothing decides when the job ends"))
 
+    for key, stage in (("tony.application.prepare-stage", spec.prepare_stage),
+                       ("tony.application.training-stage", spec.training_stage)):
+        strangers = [t for t in stage if t not in active]
+        if strangers and active:
+            issues.append(spec.issue(key, ",".join(stage), f"names {', '.join(strangers)}, which the job does not "
+                                     f"run (its task types: {', '.join(active)})"))
+    if both := sorted(set(spec.prepare_stage) & set(spec.training_stage)):
+        issues.append(spec.issue("tony.application.training-stage", ",".join(spec.training_stage),
+                                 f"{', '.join(both)} cannot be in both stages"))
     if framework == "standalone" and sum(active.values()) > 1:
         tasks = ", ".join(f"{t} {n}" for t, n in active.items())
         issues.append(spec.issue("tony.application.framework", framework,

@@ -40,12 +40,12 @@ def test_every_key_of_tony_default_xml_is_read_here_or_said_not_to_be():
 def test_a_key_that_would_change_the_job_is_refused_naming_it_and_why():
     with pytest.raises(SpecError) as e:
         load_job(job(**{"tony.application.distributed-mode": "FCFS", "tony.horovod.mode.test": "true",
-                        "tony.application.prepare-stage": "ps"})).validate()
+                        "tony.application.placement-spec": "worker,notin,node_0"})).validate()
     message = str(e.value)
     assert "tony.application.distributed-mode: not done by this project: only GANG" in message
     assert "tony.horovod.mode.test: not done by this project" in message
     # One of TonY's keys that tony-default.xml does not list: refused for what it is, not as a typo.
-    assert "tony.application.prepare-stage: not done by this project: TonY's stages" in message
+    assert "tony.application.placement-spec: not done by this project: YARN placement constraints" in message
     assert "unknown key" not in message
     # At TonY's default, or left unset, nothing is said.
     spec = load_job(job(**{"tony.application.distributed-mode": "gang", "tony.horovod.mode.test": "false"}))

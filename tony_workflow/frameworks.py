@@ -240,7 +240,7 @@ def _horovod(ctx: TaskContext) -> dict[str, str]:
         distinct = list(dict.fromkeys(hosts))
         rdv = _first(ctx, "driver", "chief") or (hosts[0], workers[0].rpartition(":")[2])
         env.update({
-            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_TIMEOUT_SECONDS": "2000",
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": rdv[0], "HOROVOD_GLOO_RENDEZVOUS_PORT": rdv[1],
             "HOROVOD_RANK": str(ctx.index), "HOROVOD_SIZE": str(len(workers)),
             "HOROVOD_LOCAL_RANK": str(same_host.index(ctx.index)), "HOROVOD_LOCAL_SIZE": str(len(same_host)),
@@ -309,10 +309,9 @@ LAUNCHERS: dict[str, Callable[[TaskContext, str, str], str]] = {
 CAVEATS: dict[str, str] = {
     "horovod": ("framework horovod: Horovod's last release (0.28.1, 2023) does not build against this project's "
                 "torch (whose headers need C++20) or TensorFlow (whose wheel lacks the headers Horovod's XLA "
-                "operations include), so tony-workflow sets Horovod's variables (HOROVOD_*) but has not run "
-                "Horovod: the job's own environment (python_venv) must bring a Horovod that works, and no "
-                "rendezvous server is started for it (the gloo rendezvous address names the first driver, chief "
-                "or worker task)"),
+                "operations include), so tony-workflow has not run Horovod itself: the job's own environment "
+                "(python_venv) must bring a Horovod that works, in which its driver task starts Horovod's "
+                "rendezvous server; tony.horovod.mode.test tries the job without one"),
     "mxnet": ("framework mxnet: MXNet is retired upstream (1.9.1, 2022) and needs numpy < 1.24, which this "
               "project's TensorFlow and JAX do not allow: run the job with a python_venv of MXNet's own "
               "(`make mxnet` builds one, .venv-mxnet); tony-workflow sets its DMLC_* variables"),

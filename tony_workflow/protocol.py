@@ -37,6 +37,7 @@ __all__ = [
     "ENVIRONMENT_ENV",
     "EXCEEDED_MEMORY_EXIT",
     "HEARTBEAT",
+    "HOROVOD_DRIVER",
     "KILL",
     "OWNER_ENV",
     "RDZV_GROUP",
@@ -69,6 +70,7 @@ __all__ = [
     "Problem",
     "Registration",
     "RendezvousRound",
+    "RendezvousServer",
     "RendezvousState",
     "Result",
     "Route",
@@ -160,6 +162,18 @@ class Result:
     session_id: int
     exit_code: int
     diagnostics: str = ""
+
+
+@dataclass(frozen=True)
+class RendezvousServer:
+    """A Horovod job's driver task found where its rendezvous server listens (the port its
+    driver wrote) and the server's plan of slots (Horovod's host assignments)."""
+
+    task_id: str
+    session_id: int
+    host: str
+    port: int
+    slots: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -438,6 +452,8 @@ HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", Heartbeat, Go | Stop)
 STARTED = Route("started", "POST", "/v1/started", Started, Ack | Stop)
 RESULT = Route("result", "POST", "/v1/result", Result, Ack | Stop)
 TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", TensorBoard, Ack | Problem)
+# A Horovod job's driver: its rendezvous server's address, which the workers' cluster spec waits for.
+HOROVOD_DRIVER = Route("horovod_driver", "POST", "/v1/horovod-driver", RendezvousServer, Ack | Stop)
 # The job's status (status.JobStatus as a dict) and its record as the history keeps it, as it
 # stands: timeline, tasks, figures over time.
 STATUS = Route("status", "GET", "/v1/status", view=True)
@@ -452,8 +468,8 @@ RDZV_ROUND = Route("rdzv_round", "POST", "/v1/rendezvous/round", RendezvousRound
 RDZV_GROUP = Route("rdzv_group", "POST", "/v1/rendezvous/group", GroupRequest, GroupReply | Problem | Stop,
                    group=True)
 
-ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, STATUS, RECORD, KILL,
-                             RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND, RDZV_GROUP)
+ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, HOROVOD_DRIVER, STATUS,
+                             RECORD, KILL, RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND, RDZV_GROUP)
 
 
 def group_token(token: str) -> str:

@@ -133,6 +133,11 @@ class AMClient:
         return self._call(protocol.RESULT, task_id=task_id, session_id=session_id, exit_code=exit_code,
                           diagnostics=diagnostics)
 
+    def horovod_driver(self, task_id: str, session_id: int, host: str, port: int,
+                       slots: list[dict] | None = None) -> dict:
+        return self._call(protocol.HOROVOD_DRIVER, task_id=task_id, session_id=session_id, host=host, port=port,
+                          slots=slots)
+
     def register_tensorboard(self, url: str) -> dict:
         return self._call(protocol.TENSORBOARD, url=url)
 

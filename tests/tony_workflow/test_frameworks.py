@@ -57,7 +57,8 @@ def test_mxnet_and_jax_and_horovod():
     hvd = build_env(ctx("horovod", "worker", 1, cluster={"driver": ["z:9"], "worker": ["c:3", "c:4"]}))
     assert hvd["HOROVOD_RANK"] == "1" and hvd["HOROVOD_SIZE"] == "2"
     assert hvd["HOROVOD_LOCAL_RANK"] == "1" and hvd["HOROVOD_CROSS_SIZE"] == "1"
-    assert hvd["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "z"
+    assert (hvd["HOROVOD_GLOO_RENDEZVOUS_ADDR"], hvd["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == ("z", "9")
+    assert hvd["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "2000"  # TonY's
 
 
 def test_standalone_sets_no_cluster():

@@ -35,6 +35,7 @@ from ..protocol import (
     Problem,
     Registration,
     RendezvousRound,
+    RendezvousServer,
     RendezvousState,
     Result,
     SetState,
@@ -74,6 +75,7 @@ class AMRoutes:
             protocol.STARTED.name: self.started,
             protocol.RESULT.name: self.result,
             protocol.TENSORBOARD.name: self.tensorboard,
+            protocol.HOROVOD_DRIVER.name: self.horovod_driver,
             protocol.STATUS.name: lambda _: (200, s.status_dict()),
             protocol.RECORD.name: lambda _: (200, s.record()),
             protocol.KILL.name: self.kill,
@@ -139,6 +141,24 @@ class AMRoutes:
             # Waiters sleep on the gang's own event, not the AM's condition: registrations would
             # otherwise wake every waiting request once per task (N² wake-ups for a gang of N).
             gang.wait(remaining)
+
+    def horovod_driver(self, req: RendezvousServer) -> tuple[int, Ack | Stop]:
+        """A Horovod job's driver says where its rendezvous server listens: the workers' cluster
+        spec, held until now, names it as the driver's address."""
+        s = self.state
+        with s.lock:
+            task = self._task_for(req.task_id, req.session_id)
+            if not isinstance(task, Task):
+                return task
+            if task.status.type != "driver":
+                return _stop(f"{req.task_id} is not a Horovod driver")
+            s.rendezvous = (req.session_id, req.host, req.port)
+            if s.cluster_spec is not None:
+                s.cluster_spec = s.cluster_dict()
+            s.events.emit("horovod_rendezvous", session=req.session_id, host=req.host, port=req.port,
+                          slots=len(req.slots or []))
+            s.cond.notify_all()
+            return 200, _ACK
 
     def heartbeat(self, req: Heartbeat) -> tuple[int, Go | Stop]:
         s = self.state

@@ -136,6 +136,8 @@ class AMState:
         self.tasks = {}
         self.session_id = 0
         self.cluster_spec = None
+        #: a Horovod job's rendezvous server, as its driver reported it: (session, host, port)
+        self.rendezvous: tuple[int, str, int] | None = None
         self.gang_ready = threading.Event()
         self.store_failure = None
         self.kill_requested = None
@@ -182,9 +184,13 @@ class AMState:
 
     # ---------------------------------------------------------------- views
     def held_for_stage(self, task: Task) -> bool:
-        """Whether ``task`` is of TonY's training stage and a task of the prepare stage has not yet
-        succeeded: its command waits (its cluster spec is held). Called with the lock held."""
+        """Whether ``task``'s command waits (its cluster spec is held): it is of TonY's training stage
+        and a task of the prepare stage has not yet succeeded, or it is a Horovod job's worker and
+        the driver has not said where its rendezvous server listens. Called with the lock held."""
         spec = self.spec
+        unannounced = self.rendezvous is None or self.rendezvous[0] != task.session_id
+        if spec.framework == "horovod" and task.status.type != "driver" and "driver" in spec.tasks and unannounced:
+            return True
         return task.status.type in spec.training_stage and any(
             t.status.type in spec.prepare_stage and t.status.state != TaskState.SUCCEEDED for t in self.tasks.values())
 
@@ -193,6 +199,8 @@ class AMState:
         out: dict[str, list[str]] = {}
         for t in sorted(self.tasks.values(), key=lambda t: (self.type_order.index(t.status.type), t.status.index)):
             out.setdefault(t.status.type, []).append(f"{t.status.host}:{t.status.port}")
+        if self.rendezvous is not None and out.get("driver"):  # Horovod's: the driver is its rendezvous server
+            out["driver"][0] = f"{self.rendezvous[1]}:{self.rendezvous[2]}"
         return out
 
     def status_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from . import table, unhonoured, validation
 from .errors import SpecError, SpecIssue, error, unknown_message
+from .horovod import implied_keys
 from .keys import INSTANCES_KEY, task_key
 from .overrides import apply_pairs, parse_overrides
 from .table import TASK_KEY, TONY_DEFAULTS
@@ -255,9 +256,17 @@ class JobSpec:
     def get(self, key: str, default: str | None = None) -> str | None:
         """The conf value of ``key``: from ``conf``, else TONY_DEFAULTS, else ``default``. Raw text: the
         typed fields below are what the runtime reads."""
+        implied = self._implied
+        if key in implied:
+            return implied[key]
         if key in self.conf:
             return self.conf[key]
         return TONY_DEFAULTS.get(key, default)
+
+    @cached_property
+    def _implied(self) -> dict[str, str]:
+        """Keys TonY adds to the job's own (a Horovod job's driver task: :func:`.horovod.implied_keys`)."""
+        return implied_keys(self.conf)
 
     def display(self, key: str) -> str:
         """``key`` as the user spelled it (``tasks.worker.memory (tony.worker.memory)``), for messages."""
@@ -409,7 +418,7 @@ class JobSpec:
     def declared_types(self) -> list[str]:
         """Every type with a tony.<type>.instances key, in first-seen order."""
         types = []
-        for key in self.conf:
+        for key in [*self.conf, *self._implied]:
             match = INSTANCES_KEY.match(key)
             if match and match.group(1) not in types:
                 types.append(match.group(1))

@@ -64,12 +64,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "tony.<type>.spread spreads a task type over the nodes"),
     _refuse("tony.am.startup-timeout", "a bound on the ApplicationMaster's start alone is not kept here; "
             "tony.application.timeout bounds the whole job"),
-    _refuse("tony.horovod.mode.test", "Horovod's driver, and so its test mode, is not run here: a Horovod job gets "
-            "Horovod's variables only"),
-    _refuse("tony.horovod.mode.test.fast.fail", "Horovod's driver, and so its test mode, is not run here: a "
-            "Horovod job gets Horovod's variables only"),
-    _refuse("tony.horovod.driver.mode.debug", "Horovod's driver, and so its debug mode, is not run here: a "
-            "Horovod job gets Horovod's variables only"),
     _refuse("tony.other.namenodes", "delegation tokens are obtained for the cluster's own file system only: "
             "the job could not read the other NameNodes"),
     _warn("tony.history.finished", _HISTORY),

@@ -196,6 +196,16 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
     if both := sorted(set(spec.prepare_stage) & set(spec.training_stage)):
         issues.append(spec.issue("tony.application.training-stage", ",".join(spec.training_stage),
                                  f"{', '.join(both)} cannot be in both stages"))
+    if framework == "horovod":
+        given = sorted(k for k in spec.conf if k.startswith("tony.driver."))
+        debug = parse_bool(spec.get("tony.horovod.driver.mode.debug") or "false")
+        if given and not debug:
+            issues.append(spec.issue(given[0], spec.conf[given[0]], "a Horovod job's driver task is tony-workflow's "
+                                     "(Horovod's rendezvous server); give one of your own only with "
+                                     "tony.horovod.driver.mode.debug=true"))
+        elif debug and not (spec.get("tony.driver.command") or "").strip():
+            issues.append(spec.issue("tony.horovod.driver.mode.debug", "true", "the job runs its own Horovod "
+                                     "driver: set tony.driver.instances and tony.driver.command"))
     if framework == "standalone" and sum(active.values()) > 1:
         tasks = ", ".join(f"{t} {n}" for t, n in active.items())
         issues.append(spec.issue("tony.application.framework", framework,

@@ -30,6 +30,7 @@ from ..protocol import RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .handoff import HANDOFF_ENV, serve
+from .horovod import announced, driver_env
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
 from .workdir import job_python, python_path, task_pythonpath, user_directory
@@ -453,6 +454,9 @@ class TaskExecutor:
         if command:
             command = launch_command(ctx, command, self._python())
         env = self._user_env(ctx, tb_port.port if tb_port else None)
+        driver = self.spec.framework == "horovod" and self.task_type == "driver"  # Horovod's rendezvous server
+        if driver:
+            env.update(driver_env(cluster, self.workdir / "horovod-driver"))
         user_dir = user_directory(self.workdir, self.env)  # the source, resources and venv side by side
         if command:
             self.inbox = ReportInbox(secrets.token_hex(16))
@@ -473,7 +477,9 @@ class TaskExecutor:
                                      restored=self.restored)
         if self.mirror and (self.is_chief or self.follows_rank0):
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
+        unannounced = self._announce() if driver and self.user is not None else None
         code = self._wait()
+        code = 1 if unannounced and code == 0 else code
         port.close()
         if self.stop_event.is_set() and code != 0 and self.user is not None:
             log.info("user process ended after stop (%s)", self.stop_reason)
@@ -495,6 +501,19 @@ class TaskExecutor:
         if self.inbox:
             self.inbox.close()
         return code
+
+    def _announce(self) -> str | None:
+        """Waits for the Horovod driver's port file and tells the AM where its server listens (the
+        workers' cluster spec waits for it); else says why not and stops the driver."""
+        assert self.user is not None
+        found = announced(self.workdir / "horovod-driver", self.user, stopped=self.stop_event.is_set)
+        if isinstance(found, str):
+            print(f"tony-executor: {found}", file=sys.stderr, flush=True)
+            kill_process_tree(self.user, grace=2.0)
+            return found
+        port, slots = found
+        self.am.horovod_driver(self.task_id, self.session_id, self.host, port, slots)
+        return None
 
     def _wait(self) -> int:
         proc = self.user or self.tensorboard

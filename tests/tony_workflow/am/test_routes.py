@@ -143,6 +143,7 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
            "heartbeat": {"task_id": "worker:0", "session_id": 0}, "started": {"task_id": "worker:0", "session_id": 0},
            "result": {"task_id": "worker:0", "session_id": 0, "exit_code": 0},
            "tensorboard": {"url": "http://h:6006"}, "status": {}, "record": {}, "kill": {},
+           "horovod_driver": {"task_id": "driver:0", "session_id": 0, "host": "h", "port": 9999},
            "rdzv_state": {"run_id": "r-0"}, "rdzv_set_state": {"run_id": "r-0", "state": "AAE="},
            "rdzv_store": {"run_id": "r-0", "op": "set", "keys": ["k"], "values": ["AAE="]},
            "rdzv_round": {"task_id": "worker:0", "session_id": 0, "run_id": "r-0", "round": 0, "rank": 0,
@@ -155,8 +156,37 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
 def test_every_route_has_a_handler_that_answers_its_declared_request(tmp_path, route):
     # A handler that reads a field its route does not declare fails here (the objects have no such attribute).
     state = elastic_state(tmp_path, "r-0") if route.name.startswith("rdzv_") else make_state(tmp_path)
+    if route.name == "horovod_driver":
+        state = horovod_state(tmp_path)
     code, reply = AMRoutes(state).handlers()[route.name](route.decode(SAMPLES[route.name]))
     assert code in (200, 204) and json.loads(json.dumps(reply)) == reply
+
+
+def horovod_state(tmp_path) -> AMState:
+    """A Horovod job's state (its driver task added by TonY's rule), every task registered."""
+    state = make_state(tmp_path, {"tony.application.framework": "horovod", "tony.horovod.mode.test": "true"})
+    container = Container(id="c-driver:0", task_id="driver:0", memory_mb=256, vcores=1)
+    state.tasks["driver:0"] = Task(status=TaskStatus(type="driver", index=0, state=TaskState.LAUNCHED),
+                                   container=container, session_id=0)
+    routes = AMRoutes(state)
+    for port, task_id in enumerate(("chief:0", "worker:0", "worker:1", "driver:0"), start=2000):
+        routes.register(protocol.Registration(task_id=task_id, session_id=0, host="h", port=port))
+    return state
+
+
+def test_a_horovod_jobs_workers_wait_for_the_drivers_server_and_are_told_where_it_is(tmp_path):
+    state = horovod_state(tmp_path)
+    routes = AMRoutes(state)
+    # The driver has its cluster spec at once; the workers' is held until it announces its server.
+    assert routes.cluster_spec(protocol.ClusterSpecQuery(task_id="driver:0", session_id=0, wait=0))[0] == 200
+    assert routes.cluster_spec(protocol.ClusterSpecQuery(task_id="worker:0", session_id=0, wait=0)) == (204, None)
+    assert routes.horovod_driver(protocol.RendezvousServer(task_id="worker:1", session_id=0, host="h",
+                                                           port=1))[0] == 409  # only the driver says so
+    assert routes.horovod_driver(protocol.RendezvousServer(task_id="driver:0", session_id=0, host="hd",
+                                                           port=9999))[0] == 200
+    code, reply = routes.cluster_spec(protocol.ClusterSpecQuery(task_id="worker:0", session_id=0, wait=0))
+    assert code == 200 and reply["cluster"]["driver"] == ["hd:9999"]
+    assert [e["port"] for e in events(state) if e["event"] == "horovod_rendezvous"] == [9999]
 
 
 def test_a_fixed_job_has_no_rendezvous_and_its_agents_are_told_to_stop(tmp_path):

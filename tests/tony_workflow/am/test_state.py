@@ -33,7 +33,7 @@ def test_a_fresh_state_allocates_with_the_specs_warnings_and_what_a_later_attemp
     assert s.status.state == JobState.ALLOCATING and s.status.am_attempt == 2 and s.status.retries == 1
     assert s.status.started_at == 1000.0 and s.status.diagnostics == "attempt 1 lost"
     assert s.status.warnings and "horovod" in s.status.warnings[0].lower()  # the framework's caveat
-    assert s.chief == ("worker", 0) and s.type_order == ["ps", "worker"]
+    assert s.chief == ("worker", 0) and s.type_order == ["ps", "worker", "driver"]  # Horovod's driver, added
     assert s.cluster_spec is None and not s.gang_ready.is_set() and s.kill_requested is None
 
 

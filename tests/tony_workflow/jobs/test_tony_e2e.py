@@ -14,9 +14,9 @@ As in TonY's test, every case also gives every container ``common.zip`` (tony.co
 What TonY's test drives through hooks built into its runtime (TEST_AM_CRASH,
 TEST_TASK_EXECUTOR_SKEW, TEST_WORKER_TERMINATED...) is done here from outside, to the real
 processes: the AM or a worker's container killed, a slow worker made slow by its command. Cases
-that cannot exist here, or are not done yet, are listed in ``NOT_HERE`` and ``NOT_YET`` with why;
-each of the latter is run and must still fail as expected (strict xfail), so that the day it
-passes it is moved here.
+that cannot exist here are listed in ``NOT_HERE`` with why; those that end as TonY asserts for
+another reason (refused before anything runs, where TonY fails as it runs) in
+``FAILS_FOR_ANOTHER_REASON``; the one not done yet in ``NOT_YET_ON_HDFS``.
 """
 from __future__ import annotations
 
@@ -120,6 +120,33 @@ def test_testTonyAMSchedulerShouldPass(tony_home):
     prepared = max(ts for ts, task, state in states if task.split(":")[0] in ("db", "dbloader") and state == "SUCCEEDED")
     trained = min(ts for ts, task, state in states if task.split(":")[0] in ("ps", "worker") and state == "RUNNING")
     assert prepared < trained
+
+
+def test_testTonyHorovodShouldPass(tony_home):
+    # Test mode: the driver task announces a port without a server (Horovod cannot be built here).
+    out = tony(*src("--python_venv", VENV, "--executes", "python check_horovod_env.py",
+                    "--conf", "tony.worker.instances=2", "--conf", "tony.horovod.mode.test=true",
+                    "--conf", "tony.application.framework=horovod"))
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+    assert out.task_states() == {"worker": TaskState.SUCCEEDED, "driver": TaskState.KILLED}
+
+
+def test_testTonyHorovodWithDebugModeShouldPass(tony_home):
+    # The job's own driver (TonY's horovod_debug_driver.py) writes the port file the workers wait for.
+    out = tony(*src("--python_venv", VENV, "--executes", "python check_horovod_env.py", "--conf",
+                    "tony.application.framework=horovod", "--conf", "tony.horovod.mode.test=true", "--conf",
+                    "tony.horovod.driver.mode.debug=true", "--conf", "tony.worker.instances=2", "--conf",
+                    "tony.driver.instances=1", "--conf", "tony.driver.vcores=1", "--conf",
+                    "tony.application.untracked.jobtypes=driver", "--conf",
+                    "tony.driver.command=python horovod_debug_driver.py -t -p 9999"))
+    assert out.code == 0, out.status.diagnostics if out.status else out.refused
+
+
+def test_testTonyHorovodDriverCrashShouldFailAndStopAM(tony_home):
+    out = tony(*src("--python_venv", VENV, "--conf", "tony.worker.instances=1", "--conf",
+                    "tony.worker.command=python sleep_30.py", "--conf", "tony.horovod.mode.test.fast.fail=true",
+                    "--conf", "tony.application.framework=horovod"))
+    assert out.code == -1 and out.task_states()["driver"] == TaskState.FAILED, out.status
 
 
 def test_testPSSkewedWorkerTrainingShouldPass(tony_home):
@@ -300,45 +327,16 @@ def test_testTonyFinalConf(tony_home):
     assert "test.zip" in spec.conf["tony.containers.resources"] and "common.zip" in spec.conf["tony.containers.resources"]
 
 
-# -- TonY's cases not done yet: each must still fail, until it passes and moves up -----------------
-
-NOT_YET = {
-    "testTonyHorovodShouldPass": (src("--python_venv", VENV, "--executes", "python check_horovod_env.py",
-                                      "--conf", "tony.worker.instances=2", "--conf", "tony.horovod.mode.test=true",
-                                      "--conf", "tony.application.framework=horovod"), 0,
-                                  "Horovod's driver and its test mode are refused, not yet done"),
-    "testTonyHorovodWithDebugModeShouldPass": (
-        src("--python_venv", VENV, "--executes", "python check_horovod_env.py", "--conf",
-            "tony.application.framework=horovod", "--conf", "tony.horovod.mode.test=true", "--conf",
-            "tony.horovod.driver.mode.debug=true", "--conf", "tony.worker.instances=2", "--conf",
-            "tony.driver.instances=1", "--conf", "tony.driver.vcores=1", "--conf",
-            "tony.application.untracked.jobtypes=driver", "--conf",
-            "tony.driver.command=python horovod_debug_driver.py -t -p 9999"), 0,
-        "Horovod's driver and its debug mode are refused, not yet done"),
-}
+# -- TonY's cases that end as TonY asserts, for another reason -----------------------------------
 
 #: Cases whose outcome matches TonY's already, but for another reason than TonY's.
 FAILS_FOR_ANOTHER_REASON = {
-    "testTonyHorovodDriverCrashShouldFailAndStopAM": (
-        src("--python_venv", VENV, "--conf", "tony.worker.instances=1", "--conf",
-            "tony.worker.command=python sleep_30.py", "--conf", "tony.horovod.mode.test.fast.fail=true",
-            "--conf", "tony.application.framework=horovod"),
-        "tony.horovod.mode.test.fast.fail"),
     "testTonyAMStartupTimeoutShouldFail": (
         src("--executes", "python check_env_and_venv.py", "--shell_env", "ENV_CHECK=ENV_CHECK", "--python_venv",
             VENV, "--conf", "tony.worker.instances=1", "--conf", "tony.am.memory=2g",
             "--conf", "tony.am.startup-timeout=10000"),
         "tony.am.startup-timeout"),
 }
-
-
-@pytest.mark.parametrize("case", sorted(NOT_YET))
-def test_not_yet(tony_home, case):
-    argv, code, why = NOT_YET[case]
-    out = tony(*argv)
-    if out.code == code:
-        pytest.fail(f"{case} now ends as TonY asserts: move it among the cases above ({why})")
-    pytest.xfail(why)
 
 
 @pytest.mark.parametrize("case", sorted(FAILS_FOR_ANOTHER_REASON))
@@ -370,9 +368,9 @@ def test_every_case_of_tonys_suite_is_accounted_for():
         "testTonyFinalConf", "testTonyFinalConfWithNonExistentHDFSClasspath"}
     source = Path(__file__).read_text()
     translated = {c for c in cases if f"def test_{c}(" in source or f'("{c}"' in source or f'"{c}",' in source}
-    translated -= set(NOT_HERE) | set(NOT_YET) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
-    assert cases == translated | set(NOT_HERE) | set(NOT_YET) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
-    assert len(translated) == 25
+    translated -= set(NOT_HERE) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
+    assert cases == translated | set(NOT_HERE) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
+    assert len(translated) == 28
 
 
 #: TonY's case about HDFS classpaths that do not exist: TonY drops one with a warning; here a resource

@@ -17,7 +17,8 @@ from tony_workflow.spec.unhonoured import NOT_HONOURED, not_honoured, refusals, 
 # queue, AM, task types) and TonY's descriptive version keys; each must appear in the code.
 READ_BY_NAME = {"tony.history.location", "tony.keytab.user", "tony.keytab.location", "tony.application.name", "tony.application.framework", "tony.application.type", "tony.yarn.queue",
                 "tony.am.memory", "tony.am.vcores", "tony.am.gpus", "tony.am.retry-count",
-                "tony.application.untracked.jobtypes", "tony.application.stop-on-failure-jobtypes"}
+                "tony.application.untracked.jobtypes", "tony.application.stop-on-failure-jobtypes",
+                "tony.horovod.mode.test", "tony.horovod.mode.test.fast.fail", "tony.horovod.driver.mode.debug"}
 TASK_KEY = re.compile(r"^tony\.[a-z][a-z0-9_-]*\.([a-z][a-z0-9_.-]*)$")
 
 
@@ -39,16 +40,16 @@ def test_every_key_of_tony_default_xml_is_read_here_or_said_not_to_be():
 
 def test_a_key_that_would_change_the_job_is_refused_naming_it_and_why():
     with pytest.raises(SpecError) as e:
-        load_job(job(**{"tony.application.distributed-mode": "FCFS", "tony.horovod.mode.test": "true",
+        load_job(job(**{"tony.application.distributed-mode": "FCFS", "tony.am.startup-timeout": "10000",
                         "tony.application.placement-spec": "worker,notin,node_0"})).validate()
     message = str(e.value)
     assert "tony.application.distributed-mode: not done by this project: only GANG" in message
-    assert "tony.horovod.mode.test: not done by this project" in message
+    assert "tony.am.startup-timeout: not done by this project" in message
     # One of TonY's keys that tony-default.xml does not list: refused for what it is, not as a typo.
     assert "tony.application.placement-spec: not done by this project: YARN placement constraints" in message
     assert "unknown key" not in message
     # At TonY's default, or left unset, nothing is said.
-    spec = load_job(job(**{"tony.application.distributed-mode": "gang", "tony.horovod.mode.test": "false"}))
+    spec = load_job(job(**{"tony.application.distributed-mode": "gang", "tony.am.startup-timeout": "0"}))
     spec.validate()
     assert refusals(spec.conf) == [] and warnings(spec.conf) == []
 

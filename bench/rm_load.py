@@ -130,9 +130,12 @@ def on_minicluster(jobs_list: tuple[int, ...], *, warmup: float, window: float, 
         client = yarn.backend.client
         import skein
         for n in jobs_list:
-            # 10 x 2 GB: the blocker takes all but what the waiting jobs' masters (512 MB each) need.
+            # 10 x 2 GB: the blocker (its master and fillers, 512 MB each) takes all but what the
+            # waiting jobs' masters (512 MB each) need and 512 MB more. A waiting job's gang (an AM
+            # and six workers of 1 GB) fits the cluster, never what the blocker leaves, even for
+            # the first job, which arrives before the others' masters take their share.
             spare = n * 512 + 512
-            fill = max(1, (20480 - spare) // 512 - 2)
+            fill = max(1, (20480 - 512 - spare) // 512)
             blocker = client.submit(skein.ApplicationSpec(
                 name="bench-blocker", queue="default", max_attempts=1,
                 services={"fill": skein.Service(resources=skein.Resources(memory=512, vcores=1), script="sleep 3600",
@@ -145,7 +148,7 @@ def on_minicluster(jobs_list: tuple[int, ...], *, warmup: float, window: float, 
             handles = []
             for i in range(n):
                 handles.append(yarn.submit(load_job(common.job_text(
-                    f"bench-wait-{i}", "sleep 5", {"worker": {"instances": 2, "memory": "1g"}}, am_memory="512m"))))
+                    f"bench-wait-{i}", "sleep 5", {"worker": {"instances": 6, "memory": "1g"}}, am_memory="512m"))))
             try:
                 common.wait_for(lambda hs=handles: all(h.status().state == "ALLOCATING" and h.status().waiting_reason
                                                        for h in hs), timeout=300, interval=2, what="every job waiting")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from .keys import INSTANCES_KEY
 from .table import TONY_DEFAULTS
+from .values import parse_bool
 
 __all__ = ["DRIVER_COMMAND", "implied_keys"]
 
@@ -16,7 +17,11 @@ DRIVER_COMMAND = 'python -m tony_workflow.horovod_driver -w "$CLUSTER_WORKER_LIS
 
 
 def _on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1", "yes")
+    """The key's boolean; one that is not a boolean is validation's to refuse, and adds nothing here."""
+    try:
+        return parse_bool(value or "false")
+    except ValueError:
+        return False
 
 
 def implied_keys(conf: Mapping[str, str]) -> dict[str, str]:

@@ -40,7 +40,7 @@ from ..base import (
 )
 from .forkserver import ForkServer, ForkServerGone
 from .ledger import Inventory, Ledger, cluster_dir, join_queue, next_application_id
-from .localize import link_into
+from .localize import link_into, link_or_copy, read_only
 from .localize import stage as stage_resources
 
 __all__ = ["LocalBackend", "LocalClusterManager"]
@@ -51,23 +51,6 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    """A hard link to ``src`` (the staged, read-only source), or a copy where links cannot be made."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _read_only(root: Path) -> None:
-    """Takes the write bits off every file below ``root`` (directories stay writable)."""
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode & ~0o222)
 
 
 #: The local cluster's settings as the client read them at submission, beside the job's spec.
@@ -160,7 +143,7 @@ class LocalClusterManager(ClusterManager):
             # Localisation: the job's source, staged once at submission with its files read-only,
             # is hard-linked into every container (one copy on disk, whatever the number of tasks
             # and relaunches); a task that replaces a file gets its own, and none can change another's.
-            shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True, copy_function=_link_or_copy)
+            shutil.copytree(staged, wd, dirs_exist_ok=True, symlinks=True, copy_function=link_or_copy)
         # TonY's resources, staged once at submission, beside the source (localize.py).
         link_into(self.app_dir, container.task_id.split(":")[0], wd)
         container.workdir = wd
@@ -178,7 +161,7 @@ class LocalClusterManager(ClusterManager):
         if not wd.exists():
             wd.mkdir()
             if (app_dir / "src").is_dir():
-                shutil.copytree(app_dir / "src", wd, dirs_exist_ok=True, symlinks=True, copy_function=_link_or_copy)
+                shutil.copytree(app_dir / "src", wd, dirs_exist_ok=True, symlinks=True, copy_function=link_or_copy)
             link_into(app_dir, None, wd)
         return wd
 
@@ -313,7 +296,7 @@ class LocalBackend(Backend):
         if spec.src_dir:
             shutil.copytree(spec.src_dir, d / "src", symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
-            _read_only(d / "src")
+            read_only(d / "src")
         try:
             stage_resources(spec.conf, d)
         except SpecError:

@@ -22,7 +22,7 @@ from ...spec import SpecError, SpecIssue
 from ...spec.resources import Resource, resources_by_type
 from ...storage import open_storage
 
-__all__ = ["MANIFEST", "link_into", "links", "stage"]
+__all__ = ["MANIFEST", "link_into", "link_or_copy", "links", "read_only", "stage"]
 
 #: What was staged for whom: {owner: {name: path relative to the job's directory}}.
 MANIFEST = "resources.json"
@@ -63,11 +63,21 @@ def _local(r: Resource, dest: Path) -> dict[str, Path]:
     return {r.name: target}
 
 
-def _read_only(root: Path) -> None:
+def read_only(root: Path) -> None:
+    """Takes the write bits off ``root`` (a file) or every file below it (directories stay
+    writable): what is staged once for a job's containers stays as it was given."""
     paths = [root] if root.is_file() else [Path(d) / f for d, _, fs in os.walk(root) for f in fs]
     for path in paths:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~0o222)
+
+
+def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """A hard link to ``src`` (a staged, read-only file), or a copy where links cannot be made."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def stage(conf: dict[str, str], app_dir: Path) -> None:
@@ -87,7 +97,7 @@ def stage(conf: dict[str, str], app_dir: Path) -> None:
                 raise SpecError([SpecIssue(r.key, conf[r.key], f"{r.source} could not be given to the containers: "
                                            f"{e}")]) from None
             for name, path in staged.items():
-                _read_only(path)
+                read_only(path)
                 manifest.setdefault(who, {})[name] = path.relative_to(app_dir).as_posix()
     if manifest:
         (app_dir / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -116,7 +126,4 @@ def link_into(app_dir: Path, task_type: str | None, workdir: Path) -> None:
         if path.is_dir():
             target.symlink_to(path)
         else:
-            try:
-                os.link(path, target)
-            except OSError:
-                shutil.copy2(path, target)
+            link_or_copy(path, target)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tarfile
 import zipfile
 from pathlib import PurePosixPath, PureWindowsPath
 
@@ -52,6 +51,7 @@ def unpack(path: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
                 if mode and not info.is_dir():
                     os.chmod(os.path.join(dest, info.filename), mode | 0o400)
     elif name.endswith((".tar", ".tar.gz", ".tgz")):
+        import tarfile  # only for what is unpacked: an executor imports this module on every start
         try:
             with tarfile.open(path) as archive:
                 archive.extractall(dest, filter="data")

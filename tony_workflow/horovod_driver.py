@@ -15,7 +15,6 @@ is made from the worker list alone, so that a job can be tried without Horovod; 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -72,6 +71,7 @@ def _serve(port_file: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # the driver's own: executors import this module for its port file's name only
     ap = argparse.ArgumentParser(prog="python -m tony_workflow.horovod_driver")
     ap.add_argument("-w", "--worker-list", default=os.environ.get("CLUSTER_WORKER_LIST", ""),
                     help="the workers' hosts and slots: host:n,host:n")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
 import zipfile
 from collections.abc import Mapping
@@ -60,7 +59,11 @@ def python_path(container_dir: Path, interpreter: str) -> list[str]:
     job's ``interpreter`` (the venv's, python_binary_path, or the executor's own where neither can
     be run: a TonY ``python_venv`` zip need not hold an interpreter, and a node need not have a
     ``python`` on its PATH). The interpreter's own directory follows, for what else a venv holds."""
-    found = interpreter if os.path.isabs(interpreter) else shutil.which(interpreter)
+    if os.path.isabs(interpreter):
+        found: str | None = interpreter
+    else:
+        import shutil  # a relative interpreter only (python_binary_path=python): not on every task's start
+        found = shutil.which(interpreter)
     if not found or not os.access(found, os.X_OK):
         found = sys.executable
     shim = container_dir / ".tony-bin"

@@ -52,7 +52,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def applications(tony_home: Path) -> list[Path]:
-    return sorted((tony_home / "local" / "apps").glob("application_*"))
+    """The applications submitted, once each has a status (its directory comes first, while the
+    job's source and resources are staged into it)."""
+    return sorted(p for p in (tony_home / "local" / "apps").glob("application_*") if (p / "status.json").is_file())
 
 
 def running_app(tony_home: Path) -> str | None:

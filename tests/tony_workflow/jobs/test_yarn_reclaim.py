@@ -134,7 +134,7 @@ def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train
     spec = load_job(str(REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"),
                     conf=["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.enabled=false",
                           "tony.yarn.queue=default", "tony.am.retry-count=0"],
-                    task_params="--epochs 6 --save-every 5 --batch-size 96 --step-sleep 0.3")
+                    task_params="--epochs 14 --save-every 5 --batch-size 96 --step-sleep 0.3")
     h = yarn.submit(spec)
     wait_for(lambda: (s := h.status()).state == "RUNNING" and (s.progress or {}).get("step", 0) >= 10
              and (s.elastic or {}).get("size") == 3, timeout=300, interval=1)
@@ -143,9 +143,16 @@ def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train
         name="urgent", queue="urgent", max_attempts=1,
         services={"claim": skein.Service(resources=skein.Resources(memory=1024, vcores=1), instances=2,
                                          script="sleep 20")}))
+    # The group goes on without what was taken, and the replacements join it again once urgent is
+    # done, while training goes on (the job's length leaves room for a slow machine).
+    def rejoined(s) -> bool:  # a round of the full size with a replacement in it
+        return any((c.get("joined") or c.get("replaced")) and c["size"] == 3
+                   for c in (s.elastic or {}).get("history") or [])
+
+    regrown = wait_for(lambda: (s := h.status()).is_final and s or rejoined(s) and s, timeout=400, interval=0.5)
+    assert not regrown.is_final, (regrown.state, regrown.elastic)
     st = h.wait(poll_interval=1, timeout=600)
-    # Taken back, not failed: no retry spent, no membership change counted, the session kept; the
-    # replacements joined once urgent was done.
+    # Taken back, not failed: no retry spent, no membership change counted, the session kept.
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 0 and st.retries == 0 and st.reclaims >= 1, (st.session_id, st.retries, st.reclaims)
     assert st.elastic["changes"] == 0 and st.elastic["size"] == 3, st.elastic

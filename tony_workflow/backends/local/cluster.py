@@ -432,9 +432,11 @@ class LocalBackend(Backend):
 
     def list_applications(self) -> list[str]:
         apps = []
+        # An application is known once its status is written: before that its directory is still
+        # being staged (its source and resources copied) and nothing in it can be looked at.
         for p in (cluster_dir() / "apps").glob("application_*"):
             with contextlib.suppress(ValueError):
-                if p.is_dir():
+                if (p / "status.json").is_file():
                     apps.append(check_application_id(p.name))
         return sorted(apps, key=lambda a: (int(a.split("_")[1]), int(a.split("_")[2])))
 

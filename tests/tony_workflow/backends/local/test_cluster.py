@@ -59,3 +59,6 @@ def test_the_client_side_refuses_ids_it_does_not_know(tony_home):
     with pytest.raises(UnknownApplication):
         backend.stored_status("application_1_0009")
     assert backend.list_applications() == []
+    # A directory still being staged at submission (no status yet) is not an application yet.
+    backend.app_dir("application_1_0010").mkdir(parents=True)
+    assert backend.list_applications() == []

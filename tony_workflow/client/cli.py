@@ -53,10 +53,28 @@ def _tony_flags(args: argparse.Namespace) -> list[str]:
     """TonY's client flags that are keys of the job, as --conf entries: appended where the key
     holds a list (tony.containers.envs and resources), as TonY appends them."""
     conf = [f"tony.containers.envs={pair}" for pair in args.container_env or ()]
-    conf += [f"tony.containers.resources={path}" for path in args.hdfs_classpath or ()]
+    conf += [f"tony.containers.resources={path}" for path in _classpath(args.hdfs_classpath or ())]
     if args.tensorboard_log_dir:
         conf.append(f"tony.application.tensorboard-log-dir={args.tensorboard_log_dir}")
     return conf
+
+
+def _classpath(paths: Sequence[str]) -> list[str]:
+    """The ``--hdfs_classpath`` entries that are there: TonY's client drops one that is not, with a
+    warning, and so does this one (a resource given any other way that is not there refuses the job)."""
+    from ..storage import open_storage
+
+    kept = []
+    for path in paths:
+        try:
+            there, why = open_storage(path).located(), "is not there"
+        except (OSError, TonyError) as e:
+            there, why = False, f"could not be read ({e})"
+        if there:
+            kept.append(path)
+        else:
+            print(f"tony: warning: --hdfs_classpath {path} {why}: left out of the job", file=sys.stderr, flush=True)
+    return kept
 
 
 def submitted_spec(args: argparse.Namespace) -> JobSpec:

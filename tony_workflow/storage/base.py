@@ -79,6 +79,10 @@ class Storage:
         """Whether a file ``key`` is there."""
         return key.rsplit("/", 1)[-1] in self.list(key.rsplit("/", 1)[0] if "/" in key else "")
 
+    def located(self) -> bool:  # pragma: no cover - interface
+        """Whether the store's own location is there (a file or a directory)."""
+        raise NotImplementedError
+
     def publish(self, local: Path, key: str) -> bool:  # pragma: no cover - interface
         """Puts ``local`` at ``key`` unless a file is there already, which is then kept as it is
         (readers may hold on to it): True when this call published it."""

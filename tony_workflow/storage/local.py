@@ -64,6 +64,9 @@ class LocalStorage(Storage):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def located(self) -> bool:
+        return self.root.exists()
+
     def publish(self, local: Path, key: str) -> bool:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)

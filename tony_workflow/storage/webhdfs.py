@@ -262,6 +262,9 @@ class WebHDFSStorage(Storage):
     def exists(self, key: str) -> bool:
         return self._exists(self._path(key))
 
+    def located(self) -> bool:
+        return self._exists(self.root)
+
     def publish(self, local: Path, key: str) -> bool:
         return self._upload(local, key, "publish", overwrite=False)
 

@@ -84,3 +84,12 @@ def test_a_file_yarn_cannot_localize_is_named_in_the_jobs_diagnostics(lib_path):
     assert out.code == -1 and out.task_states()["worker"] == TaskState.FAILED
     assert "The cluster said:" in out.status.diagnostics and "data.zip" in out.status.diagnostics, \
         out.status.diagnostics
+
+
+def test_testTonyFinalConfWithNonExistentHDFSClasspath_on_hdfs(lib_path, capsys):
+    # TonY's case with HDFS itself: the directory that is not there is left out, with a warning.
+    from tony_workflow.client.cli import build_parser, submitted_spec
+    args = build_parser().parse_args(["submit", "--executes", "ls", "--hdfs_classpath", "hdfs:///tony-e2e/no/such",
+                                      "--hdfs_classpath", lib_path])
+    assert submitted_spec(args).conf["tony.containers.resources"] == lib_path
+    assert "--hdfs_classpath hdfs:///tony-e2e/no/such is not there: left out of the job" in capsys.readouterr().err

@@ -8,6 +8,10 @@ decides with TonY's and this project's keys:
 
 - ``tony.container.allocation.timeout`` (TonY's, ms; <= 0: none): a session whose gang is not whole
   this long after the job first asked for it fails the job;
+- ``tony.am.startup-timeout`` (TonY's, ms; 0: none), where the AM's own container comes with the
+  first gang (the embedded cluster: :attr:`~tony_workflow.backends.base.ClusterManager.am_waits_with_gang`):
+  a job whose first gang is not whole this long after its submission has, in YARN's terms, not
+  started its AM, and fails (on YARN the gate applies it, before the AM starts);
 - ``tony.gang.hold-timeout-ms``: a gang held in part this long is given back, and asked for again
   after a back-off (``tony.gang.backoff-ms``, randomised, doubling) that keeps the job's place in
   its queue; so is a gang an older job of the queue needs the room of (the cluster manager says
@@ -28,7 +32,8 @@ __all__ = ["AllocationTimeout", "GangWatch"]
 
 
 class AllocationTimeout(Exception):
-    """The gang was not whole within tony.container.allocation.timeout: the job fails."""
+    """The gang was not whole within tony.container.allocation.timeout (or the first one within
+    tony.am.startup-timeout): the job fails."""
 
 
 class GangWatch:
@@ -50,6 +55,8 @@ class GangWatch:
         self.asked_at: float | None = None       # when the containers of this try were asked for
         self.formed = False
         self.releases = 0
+        #: with tony.am.startup-timeout where it applies here: (the job's start, the limit in s)
+        self.startup: tuple[float, float] | None = None
 
     # ------------------------------------------------------------------ feeding it
     def begin(self, wanted: int, held: int = 1, since: float | None = None) -> None:
@@ -85,7 +92,7 @@ class GangWatch:
     def whole(self) -> float | None:
         """The gang is whole: the wait is over. Returns how long it lasted (None if there was none)."""
         waited = None if self.since is None else self.clock() - self.since
-        self.formed = True
+        self.formed, self.startup = True, None  # started: the limit no longer applies
         self.reason, self.since, self.ahead, self.asked_at = None, None, (), None
         self.held = self.wanted
         return waited
@@ -94,6 +101,10 @@ class GangWatch:
     def overdue(self) -> None:
         """Raises :class:`AllocationTimeout` when tony.container.allocation.timeout has passed
         since the session first asked for its gang, and the gang is still not whole."""
+        if self.startup is not None and not self.formed and self.clock() - self.startup[0] > self.startup[1]:
+            raise AllocationTimeout(f"the ApplicationMaster did not start within {self.startup[1] * 1000:.0f} ms "
+                                    "(tony.am.startup-timeout): its container comes with the job's first gang, "
+                                    f"which was not whole" + (f"; {self.reason}" if self.reason else ""))
         if self.formed or self.allocation_timeout_s is None or self.session_began is None:
             return
         waited = self.clock() - self.session_began

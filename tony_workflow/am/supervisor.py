@@ -7,6 +7,10 @@ One small process per job runs the AM as its child, as YARN's ResourceManager ru
   ``tony.am.max-attempts``. Each attempt is recorded in the job's events.
 * **Liveness.** The AM must answer its status route; one that has not answered for
   ``tony.am.liveness-timeout-ms`` (stopped, deadlocked, swapped out) is killed and replaced.
+* **Start-up.** With ``tony.am.startup-timeout``, an AM that has not answered that long after the
+  supervisor started (on the embedded cluster, the job's submission; on YARN, once the gate let the
+  job's AM container be asked for, the gate bounding its own wait likewise) fails the job, as
+  TonY's client kills an application whose AM does not start in time.
 * **Nothing left behind.** The supervisor is a child subreaper: whatever a container starts and
   abandons is re-parented to it rather than to init, so when an attempt ends, and when the job
   ends, it kills every process still below it.
@@ -52,13 +56,16 @@ def become_subreaper() -> bool:
 
 class Supervisor:
     def __init__(self, backend: str, app_dir: Path, *, max_attempts: int, liveness_s: float,
-                 python: str = sys.executable, carried: dict | None = None):
+                 python: str = sys.executable, carried: dict | None = None, startup_s: float = 0.0):
         self.backend = backend
         self.app_dir = app_dir
         self.max_attempts = max(1, max_attempts)
         #: what an earlier container of the job's AM left (YARN: :mod:`.backends.yarn.attempts`)
         self.carried = carried or {}
         self.liveness_s = liveness_s
+        self.startup_s = startup_s
+        self._born = time.monotonic()
+        self.answered = False  # whether an attempt of the AM has answered yet: then it has started
         self.python = python
         self.events = EventLog(app_dir / "events.jsonl")
         self.stop_reason: str | None = None
@@ -145,13 +152,19 @@ class Supervisor:
             now = time.monotonic()
             if now >= next_probe:
                 if self._answers(am, timeout=min(5.0, max(0.5, self.liveness_s / 2))):
-                    last_ok = time.monotonic()
+                    last_ok, self.answered = time.monotonic(), True
                 next_probe = time.monotonic() + probe_every
+                if not self.answered and self.startup_s and time.monotonic() - self._born > self.startup_s:
+                    return self.late_start()
                 if time.monotonic() - last_ok > self.liveness_s:
                     return (f"ApplicationMaster attempt {attempt} did not answer for {self.liveness_s:g} s "
                             f"(tony.am.liveness-timeout-ms)")
                 self._reap()
             self._wake.wait(0.2)
+
+    def late_start(self) -> str:
+        """Why the job fails: its AM did not start within tony.am.startup-timeout."""
+        return f"the ApplicationMaster did not start within {self.startup_s * 1000:.0f} ms (tony.am.startup-timeout)"
 
     def _final(self) -> bool:
         """Whether the AM decided the job's end (a final status), even if it died right after: what
@@ -221,6 +234,9 @@ class Supervisor:
                 self.clear()
                 counted += 1
                 self.events.emit("am_attempt_failed", attempt=attempt, reason=why, counted=True)
+                if why == self.late_start():
+                    self._final_status(JobState.FAILED, why)
+                    return 1
                 if self.stop_reason:
                     self._final_status(JobState.KILLED, f"{self.stop_reason}; {why}")
                     return 1
@@ -345,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec.from_dict(json.loads((app_dir / "spec.json").read_text()))
     become_subreaper()
     sup = Supervisor(args.backend, app_dir, max_attempts=spec.am_max_attempts,
-                     liveness_s=spec.am_liveness_timeout_ms / 1000.0,
+                     liveness_s=spec.am_liveness_timeout_ms / 1000.0, startup_s=spec.am_startup_timeout_ms / 1000.0,
                      carried=carried_over(app_dir) if args.backend == "yarn" else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: sup.stop(f"killed: the job's supervisor received {signal.Signals(s).name}"))

@@ -248,6 +248,10 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     #: the backend's name (``local``, ``yarn``): the job status's ``backend``
     name: str = "local"
 
+    #: whether the AM's own container is granted only with the job's first gang (the embedded
+    #: cluster): until then the job has, in YARN's terms, not started its AM (tony.am.startup-timeout)
+    am_waits_with_gang: bool = False
+
     #: the command a container runs to start the TaskExecutor
     executor_argv: ClassVar[list[str]] = [sys.executable, "-m", "tony_workflow.task.executor"]
     # What the AM gives its cluster manager (:meth:`bind`), None until it does.

@@ -375,6 +375,7 @@ class JobSpec:
     checkpoint_on_store_failure = field_of(table.CHECKPOINT_ON_STORE_FAILURE)
     am_max_attempts = field_of(table.AM_MAX_ATTEMPTS)
     am_liveness_timeout_ms = field_of(table.AM_LIVENESS_TIMEOUT_MS)
+    am_startup_timeout_ms = field_of(table.AM_STARTUP_TIMEOUT_MS)
     heartbeat_timeout_ms = field_of(table.HEARTBEAT_TIMEOUT_MS)
     progress_timeout_ms = field_of(table.PROGRESS_TIMEOUT_MS)
     metrics_interval_ms = field_of(table.METRICS_INTERVAL_MS)

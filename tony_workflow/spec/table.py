@@ -127,6 +127,9 @@ EXECUTION_TIMEOUT_MS = integer("tony.task.executor.execution-timeout-ms", 0,
 METRICS_INTERVAL_MS = integer("tony.task.metrics-interval-ms", 100, "how often executors sample their task's resources")
 GPU_METRICS_ENABLED = boolean("tony.task.gpu-metrics.enabled", "whether executors sample their GPUs through NVML")
 APPLICATION_TIMEOUT_MS = integer("tony.application.timeout", 0, "the job's time limit in ms; 0: none")
+AM_STARTUP_TIMEOUT_MS = integer("tony.am.startup-timeout", 0, "how long in ms a job may wait from its submission "
+                                "for its ApplicationMaster to start before it fails; the wait for its turn counts "
+                                "(on the embedded cluster the AM's container comes with the first gang); 0: none")
 ALLOCATION_TIMEOUT_MS = integer("tony.container.allocation.timeout", None,
                                 "how long a session's gang may take to be granted whole, from when the job "
                                 "first asks; <= 0: no limit")

@@ -62,8 +62,6 @@ NOT_HONOURED: tuple[NotHonoured, ...] = (
             "tony.<type>.spread spreads a task type over the nodes"),
     _refuse("tony.<type>.placement-spec", "YARN placement constraints are not asked for here; "
             "tony.<type>.spread spreads a task type over the nodes"),
-    _refuse("tony.am.startup-timeout", "a bound on the ApplicationMaster's start alone is not kept here; "
-            "tony.application.timeout bounds the whole job"),
     _refuse("tony.other.namenodes", "delegation tokens are obtained for the cluster's own file system only: "
             "the job could not read the other NameNodes"),
     _warn("tony.history.finished", _HISTORY),

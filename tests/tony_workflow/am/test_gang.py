@@ -114,3 +114,20 @@ def test_a_wait_at_the_gate_counts_against_tonys_allocation_timeout():
     g.begin(4, since=clock.now - 31)
     with pytest.raises(AllocationTimeout):
         g.overdue()
+
+
+def test_tonys_startup_timeout_counts_from_the_submission_until_the_first_gang_brings_the_ams_container():
+    g, clock = watch()
+    g.startup = (clock.now - 5, 10.0)  # submitted 5 s before the AM's first look
+    g.begin(3)
+    g.waiting(Wait("blocked by 1 job ahead on the embedded cluster"))
+    clock.now += 4
+    g.overdue()
+    clock.now += 2
+    with pytest.raises(AllocationTimeout, match=r"ApplicationMaster did not start within 10000 ms "
+                                                r"\(tony.am.startup-timeout\).*blocked by 1 job ahead"):
+        g.overdue()
+    g.whole()
+    clock.now += 100
+    g.begin(3)                 # a later session's wait is no start-up: only the allocation timeout applies
+    g.overdue()

@@ -3,11 +3,14 @@ adopts orphans, watches a child as Popen would, and leaves the first AM containe
 replaced after a death or a hang are tests/tony_workflow/jobs/test_deaths.py."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 
-from tony_workflow.am.supervisor import _Child, carried_over
+from tony_workflow.am.supervisor import Supervisor, _Child, carried_over
+from tony_workflow.events import read_events
+from tony_workflow.process import alive
 
 
 def test_a_child_is_watched_as_popen_would_and_its_signal_is_its_exit_code():
@@ -38,3 +41,23 @@ def test_the_first_am_container_has_nothing_carried_over(tmp_path, monkeypatch):
     assert carried_over(tmp_path) is None
     monkeypatch.setenv("SKEIN_CONTAINER_ID", "tony-am_0")
     assert carried_over(tmp_path) is None
+
+
+class _NeverAnswers(Supervisor):
+    """A supervisor whose AM is a process that never answers: one hung as it starts."""
+
+    def _start(self, attempt: int, counted: int) -> _Child:
+        return _Child(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
+
+
+def test_an_am_that_has_not_started_within_tony_am_startup_timeout_fails_the_job(tony_home, tmp_path):
+    app_dir = tmp_path / "application_1_0001"
+    app_dir.mkdir()
+    sup = _NeverAnswers("local", app_dir, max_attempts=3, liveness_s=60, startup_s=1.0)
+    assert sup.run() == 1
+    status = json.loads((app_dir / "status.json").read_text())
+    assert status["state"] == "FAILED", status
+    assert status["diagnostics"] == "the ApplicationMaster did not start within 1000 ms (tony.am.startup-timeout)"
+    assert not alive(sup.am.pid)
+    # Failed at once: no second attempt was started for it.
+    assert [e["attempt"] for e in read_events(app_dir / "events.jsonl") if e["event"] == "am_attempt_failed"] == [1]

@@ -14,9 +14,7 @@ As in TonY's test, every case also gives every container ``common.zip`` (tony.co
 What TonY's test drives through hooks built into its runtime (TEST_AM_CRASH,
 TEST_TASK_EXECUTOR_SKEW, TEST_WORKER_TERMINATED...) is done here from outside, to the real
 processes: the AM or a worker's container killed, a slow worker made slow by its command. Cases
-that cannot exist here are listed in ``NOT_HERE`` with why; those that end as TonY asserts for
-another reason (refused before anything runs, where TonY fails as it runs) in
-``FAILS_FOR_ANOTHER_REASON``; the one not done yet in ``NOT_YET_ON_HDFS``.
+that cannot exist here are listed in ``NOT_HERE`` with why.
 """
 from __future__ import annotations
 
@@ -27,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import app_processes, wait_for
-from tony_workflow.client import TonyClient
+from tests.conftest import app_processes, sleeper_job, wait_for
+from tony_workflow.client import TonyClient, load_job
 from tony_workflow.client.cli import build_parser, submitted_spec
 from tony_workflow.errors import TonyError
 from tony_workflow.status import TaskState
@@ -327,25 +325,36 @@ def test_testTonyFinalConf(tony_home):
     assert "test.zip" in spec.conf["tony.containers.resources"] and "common.zip" in spec.conf["tony.containers.resources"]
 
 
-# -- TonY's cases that end as TonY asserts, for another reason -----------------------------------
+def test_testTonyFinalConfWithNonExistentHDFSClasspath(tony_home, tmp_path, capsys):
+    # TonY's client leaves out a --hdfs_classpath entry that is not there, with a warning, and keeps
+    # the rest (with no cluster file system beside it, a path is the machine's).
+    there = tmp_path / "libs"
+    there.mkdir()
+    (there / "lib.py").write_text("")
+    missing = tmp_path / "no" / "such"
+    args = build_parser().parse_args(["submit", "--executes", "ls", "--hdfs_classpath", str(missing),
+                                      "--hdfs_classpath", str(there), *COMMON])
+    spec = submitted_spec(args)
+    resources = spec.conf["tony.containers.resources"].split(",")
+    assert str(there) in resources and str(missing) not in resources and any("common.zip" in r for r in resources)
+    assert f"--hdfs_classpath {missing} is not there: left out of the job" in capsys.readouterr().err
 
-#: Cases whose outcome matches TonY's already, but for another reason than TonY's.
-FAILS_FOR_ANOTHER_REASON = {
-    "testTonyAMStartupTimeoutShouldFail": (
-        src("--executes", "python check_env_and_venv.py", "--shell_env", "ENV_CHECK=ENV_CHECK", "--python_venv",
-            VENV, "--conf", "tony.worker.instances=1", "--conf", "tony.am.memory=2g",
-            "--conf", "tony.am.startup-timeout=10000"),
-        "tony.am.startup-timeout"),
-}
 
-
-@pytest.mark.parametrize("case", sorted(FAILS_FOR_ANOTHER_REASON))
-def test_refused_where_tony_fails_at_run_time(tony_home, case):
-    # TonY fails these jobs as they run (its driver's test hook; an AM kept ACCEPTED by a hook of its
-    # client); here the key is refused before anything runs, naming it: the same exit, an earlier word.
-    argv, key = FAILS_FOR_ANOTHER_REASON[case]
-    out = tony(*argv)
-    assert out.code == -1 and key in out.refused, out.refused
+def test_testTonyAMStartupTimeoutShouldFail(tony_home, local_site):
+    # TonY keeps its AM from starting with a hook of its client. Here a full cluster does: the AM's
+    # container comes with the job's first gang, and a 3 GB job holds 3.5 GB of the 4 GB the
+    # cluster has. Past tony.am.startup-timeout the job fails, as TonY's client kills it.
+    local_site({"tony.local.memory": "4g"})
+    blocker = TonyClient("local").submit(load_job(sleeper_job("blocker", memory="3g", seconds=120)))
+    try:
+        wait_for(lambda: blocker.status().state == "RUNNING", timeout=60)
+        out = tony(*src("--executes", "python check_env_and_venv.py", "--shell_env", "ENV_CHECK=ENV_CHECK",
+                        "--python_venv", VENV, "--conf", "tony.worker.instances=1", "--conf", "tony.am.memory=2g",
+                        "--conf", "tony.am.startup-timeout=10000"))
+    finally:
+        blocker.kill()
+    assert out.code == -1, out.refused
+    assert "did not start within 10000 ms (tony.am.startup-timeout)" in out.status.diagnostics, out.status.diagnostics
 
 
 def test_every_case_of_tonys_suite_is_accounted_for():
@@ -366,14 +375,9 @@ def test_every_case_of_tonys_suite_is_accounted_for():
         "testTaskWithDependencyTimeoutButIgnoredAndWithPSShouldPass",
         "testTaskWithDependencyTimeAndIgnoredButFailedShouldPass", "testLostConnectionWithAMJobShouldFail",
         "testTonyFinalConf", "testTonyFinalConfWithNonExistentHDFSClasspath"}
-    source = Path(__file__).read_text()
-    translated = {c for c in cases if f"def test_{c}(" in source or f'("{c}"' in source or f'"{c}",' in source}
-    translated -= set(NOT_HERE) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
-    assert cases == translated | set(NOT_HERE) | set(FAILS_FOR_ANOTHER_REASON) | set(NOT_YET_ON_HDFS)
-    assert len(translated) == 28
-
-
-#: TonY's case about HDFS classpaths that do not exist: TonY drops one with a warning; here a resource
-#: that is not there refuses the job, naming it.
-NOT_YET_ON_HDFS = {"testTonyFinalConfWithNonExistentHDFSClasspath": "a missing --hdfs_classpath directory "
-                                                                    "refuses the job here; TonY drops it"}
+    # The cases above this test: a function of its own, or an entry of a parametrized one.
+    source = Path(__file__).read_text().split("def test_every_case_of_tonys_suite_is_accounted_for")[0]
+    translated = {c for c in cases if f"def test_{c}(" in source or any(f"{a}{c}{b}" in source
+                                                                         for a, b in (('("', '"'), ('["', '"'), ('"', '"]')))}
+    assert cases == translated | set(NOT_HERE) and not translated & set(NOT_HERE)
+    assert len(translated) == 30

@@ -298,3 +298,26 @@ def test_a_killed_job_frees_its_containers_for_the_waiting_one(cluster):
                    for s in sampler.samples)
     for h in (a, b):
         wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_job_whose_am_has_not_started_within_its_startup_timeout_fails_as_it_waits(cluster):
+    # TonY's tony.am.startup-timeout: a job still waiting for its turn (its AM not started) past it
+    # fails, saying why, and never asks for its gang.
+    yarn = TonyClient("yarn")
+    with RMSampler(cluster) as sampler:
+        a = yarn.submit(load_job(job("startup-a", 3, "1536m", 600)))
+        wait_for(lambda: a.status().state == "RUNNING", timeout=180, interval=1)
+        late = job("startup-b", 3, "1536m", 5)
+        late["conf"]["tony.am.startup-timeout"] = "8000"
+        b = yarn.submit(load_job(late))
+        st = b.wait(poll_interval=1, timeout=120)
+        assert st.state == "FAILED", st
+        assert "did not start within 8000 ms (tony.am.startup-timeout)" in st.diagnostics, st.diagnostics
+        assert "blocked by" in st.diagnostics, st.diagnostics
+        report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{b.app_id}", timeout=10).json()["app"]
+        assert report["finalStatus"] == "FAILED" and a.status().state == "RUNNING"
+        assert a.kill().state == "KILLED"
+    # b never held more than skein's master container.
+    assert max(sampler.containers(s, b.app_id) for s in sampler.samples) <= 1
+    for h in (a, b):
+        wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)

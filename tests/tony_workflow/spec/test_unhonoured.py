@@ -40,11 +40,11 @@ def test_every_key_of_tony_default_xml_is_read_here_or_said_not_to_be():
 
 def test_a_key_that_would_change_the_job_is_refused_naming_it_and_why():
     with pytest.raises(SpecError) as e:
-        load_job(job(**{"tony.application.distributed-mode": "FCFS", "tony.am.startup-timeout": "10000",
+        load_job(job(**{"tony.application.distributed-mode": "FCFS", "tony.other.namenodes": "hdfs://other",
                         "tony.application.placement-spec": "worker,notin,node_0"})).validate()
     message = str(e.value)
     assert "tony.application.distributed-mode: not done by this project: only GANG" in message
-    assert "tony.am.startup-timeout: not done by this project" in message
+    assert "tony.other.namenodes: not done by this project" in message
     # One of TonY's keys that tony-default.xml does not list: refused for what it is, not as a typo.
     assert "tony.application.placement-spec: not done by this project: YARN placement constraints" in message
     assert "unknown key" not in message

@@ -107,8 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         # TonY's tony.container.allocation.timeout bounds the wait here too: past it the AM starts,
         # and finds the job overdue (its wait counts from the gate's).
         timeout_ms = spec.allocation_timeout_ms
-        overdue = wait_turn(line, requests, publish, deadline=since + timeout_ms / 1000.0 if timeout_ms > 0 else None)
+        deadlines = [since + ms / 1000.0 for ms in (timeout_ms, spec.am_startup_timeout_ms) if ms > 0]
+        overdue = wait_turn(line, requests, publish, deadline=min(deadlines) if deadlines else None)
         line.leave()  # no longer waiting: the next in line looks for the queue
+        startup_ms = spec.am_startup_timeout_ms
+        if overdue is not None and startup_ms > 0 and time.time() > since + startup_ms / 1000.0:
+            # TonY's client kills an application whose AM has not started in time: the job fails here,
+            # its AM never started, and what it waited for is said.
+            app.shutdown("FAILED", f"The ApplicationMaster did not start within {startup_ms} ms "
+                                   f"(tony.am.startup-timeout): the job waited for its turn: {overdue.reason}")
+            return 1
         if line.unreadable:
             log.warning("the line could not be read (%s): the ApplicationMaster starts now", line.unreadable)
         # Past tony.container.allocation.timeout the AM starts only to fail the job, asking for nothing.

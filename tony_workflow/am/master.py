@@ -78,6 +78,8 @@ class ApplicationMaster(AMState):
         self.executor_argv = executor_argv or cluster.executor_argv
         cluster.bind(self.events, self._wake_monitor, self._on_wait)
         self.gang = GangWatch(spec.allocation_timeout_ms, spec.gang_hold_timeout_ms, spec.gang_backoff_ms)
+        if spec.am_startup_timeout_ms > 0 and cluster.am_waits_with_gang and self.resume.attempt == 1:
+            self.gang.startup = (self.status.started_at or time.time(), spec.am_startup_timeout_ms / 1000.0)
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on
         self.task_restarts: dict[str, int] = {}
@@ -88,7 +90,6 @@ class ApplicationMaster(AMState):
         self.retry_count = spec.retry_count
         self.model_params: str | None = None  # what a preprocessing job handed the tasks (single_node.py)
 
-    # ---------------------------------------------------------------- status
     def _on_wait(self, wait: Wait | None) -> None:
         """The cluster's word on the gang while it allocates (see :class:`~tony_workflow.am.gang.GangWatch`)."""
         with self.lock:
@@ -104,7 +105,6 @@ class ApplicationMaster(AMState):
         with self.cond:
             self.cond.notify_all()
 
-    # ---------------------------------------------------------------- HTTP API
     def start_server(self) -> str:
         self.server = AMHttpServer(self.host, token=self.token, view_token=self.view_token,
                                    handlers=AMRoutes(self).handlers(), status=self.status_dict, task_logs=self.task_logs)
@@ -114,7 +114,6 @@ class ApplicationMaster(AMState):
                                                                  self.status.tracking_url)
         return address
 
-    # ---------------------------------------------------------------- sessions
     def _task_env(self, task_id: str, session_id: int, fixed_port: int | None, container: Container) -> dict[str, str]:
         # Only what this job adds: the backend merges it into the container's own environment.
         env = dict(self.spec.container_env)
@@ -300,6 +299,15 @@ class ApplicationMaster(AMState):
         task.held_since = task.held_since or now
         return now - task.held_since < wait
 
+    def _cluster_word(self, task: Task, code: int, diagnostics: str) -> tuple[int, str]:
+        """A task's end as its executor reported it, unless the cluster ended the container with a
+        status of its own (-100 and below: YARN's -104 for memory), which then stands with its word."""
+        own = self.cluster.poll(task.container) if code else None
+        if own is None or own > -100:
+            return code, diagnostics
+        said = self.cluster.exit_diagnostics(task.container)
+        return own, (f"The cluster said: {said} " if said else "") + diagnostics
+
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
         """Applies the policy's decision on a failed task. Called with the lock held."""
         decision = self.policy.decide(Failure.of(task.status, diagnostics), self.status.retries,
@@ -355,7 +363,7 @@ class ApplicationMaster(AMState):
                 task.status.log_url = self.cluster.log_url(task.container)
             if task.reported is not None:
                 if not self._awaiting_cluster(task, task.reported[0], now):
-                    self._on_exit(task, *task.reported)
+                    self._on_exit(task, *self._cluster_word(task, *task.reported))
                 continue
             code = self.cluster.poll(task.container)
             if code is None and suspect and self.elastic is not None and self.elastic.covers(task):
@@ -434,7 +442,7 @@ class ApplicationMaster(AMState):
                 # Tasks that ended on their own keep their real outcome, not "killed".
                 code = None if t.final else (t.reported[0] if t.reported else self.cluster.poll(t.container))
                 if code is not None:
-                    code = 128 - code if code < 0 else code
+                    code = 128 - code if -64 <= code < 0 else code
                     self.set_task_state(t, TaskState.SUCCEEDED if code == 0 else TaskState.FAILED, exit_code=code)
                     t.status.exit_code = code
             live = [t for t in self.tasks.values() if not t.final]
@@ -458,7 +466,6 @@ class ApplicationMaster(AMState):
                     t.status.exit_code = code
                     self.set_task_state(t, TaskState.KILLED, exit_code=code)
 
-    # ---------------------------------------------------------------- main loop
     def run(self) -> int:
         self._pending_task_restarts = []
         calm_collector()
@@ -487,9 +494,7 @@ class ApplicationMaster(AMState):
             allocated = self.cluster.allocate(requests, self.cancel)
         except InterruptedError:
             return SessionEnd(JobState.KILLED, self.kill_requested or "killed while waiting for resources")
-        except NeverFits as e:
-            return SessionEnd(JobState.FAILED, str(e))
-        except AllocationTimeout as e:
+        except (NeverFits, AllocationTimeout) as e:
             return SessionEnd(JobState.FAILED, str(e))
         self.containers = {c.task_id: c for c in allocated if c.task_id != "am"}
         self.events.emit("allocated", containers={c.task_id: {"id": c.id, "gpus": c.gpu_indices} for c in allocated})

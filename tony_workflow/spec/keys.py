@@ -122,6 +122,9 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     "tony.local.env-whitelist": ("PATH,HOME,USER,LOGNAME,SHELL,LANG,LC_*,TZ,TMPDIR,TERM,TONY_*,JAVA_HOME,HADOOP_*,"
                                  "LD_LIBRARY_PATH,CUDA_*,NVIDIA_*,OPENBLAS_*,OMP_*,MKL_*"),
     "tony.local.retention-sec": str(7 * 86400),
+    # A container over its memory is killed, as YARN's NodeManager does (same names, same defaults).
+    "tony.local.pmem-check-enabled": "true",
+    "tony.local.container-monitor-interval-ms": "3000",
 }
 
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")

@@ -46,6 +46,10 @@ class LocalSettings:
     env_whitelist: tuple[str, ...]
     #: seconds a finished job's directory is kept; 0: forever
     retention_s: int = 7 * 86400
+    #: whether a container over its memory is killed (:mod:`tony_workflow.backends.local.memory`)
+    pmem_check: bool = True
+    #: how often containers' memory is measured
+    monitor_interval_ms: int = 3000
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str], source: str | None = None) -> LocalSettings:
@@ -74,6 +78,8 @@ class LocalSettings:
         oversubscription = typed("tony.local.vcore-oversubscription", parse_oversubscription)
         fork_server = typed("tony.local.fork-server", parse_bool)
         retention = typed("tony.local.retention-sec", lambda v: parse_int(v, 0))
+        pmem_check = typed("tony.local.pmem-check-enabled", parse_bool)
+        interval = typed("tony.local.container-monitor-interval-ms", lambda v: parse_int(v, 100))
         whitelist = tuple(parse_list(values["tony.local.env-whitelist"]))
         bad = [p for p in whitelist if not _whitelist_entry_ok(p)]
         if bad:
@@ -82,10 +88,10 @@ class LocalSettings:
         if issues:
             raise SpecError(issues)
         # typed() gives None only with an issue recorded, and every issue was raised just above.
-        assert oversubscription is not None and retention is not None
+        assert oversubscription is not None and retention is not None and interval is not None
         capacity = LocalCapacity(memory_mb=memory_mb, vcores=vcores, gpus=gpu_indices,
                                  oversubscription=oversubscription)
-        return cls(capacity, bool(fork_server), whitelist, retention)
+        return cls(capacity, bool(fork_server), whitelist, retention, bool(pmem_check), interval)
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The part of ``environ`` that the whitelist lets a local job inherit from its submitter."""
@@ -102,7 +108,8 @@ class LocalSettings:
         if cap.get("gpus") is not None:
             cap["gpus"] = tuple(cap["gpus"])
         return cls(LocalCapacity(**cap), bool(data["fork_server"]), tuple(data["env_whitelist"]),
-                   int(data.get("retention_s", 7 * 86400)))
+                   int(data.get("retention_s", 7 * 86400)), bool(data.get("pmem_check", True)),
+                   int(data.get("monitor_interval_ms", 3000)))
 
 
 def _gpu_indices(text: str) -> tuple[int, ...] | None:

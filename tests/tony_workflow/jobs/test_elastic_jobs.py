@@ -22,7 +22,7 @@ from tony_workflow.client import TonyClient, load_job
 pytestmark = pytest.mark.frameworks
 
 ELASTIC = REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"
-SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g", "tony.task.tensorboard.enabled=false"]
+SMALL = ["tony.am.memory=512m", "tony.worker.memory=3g", "tony.task.tensorboard.enabled=false"]
 # Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps. A replacement
 # is started (torch imported) in about 10 s on the embedded cluster, and granted and started in
 # about 15 s on YARN, while the survivors train on; on a machine the whole suite keeps busy, twice
@@ -259,7 +259,7 @@ def env_names_job(tmp_path, **conf: str):
     job = {"name": "elastic-env", "framework": "pytorch",
            "command": f"python -c \"import os; open('{dump}-' + os.environ['TONY_TASK_ID'].replace(':', '-'), 'w')"
                       ".write(repr(sorted(os.environ)))\"",
-           "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "512m"}},
+           "tasks": {"worker": {"instances": 2, "min_instances": 1, "memory": "1536m"}},  # the agent holds torch
            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", **conf}}
     st = finished(TonyClient("local").submit(load_job(job)))
     return st, [ast.literal_eval(p.read_text()) for p in tmp_path.glob("env-worker-*")]
@@ -268,7 +268,8 @@ def env_names_job(tmp_path, **conf: str):
 def test_the_trainers_never_see_the_ams_token(tony_home, tmp_path):
     st, seen = env_names_job(tmp_path)
     assert st.state == "SUCCEEDED", st.diagnostics
-    assert len(seen) == 2
+    # One worker is enough: it may form the group, train and end it before the other has joined.
+    assert 1 <= len(seen) <= 2, seen
     for names in seen:
         assert "TONY_AM_TOKEN" not in names and "TORCHELASTIC_RUN_ID" in names and "RANK" in names
 

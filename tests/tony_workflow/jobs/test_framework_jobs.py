@@ -18,7 +18,7 @@ pytestmark = pytest.mark.frameworks
 
 DDP = REPO / "examples" / "pytorch_ddp" / "pytorch_ddp.yaml"
 JAX = REPO / "examples" / "jax" / "jax.yaml"
-SMALL = ["tony.am.memory=512m", "tony.worker.memory=1g"]
+SMALL = ["tony.am.memory=512m", "tony.worker.memory=3g"]  # a torch trainer holds about 1.8 GB resident
 # What a torchrun script reads, and TonY's own names for the same.
 TORCHRUN = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
             "NODE_RANK", "INIT_METHOD", "WORLD", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RUN_ID", "TONY_TASK_ID")
@@ -71,7 +71,8 @@ def test_ddp_rank_killed_mid_run_resumes_from_the_checkpoint_with_identical_repl
 
 
 def test_two_containers_of_two_processes_each_under_torchs_agent(backend):
-    spec = load_job(str(DDP), conf=[*SMALL, "tony.worker.processes=2", "tony.task.tensorboard.enabled=false"],
+    spec = load_job(str(DDP), conf=[*SMALL, "tony.worker.processes=2", "tony.worker.memory=5g",
+                                    "tony.task.tensorboard.enabled=false"],
                     task_params="--epochs 4")
     h = TonyClient(backend).submit(spec)
     st = finished(h)
@@ -94,7 +95,7 @@ def test_the_torchrun_contract_in_every_process(backend, processes, local_site):
         local_site({"tony.local.gpus": "4"})
         gpus = processes
     job = {"name": "torchrun-contract", "framework": "pytorch", "command": DUMP,
-           "tasks": {"worker": {"instances": 2, "memory": "512m", "gpus": gpus, "processes": processes}},
+           "tasks": {"worker": {"instances": 2, "memory": "1536m", "gpus": gpus, "processes": processes}},
            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
     h = TonyClient(backend).submit(load_job(job))
     st = finished(h)
@@ -139,8 +140,8 @@ def test_mxnet_parameter_server_job_in_an_environment_of_its_own(tony_home):
         pytest.skip(f"no MXNet environment at {venv}: `make test` (or `make mxnet`) builds it")
     job = {"name": "mxnet-kvstore", "framework": "mxnet", "executes": "kvstore.py",
            "src_dir": str(REPO / "tests" / "tony_workflow" / "mxnet_job"), "python_venv": str(venv),
-           "tasks": {"scheduler": {"instances": 1, "memory": "512m"}, "server": {"instances": 1, "memory": "512m"},
-                     "worker": {"instances": 2, "memory": "512m"}},
+           "tasks": {"scheduler": {"instances": 1, "memory": "1g"}, "server": {"instances": 1, "memory": "1g"},
+                     "worker": {"instances": 2, "memory": "1g"}},
            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
     h = TonyClient("local").submit(load_job(job))
     st = finished(h)

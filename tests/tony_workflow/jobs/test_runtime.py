@@ -469,3 +469,19 @@ def test_a_preprocessing_job_runs_in_the_am_first_and_hands_every_task_its_param
                     {"tony.application.enable-preprocess": "true", "tony.am.command": "exit 5"}).wait(timeout=120)
     assert failed.state == "FAILED" and "Preprocessing job exited with 5" in failed.diagnostics
     assert failed.tasks == []  # no task was asked for
+
+
+def test_a_task_over_its_memory_is_killed_and_reported_as_yarn_reports_it(tony_home, tmp_path):
+    # worker:0 (the chief) writes 400 MB into a 256 MB container; worker:1 stays well under its own.
+    hold = ("python3 -c 'import os, time; n = 400 if os.environ[\"TASK_INDEX\"] == \"0\" else 8; "
+            "x = b\"x\" * (n << 20); time.sleep(60)'")
+    h = submit(tmp_path, hold, {"worker": {"instances": 2, "memory": "256m"}})
+    st = h.wait(poll_interval=0.2, timeout=120)
+    assert st.state == "FAILED", st.diagnostics
+    assert st.task("worker:0").exit_code == -104, st.tasks
+    assert "worker:0" in st.diagnostics and "beyond its physical memory limit" in st.diagnostics, st.diagnostics
+    assert "of 256 MB (tony.worker.memory) used" in st.diagnostics, st.diagnostics
+    assert st.task("worker:1").exit_code != -104
+    hints = (TonyClient("local").record(h.app_id) or {}).get("hints") or []
+    assert any("exceeded its memory and the cluster killed it" in hint for hint in hints), hints
+    wait_for(lambda: not app_processes(h.app_id), timeout=30)

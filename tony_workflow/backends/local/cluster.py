@@ -42,6 +42,7 @@ from .forkserver import ForkServer, ForkServerGone
 from .ledger import Inventory, Ledger, cluster_dir, join_queue, next_application_id
 from .localize import link_into, link_or_copy, read_only
 from .localize import stage as stage_resources
+from .memory import EXCEEDED_MEMORY_EXIT, MemoryWatch, Watched
 
 __all__ = ["LocalBackend", "LocalClusterManager"]
 
@@ -61,9 +62,11 @@ class LocalClusterManager(ClusterManager):
     """AM-side: the ledger, and containers as local process groups."""
 
     name = "local"
+    am_waits_with_gang = True  # the AM's request is one of the gang's (gang_requests)
 
     def __init__(self, app_id: str, app_dir: Path, inventory: Inventory, owner_pid: int | None = None,
-                 fork_server: bool = False, attempt: int = 1, owner_started: float | None = None):
+                 fork_server: bool = False, attempt: int = 1, owner_started: float | None = None,
+                 memory_check_s: float | None = None):
         self.app_id = app_id
         self.app_dir = app_dir
         self.inventory = inventory
@@ -78,6 +81,9 @@ class LocalClusterManager(ClusterManager):
         self._seq = 0
         self._lock = threading.Lock()
         self._forks: ForkServer | None = None
+        # Containers over their memory are killed (memory.py), unless the site turned the check off.
+        self.memory = MemoryWatch(memory_check_s, on_kill=lambda _: self.container_changed()) \
+            if memory_check_s else None
         if fork_server:
             # Forked from the AM itself while it has one thread; a process that already runs threads
             # starts it as a fresh interpreter, whose start then overlaps allocation.
@@ -97,7 +103,8 @@ class LocalClusterManager(ClusterManager):
         cluster = cls(app_id, app_dir, Inventory.of(settings.capacity), fork_server=settings.fork_server,
                       owner_pid=int(owner) if owner else None,
                       owner_started=float(started) if started not in ("", "None") else None,
-                      attempt=int(os.environ.get(ATTEMPT_ENV) or 1))
+                      attempt=int(os.environ.get(ATTEMPT_ENV) or 1),
+                      memory_check_s=settings.monitor_interval_ms / 1000.0 if settings.pmem_check else None)
         secret = json.loads((app_dir / "am.secret").read_text())
         return cluster, AMIdentity(app_id, secret["token"], secret["view_token"], "127.0.0.1")
 
@@ -175,6 +182,9 @@ class LocalClusterManager(ClusterManager):
         (container.workdir / "pid").write_text(str(pid))
         # The pid alone could name another process once this one is gone; its start time cannot.
         (container.workdir / "started").write_text(repr(started))
+        if self.memory is not None:
+            self.memory.watch(Watched(container.id, pid, started, container.memory_mb,
+                                      f"tony.{container.task_id.split(':')[0]}.memory"))
 
     def _popen(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
         assert container.stdout is not None and container.stderr is not None  # given as the container is made
@@ -228,6 +238,8 @@ class LocalClusterManager(ClusterManager):
                 shutil.rmtree(d, ignore_errors=True)
 
     def poll(self, container: Container) -> int | None:
+        if self.memory is not None and self.memory.exceeded(container.id):
+            return EXCEEDED_MEMORY_EXIT  # YARN's status for it: the AM keeps it as the cluster's word
         p = self._procs.get(container.id)
         if p is not None:
             return p.poll()
@@ -241,6 +253,8 @@ class LocalClusterManager(ClusterManager):
         pid = container.pid
         if pid is None:
             return
+        if self.memory is not None:
+            self.memory.forget(container.id)
         process.kill_tree(pid, grace, started=self._started_at.get(container.id))
         p = self._procs.get(container.id)
         if p is not None:
@@ -249,7 +263,12 @@ class LocalClusterManager(ClusterManager):
         elif container.id in self._forked and self._forks is not None:
             self._forks.wait(pid, grace + 5)
 
+    def exit_diagnostics(self, container: Container) -> str | None:
+        return self.memory.exceeded(container.id) if self.memory is not None else None
+
     def release(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
         with self._lock:
             launched = [(cid, p.pid) for cid, p in self._procs.items()] + list(self._forked.items())
         for cid, pid in launched:

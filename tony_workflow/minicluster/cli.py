@@ -36,7 +36,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
                  namenode_port=args.namenode_port, webhdfs_port=args.webhdfs_port, secure=args.secure,
                  preemption=args.preemption, node_labels=parse_node_labels(args.node_labels),
                  max_priority=args.max_priority, node_expiry_s=args.node_expiry_s,
-                 distinct_hosts=args.distinct_hosts, isolated=args.isolated,
+                 distinct_hosts=args.distinct_hosts, isolated=args.isolated, memory_limits=args.memory_limits,
                  progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(info, indent=1))
     return 0
@@ -136,6 +136,9 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="containers that cannot see this project, its virtualenv or the base Python's packages "
                         "(a mount namespace hides them), as on nodes with nothing but a base Python: jobs bring "
                         "their runtime and environment")
+    s.add_argument("--memory-limits", action="store_true",
+                   help="NodeManagers kill a container whose processes hold more physical memory than it was "
+                        "given, as YARN does by default (exit status -104)")
     s.add_argument("--node-expiry-s", type=float, default=None, metavar="S",
                    help="declare a silent NodeManager LOST after S seconds (default: Hadoop's 600), so that "
                         "'nodemanager stop' loses a node quickly")

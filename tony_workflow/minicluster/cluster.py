@@ -195,7 +195,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
           node_expiry_s: float | None = None, distinct_hosts: bool = False, isolated: bool = False,
-          progress: Progress = quiet) -> dict:
+          memory_limits: bool = False, progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
@@ -215,6 +215,10 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     ``distinct_hosts`` (NodeManager INDEX on 127.0.0.(INDEX+1), so that YARN can place containers
     on distinct hosts; not with ``secure``, whose principals name localhost). ``cluster.json``
     says what the cluster offers, and lists the NodeManagers by index.
+
+    ``memory_limits`` makes the NodeManagers kill a container whose processes hold more physical
+    memory than it was given (YARN's default, off otherwise: the processes of every container of
+    a mini cluster share this one machine's memory, whatever the NodeManagers advertise).
 
     Its containers see this machine's files, this project and its virtualenv included: its client
     configuration says so (``tony.yarn.python``, the interpreter this was started with), and jobs
@@ -269,7 +273,13 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     krb = Kerberos(d, login_name()) if secure else None
     if krb:
         krb.prepare()
-    server_extra: list[Settings] = [scheduling.server_settings(d), krb.server_settings() if krb else {}]
+    server_extra: list[Settings] = [scheduling.server_settings(d), krb.server_settings() if krb else {},
+                                    # MiniYARNCluster turns the check off unless told to leave it be;
+                                    # with no memory cgroups, the NodeManager's own monitor enforces it.
+                                    {"yarn-site.xml": {"yarn.nodemanager.pmem-check-enabled": True,
+                                                       "yarn.minicluster.control-resource-monitoring": True,
+                                                       "yarn.nodemanager.resource.memory.enforced": False}}
+                                    if memory_limits else {}]
     write_server_conf(server_conf, d, lib, gpus=gpus_per_nm, memory_mb=nm_memory_mb, vcores=nm_vcores,
                       rm_port=rm_port, rm_web_port=rm_web_port, extra=merged(*server_extra))
     for p in (run, logs, d / "data"):

@@ -101,8 +101,8 @@ def _server_conf(d: Path, lib: Path, *, gpus: int, memory_mb: int, vcores: int, 
         "yarn.scheduler.minimum-allocation-mb": 128,
         "yarn.scheduler.maximum-allocation-mb": memory_mb,
         "yarn.scheduler.maximum-allocation-vcores": vcores,
-        # Python processes reserve far more virtual memory than they use, and the machine's real
-        # memory is not what the NodeManager advertises: neither check means anything here.
+        # Python processes reserve far more virtual memory than they use: that check means nothing
+        # here. The physical one is off unless a cluster is started with memory_limits.
         "yarn.nodemanager.vmem-check-enabled": False,
         "yarn.nodemanager.pmem-check-enabled": False,
         # A NodeManager whose disk is over 90% full turns UNHEALTHY and gets no containers.

@@ -2,7 +2,7 @@
 the ResourceManager, many jobs that never deadlock, waits that say why, never-fits refused at
 submission, and a killed job's room handed to the one that waits.
 
-The cluster is two NodeManagers of 4 GB. What the jobs did is read from the ResourceManager (each
+The cluster is two NodeManagers of 4 GB that enforce containers' memory limits. What the jobs did is read from the ResourceManager (each
 application's running containers, sampled all along) and from the machine's processes, not from
 the runtime's own records. A gang being broken by preemption and formed again is tested with the
 other preemption tests (test_yarn_reclaim.py)."""
@@ -27,7 +27,9 @@ def cluster(tmp_path_factory):
     reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
-    with own_minicluster(tmp_path_factory.mktemp("gang-mc"), nodemanagers=2, nm_memory_mb=4096, nm_vcores=8) as info:
+    # Its NodeManagers enforce memory limits, as YARN does by default (the shared cluster does not).
+    with own_minicluster(tmp_path_factory.mktemp("gang-mc"), nodemanagers=2, nm_memory_mb=4096, nm_vcores=8,
+                         memory_limits=True) as info:
         yield info
 
 
@@ -321,3 +323,18 @@ def test_a_job_whose_am_has_not_started_within_its_startup_timeout_fails_as_it_w
     assert max(sampler.containers(s, b.app_id) for s in sampler.samples) <= 1
     for h in (a, b):
         wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_task_over_its_memory_is_killed_by_the_nodemanager_and_the_job_says_so(cluster):
+    # YARN's own monitor kills the container (exit status -104); the job's status keeps that and
+    # YARN's words, whatever the executor managed to report as it died.
+    spec = job("over-memory", 1, "256m", 60)
+    spec["tasks"]["worker"]["command"] = "python3 -c 'import time; x = b\"x\" * (600 << 20); time.sleep(60)'"
+    h = TonyClient("yarn").submit(load_job(spec))
+    st = h.wait(poll_interval=1, timeout=180)
+    assert st.state == "FAILED", st
+    assert st.task("worker:0").exit_code == -104, st.tasks
+    assert "The cluster said:" in st.diagnostics and "physical memory" in st.diagnostics, st.diagnostics
+    hints = (TonyClient("yarn").record(h.app_id) or {}).get("hints") or []
+    assert any("the cluster killed it" in hint for hint in hints), hints
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)

@@ -128,14 +128,27 @@ def app_store(app_id: str, user: str | None = None) -> str:
 #: it was given (ContainerExitStatus.KILLED_EXCEEDED_PMEM), and of one over its virtual memory.
 EXCEEDED_PMEM, EXCEEDED_VMEM = EXCEEDED_MEMORY_EXIT, -103
 _EXIT_CODE = re.compile(r"Exit code(?: is)?:? (-?\d+)")
+_USAGE = re.compile(r"([\d.]+) ?([KMGT]?B) of ([\d.]+) ?([KMGT]?B) (physical|virtual) memory used")
+_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def _over(diagnostics: str, kind: str) -> bool:
+    """Whether YARN's usage line ('646.4 MB of 256 MB physical memory used', which its monitor
+    gives a container it killed, alone or in its longer message) shows ``kind`` memory over its limit."""
+    for used, unit, limit, limit_unit, which in _USAGE.findall(diagnostics):
+        if which == kind and float(used) * _UNITS[unit] > float(limit) * _UNITS[limit_unit]:
+            return True
+    return False
 
 
 def container_exit_status(diagnostics: str) -> int:
     """The exit status of a failed container from YARN's diagnostics: a memory limit YARN enforced
     (its own negative status), else the code the diagnostics give ('Exit code is 143'), else 1."""
-    if "beyond the 'PHYSICAL' memory limit" in diagnostics or "beyond physical memory limits" in diagnostics:
+    if ("beyond the 'PHYSICAL' memory limit" in diagnostics or "beyond physical memory limits" in diagnostics
+            or _over(diagnostics, "physical")):
         return EXCEEDED_PMEM
-    if "beyond the 'VIRTUAL' memory limit" in diagnostics or "beyond virtual memory limits" in diagnostics:
+    if ("beyond the 'VIRTUAL' memory limit" in diagnostics or "beyond virtual memory limits" in diagnostics
+            or _over(diagnostics, "virtual")):
         return EXCEEDED_VMEM
     m = _EXIT_CODE.search(diagnostics)
     return int(m.group(1)) if m and int(m.group(1)) > 0 else 1

@@ -61,6 +61,9 @@ def test_tasks_asked_for_before_the_am_are_named_shortly_and_found_as_their_serv
      "Killing container.\nContainer killed on request. Exit code is 143"), -104),
     (("Container [pid=1,containerID=c] is running beyond virtual memory limits. Current usage: 100 MB of 1 GB "
      "physical memory used; 2.2 GB of 2.1 GB virtual memory used. Killing container."), -103),
+    # What skein gives of a container Hadoop 3.5's monitor killed: the usage alone.
+    ("646.4 MB of 256 MB physical memory used", -104),
+    ("100 MB of 1 GB physical memory used; 2.2 GB of 2.1 GB virtual memory used", -103),
     ("Exception from container-launch.\nContainer id: c\nExit code: 127\n", 127),
     ("[2026-11-28 16:29:09.501]Incomplete HDFS URI, no host: hdfs:/data/one.jar", 1),
 ])

@@ -80,7 +80,7 @@ FAST = not job and not tf and not frameworks and not yarn and not azkaban
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "$(FAST)"
+	$(PY) -m pytest -n 2 -m "$(FAST)"
 
 clean:
 	rm -rf $(VENV) $(MXNET_VENV) *.egg-info .pytest_cache

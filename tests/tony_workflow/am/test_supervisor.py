@@ -53,11 +53,11 @@ class _NeverAnswers(Supervisor):
 def test_an_am_that_has_not_started_within_tony_am_startup_timeout_fails_the_job(tony_home, tmp_path):
     app_dir = tmp_path / "application_1_0001"
     app_dir.mkdir()
-    sup = _NeverAnswers("local", app_dir, max_attempts=3, liveness_s=60, startup_s=1.0)
+    sup = _NeverAnswers("local", app_dir, max_attempts=3, liveness_s=60, startup_s=0.3)
     assert sup.run() == 1
     status = json.loads((app_dir / "status.json").read_text())
     assert status["state"] == "FAILED", status
-    assert status["diagnostics"] == "the ApplicationMaster did not start within 1000 ms (tony.am.startup-timeout)"
+    assert status["diagnostics"] == "the ApplicationMaster did not start within 300 ms (tony.am.startup-timeout)"
     assert not alive(sup.am.pid)
     # Failed at once: no second attempt was started for it.
     assert [e["attempt"] for e in read_events(app_dir / "events.jsonl") if e["event"] == "am_attempt_failed"] == [1]

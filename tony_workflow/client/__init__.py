@@ -64,11 +64,13 @@ def reads_cluster_files(backend: str) -> bool:
 
 def executes_problem(spec: JobSpec) -> str | None:
     """Why the script ``executes`` names cannot run, or None: a relative script that some task runs
-    (no command of its own replaces it) must be in ``src_dir``, which is what every task is given.
+    (no command of its own replaces it), or that a single-node job runs in its ApplicationMaster
+    (no tony.am.command replaces it), must be in ``src_dir``, which is what every task is given.
     Without ``src_dir`` the script is the nodes' own, which only the nodes can tell."""
     if not spec.executes or not spec.src_dir or not Path(spec.src_dir).is_dir():
         return None
-    if all(spec.get(task_key(t, "command")) or spec.container_command for t in spec.tasks):
+    runners = [task_key(t, "command") for t in spec.tasks] or ["tony.am.command"]
+    if all(spec.get(key) or spec.container_command for key in runners):
         return None
     try:
         words = shlex.split(spec.executes)

@@ -20,7 +20,7 @@ from .keys import LOCAL_CLUSTER_DEFAULTS
 from .loading import site_conf, site_path
 from .values import optional, parse_bool, parse_int, parse_list, parse_local_gpus, parse_memory, parse_oversubscription
 
-__all__ = ["LocalCapacity", "LocalSettings", "local_settings"]
+__all__ = ["LocalCapacity", "LocalSettings", "is_tony_home", "local_settings"]
 
 _T = TypeVar("_T")
 
@@ -130,6 +130,13 @@ def tony_home() -> Path:
     """Where this machine's tony-workflow state lives (``$TONY_HOME``, default ``~/.tony``): the
     embedded cluster's books and jobs, the local job history."""
     return Path(os.environ.get("TONY_HOME") or Path.home() / ".tony").expanduser()
+
+
+def is_tony_home(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is this machine's tony-workflow state (:func:`tony_home`): a job's source
+    directory may hold it (``src_dir: .`` in a home directory with its ``~/.tony``), but it is never
+    part of the job, and copying it into a job staged inside it would never end."""
+    return Path(path).resolve() == tony_home().resolve()
 
 
 def local_settings(conf_dir: str | os.PathLike[str] | None = None) -> LocalSettings:

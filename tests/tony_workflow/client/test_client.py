@@ -74,6 +74,10 @@ def test_a_script_missing_from_src_dir_is_refused_naming_the_closest_with_nothin
     assert "(did you mean models/resnet.py?)" in problem("python models/resnt.py")  # TonY's form, a command line
     assert problem("trian.py", command="python other.py") is None  # no task runs it
     assert problem("/opt/job/train.py") is None  # the nodes' own: only they can tell
+    # A single-node job (no task) runs it in its ApplicationMaster, unless tony.am.command replaces it.
+    single = {"name": "x", "executes": "trian.py", "src_dir": str(tmp_path / "src")}
+    assert "(did you mean train.py?)" in executes_problem(load_job(single))
+    assert executes_problem(load_job({**single, "conf": {"tony.am.command": "python other.py"}})) is None
 
 
 def test_a_job_larger_than_the_machine_is_refused_naming_the_key(tony_home, local_site):

@@ -26,6 +26,7 @@ from ...errors import UnknownApplication
 from ...protocol import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ...retention import clean_now_and_then
 from ...spec import JobSpec, LocalSettings, SpecError, local_settings
+from ...spec.site import is_tony_home
 from ...status import JobState, JobStatus, check_application_id
 from ..base import (
     AMEndpoint,
@@ -313,8 +314,7 @@ class LocalBackend(Backend):
         d.mkdir(parents=True, mode=0o700)
         os.chmod(d, 0o700)
         if spec.src_dir:
-            shutil.copytree(spec.src_dir, d / "src", symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", ".git", ".venv"))
+            shutil.copytree(spec.src_dir, d / "src", symlinks=True, ignore=_left_out)
             read_only(d / "src")
         try:
             stage_resources(spec.conf, d)
@@ -458,6 +458,12 @@ class LocalBackend(Backend):
                 if (p / "status.json").is_file():
                     apps.append(check_application_id(p.name))
         return sorted(apps, key=lambda a: (int(a.split("_")[1]), int(a.split("_")[2])))
+
+
+def _left_out(directory: str, names: list[str]) -> set[str]:
+    """What staging a job's source leaves out: caches, version control, virtualenvs, and this
+    machine's tony-workflow state where the source holds it (the job's own directory is in it)."""
+    return {n for n in names if n in ("__pycache__", ".git", ".venv") or is_tony_home(Path(directory) / n)}
 
 
 def _json_or_none(path: Path) -> dict[str, Any] | None:

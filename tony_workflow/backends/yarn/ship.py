@@ -54,8 +54,10 @@ _SKIPPED_DIRS = ("__pycache__", ".git", ".venv")
 
 
 def _walk(src: Path) -> Iterable[Path]:
+    from ...spec.site import is_tony_home
+
     for root, dirs, files in os.walk(src, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not is_tony_home(Path(root) / d))
         for name in sorted(files):
             yield Path(root) / name
 

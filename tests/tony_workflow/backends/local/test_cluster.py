@@ -62,3 +62,15 @@ def test_the_client_side_refuses_ids_it_does_not_know(tony_home):
     # A directory still being staged at submission (no status yet) is not an application yet.
     backend.app_dir("application_1_0010").mkdir(parents=True)
     assert backend.list_applications() == []
+
+
+def test_a_source_directory_that_holds_tony_home_is_staged_without_it(tmp_path, monkeypatch):
+    # src_dir "." in a home directory whose ~/.tony holds the cluster: the job's own directory is
+    # inside the source, and copying it would copy itself into itself.
+    home = tmp_path / "home"
+    (home / ".tony").mkdir(parents=True)
+    (home / "train.py").write_text("")
+    monkeypatch.setenv("TONY_HOME", str(home / ".tony"))
+    from tony_workflow.backends.local.cluster import _left_out
+    assert _left_out(str(home), ["train.py", ".tony", ".git"]) == {".tony", ".git"}
+    assert _left_out(str(home / "sub"), [".tony"]) == set()  # another directory of that name is the job's

@@ -95,3 +95,11 @@ def test_resources_ship_as_yarn_localizes_them(tmp_path):
     with pytest.raises(SpecError, match="tony.containers.resources: hdfs://nn:8020/lib could not be given to the "
                                         "containers: .*Permission denied"):
         ship_resources({"tony.containers.resources": "hdfs://nn:8020/lib"}, tmp_path / "s2", None, refusing)
+
+
+def test_a_source_that_holds_this_machines_tony_home_is_zipped_without_it(tmp_path, monkeypatch):
+    src = tree(tmp_path / "home", {"train.py": "", ".tony/history/record.json": "{}"})
+    monkeypatch.setenv("TONY_HOME", str(src / ".tony"))
+    import zipfile
+    with zipfile.ZipFile(deterministic_zip(src, tmp_path / "src.zip")) as z:
+        assert z.namelist() == ["train.py"]

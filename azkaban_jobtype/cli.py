@@ -161,7 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        sys.stdout.flush()  # here, where a reader gone away (`| head`) can still be answered
+        return status
+    except BrokenPipeError:
+        from tony_workflow.client.cli import reader_gone
+        return reader_gone()
     except SpecError as exc:
         for issue in exc.issues:
             print(f"error: {issue}", file=sys.stderr)

@@ -36,6 +36,7 @@ from pathlib import Path
 from tony_workflow.client import executes_problem, reads_cluster_files, venv_problem
 from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
 from tony_workflow.spec.resources import absolute, resource_issues, resources_by_type
+from tony_workflow.status import counted
 
 from .props import Origin
 
@@ -212,8 +213,9 @@ def _resources(spec: JobSpec) -> dict:
 
 def backend_name(props: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:
     """The backend a job goes to: the props' ``tony.backend``, else ``$TONY_BACKEND``, else ``local``."""
-    env = os.environ if env is None else env
-    return (props.get("tony.backend") or env.get("TONY_BACKEND") or "local").strip()
+    from tony_workflow.backends import default_backend
+
+    return (props.get("tony.backend") or "").strip() or default_backend(os.environ if env is None else env)
 
 
 def _text(value: str | None) -> str | None:
@@ -244,9 +246,10 @@ def describe(spec: JobSpec) -> list[str]:
     lines = []
     for task in spec.tasks.values():
         res = task.resources
-        lines.append(f"  {task.type}: {task.instances} x ({res.memory_mb} MB, {res.vcores} vcores, {res.gpus} GPUs)")
+        lines.append(f"  {task.type}: {task.instances} x ({res.memory_mb} MB, {counted(res.vcores, 'vcore')}, "
+                     f"{counted(res.gpus, 'GPU')})")
     am = spec.am
-    lines.append(f"  am: {am.memory_mb} MB, {am.vcores} vcores, {am.gpus} GPUs")
+    lines.append(f"  am: {am.memory_mb} MB, {counted(am.vcores, 'vcore')}, {counted(am.gpus, 'GPU')}")
     for name in ("executes", "task_params", "python_binary_path", "python_venv", "src_dir"):
         value = getattr(spec, name)
         if value:

@@ -20,6 +20,7 @@ __all__ = [
     "TaskState",
     "TaskStatus",
     "check_application_id",
+    "counted",
     "group_text",
     "hanging",
     "progress_text",
@@ -277,6 +278,11 @@ def progress_text(progress: dict[str, Any], metrics: int = 3) -> str:
 
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskStatus))
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural but for one: ``1 vcore``, ``2 vcores``, ``0 GPUs``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def hanging(text: str, indent: str = "    | ") -> str:
     """``text`` with every line after its first indented: a diagnostic that carries the last lines
     of a task's stderr stays one block, apart from the lines printed after it."""

@@ -32,6 +32,8 @@ BAD_JOBS = {
                 "machine.job: tony.local.gpus (line 4): a job may not set this key"),
     "script": ("type=TonyJob\nexecutes=trian.py\ntony.worker.instances=1\n",
                "script.job: executes (line 2): is not a file in src_dir"),
+    # no task: TonY's single-node job runs the script in its ApplicationMaster
+    "singlescript": ("type=TonyJob\nexecutes=trian.py\n", "singlescript.job: executes (line 2): is not a file in src_dir"),
     "huge": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.worker.memory=900g\n",
              "huge.job: tony.worker.memory: worker:0 asks for "),
     "typo": ("type=TonyJob\nexecutes=train.py\ntony.worker.instances=1\ntony.wroker.instances=1\n",
@@ -55,9 +57,16 @@ def test_the_example_project_validates():
     out = r.stdout
     assert "project mnist (Flow 1.0)" in out
     assert "mnist:mnist_train  (type TensorFlowJob, mnist_train.job)" in out
-    assert "  worker: 2 x (2048 MB, 1 vcores, 0 GPUs)" in out
-    assert "  am: 512 MB, 1 vcores, 0 GPUs" in out
+    assert "  worker: 2 x (2048 MB, 1 vcore, 0 GPUs)" in out
+    assert "  am: 512 MB, 1 vcore, 0 GPUs" in out
     assert f"  src_dir: {EXAMPLE / 'src'}" in out
+    # A reader that goes away early (`tony-azkaban validate ... | head`) gets no traceback.
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "azkaban_jobtype.cli", "validate", str(EXAMPLE)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141 and "Error" not in proc.stderr.read()
     assert "mnist:mnist  (" not in out  # the command job is not a TonY job
 
 
@@ -146,7 +155,7 @@ nodes:
     r = run_cli("validate", str(root))
     assert r.returncode == 0, r.stderr
     assert "train:train  (type TonyJob, train.flow)" in r.stdout
-    assert "  am: 1024 MB, 1 vcores, 0 GPUs" in r.stdout and "  env: MODE=flow20" in r.stdout
+    assert "  am: 1024 MB, 1 vcore, 0 GPUs" in r.stdout and "  env: MODE=flow20" in r.stdout
 
 
 def test_a_job_that_sets_command_is_warned_about(tmp_path):
@@ -162,7 +171,7 @@ def test_fixture_projects_report_azkabans_upload_errors_and_still_show_specs(fix
     assert r.returncode == 2
     assert "error: jobs1_job2.job: type: is required" in r.stderr
     assert "jobs1:jobs1_job24  (type TonyJob, jobs1_job24.job)" in r.stdout
-    assert "  worker: 4 x (8192 MB, 1 vcores, 2 GPUs)" in r.stdout
+    assert "  worker: 4 x (8192 MB, 1 vcore, 2 GPUs)" in r.stdout
     r = run_cli("validate", str(fixtures_dir / "azkaban-flow20"))
     assert r.returncode == 0 and "no job of type TonyJob or TensorFlowJob" in r.stdout
 

@@ -122,9 +122,9 @@ def test_hdfs_classpath_is_localised_like_a_container_resource():
 def test_describe_says_what_is_submitted(fixtures_dir):
     spec = spec_of(fixtures_dir / "hadoop-dsl-tensorflowjob", "jobs1_job24")
     lines = describe(spec)
-    assert "  worker: 4 x (8192 MB, 1 vcores, 2 GPUs)" in lines
-    assert "  ps: 2 x (2048 MB, 1 vcores, 0 GPUs)" in lines
-    assert "  am: 2048 MB, 1 vcores, 1 GPUs" in lines
+    assert "  worker: 4 x (8192 MB, 1 vcore, 2 GPUs)" in lines
+    assert "  ps: 2 x (2048 MB, 1 vcore, 0 GPUs)" in lines
+    assert "  am: 2048 MB, 1 vcore, 1 GPU" in lines
     assert "  env: ENV1=val1 ENV2=val2" in lines
 
 

@@ -187,13 +187,13 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     assert len(json.loads(run_tony("history", "--json", "--since", "1h").stdout)) == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--since", "yesterday"], "--since: 'yesterday' is neither a duration"),
-    (["--limit", "0"], "--limit must be at least 1"),
-    (["application_1_x"], "not an application id"),
-    (["application_1763900000000_0404"], "no history of application_1763900000000_0404"),
+@pytest.mark.parametrize("args, message, code", [
+    (["--since", "yesterday"], "--since: 'yesterday' is neither a duration", 2),
+    (["--limit", "0"], "--limit must be at least 1", 2),
+    (["application_1_x"], "not an application id", 2),
+    (["application_1763900000000_0404"], "no history of application_1763900000000_0404", 3),  # not found
 ])
 @pytest.mark.job
-def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message):
+def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message, code):
     out = run_tony("history", *args)
-    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == code and message in out.stderr and "Traceback" not in out.stderr, out.stderr

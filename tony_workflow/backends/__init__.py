@@ -7,6 +7,8 @@ asked for (YARN needs skein), while the backends import ``base``. Kept apart, no
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +29,33 @@ from .base import (
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
-__all__ = ["AMIdentity", "Backend", "Capacity", "ClusterManager", "Container", "ContainerRequest", "NeverFits",
-           "Wait", "check_fits", "gang_requests", "get_backend", "get_cluster_manager"]
+__all__ = [
+    "AMIdentity",
+    "Backend",
+    "Capacity",
+    "ClusterManager",
+    "Container",
+    "ContainerRequest",
+    "NeverFits",
+    "Wait",
+    "check_fits",
+    "default_backend",
+    "gang_requests",
+    "get_backend",
+    "get_cluster_manager",
+]
+
+#: The backends there are, by the name a user gives.
+BACKENDS = ("local", "yarn")
+
+
+def default_backend(environ: Mapping[str, str] | None = None) -> str:
+    """The backend a client uses when none is named: ``$TONY_BACKEND``, else the embedded cluster.
+    ConfigError naming the variable when it names no backend."""
+    value = ((os.environ if environ is None else environ).get("TONY_BACKEND") or "local").strip()
+    if value not in BACKENDS:
+        raise ConfigError(f"TONY_BACKEND={value!r} names no backend: allowed are 'local' and 'yarn'")
+    return value
 
 
 def get_backend(name: str = "local", **kwargs: Any) -> Backend:

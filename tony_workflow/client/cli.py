@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 
+from ..backends import default_backend
 from ..context import FIELDS as CONTEXT_FIELDS
 from ..context import describe as describe_context
 from ..errors import (
@@ -14,6 +16,7 @@ from ..errors import (
     AMUnreachable,
     ConfigError,
     LoginError,
+    NotAnApplicationId,
     StoreError,
     SubmissionRefused,
     TonyError,
@@ -24,7 +27,7 @@ from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, hanging
 from . import JobHandle, TonyClient, load_job
 
-__all__ = ["main"]
+__all__ = ["main", "reader_gone"]
 
 
 def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobStatus:
@@ -98,14 +101,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not args.wait:
         st = handle.status()
         print(json.dumps(st.to_dict(), indent=1) if args.json else handle.app_id)
+        print(f"tony: follow it with '{_tony(args)} status {handle.app_id} --wait', its logs with "
+              f"'{_tony(args)} logs {handle.app_id}'", file=sys.stderr, flush=True)
         return 0
+    return _follow_to_the_end(handle, args)
+
+
+def _tony(args: argparse.Namespace) -> str:
+    """The command as the user would type it again for this backend."""
+    backend = args.backend or default_backend()
+    return "tony" if backend == default_backend() else f"tony --backend {backend}"
+
+
+def _follow_to_the_end(handle: JobHandle, args: argparse.Namespace) -> int:
+    """Follows the job with progress lines until it ends; its final line (or status as JSON) on
+    stdout. 0: it succeeded, 1: it did not, 130: the user stopped following (the job runs on)."""
     try:
         st = _follow(handle, args.poll_interval)
     except KeyboardInterrupt:
         # Following is not owning: the job runs in its own ApplicationMaster, not in this process.
-        backend = "" if args.backend == "local" else f" --backend {args.backend}"
         print(f"\ntony: stopped following {handle.app_id}; the job keeps running. Follow it again with "
-              f"'tony{backend} status {handle.app_id}', stop it with 'tony{backend} kill {handle.app_id}'.",
+              f"'{_tony(args)} status {handle.app_id} --wait', stop it with '{_tony(args)} kill {handle.app_id}'.",
               file=sys.stderr, flush=True)
         return 130
     if args.json:
@@ -120,7 +136,10 @@ def _handle(args: argparse.Namespace) -> JobHandle:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    st = _handle(args).status()
+    handle = _handle(args)
+    if args.wait:
+        return _follow_to_the_end(handle, args)
+    st = handle.status()
     if args.json:
         print(json.dumps(st.to_dict(), indent=1))
     else:
@@ -149,7 +168,13 @@ def _show_group(g: dict) -> None:
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    st = _handle(args).kill()
+    handle = _handle(args)
+    before = handle.status()
+    if before.is_final:
+        print(f"{before.application_id} {before.state}")
+        print(f"tony: {before.application_id} had already ended ({before.state}): nothing to kill", file=sys.stderr)
+        return 0
+    st = handle.kill()
     print(f"{st.application_id} {st.state}")
     return 0 if st.is_final else 1
 
@@ -158,7 +183,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     files = _handle(args).logs(args.task)
     if args.task and not files:
         print(f"tony: no logs for task {args.task!r} in {args.app_id}", file=sys.stderr)
-        return 2
+        return 3
     for name, path in files.items():
         if args.stdout_only and not name.split("#")[0].endswith("stdout"):
             continue
@@ -185,15 +210,27 @@ def _add_context_filters(p: argparse.ArgumentParser) -> None:
                    help="only jobs with this application tag, e.g. azkaban.flow.execid:42 (repeatable: all of them)")
 
 
+#: The columns of ``tony list`` and ``tony history``, one job a row, newest first.
+TABLE_HEADER = f"{'APPLICATION':<32}{'STATE':<12}{'STARTED':<21}{'TOOK':>8}  NAME  (FROM)"
+
+
+def _table_row(app_id: str, state: str, started: float | None, finished: float | None, name: str | None,
+               context: dict | None) -> str:
+    """One job's row of :data:`TABLE_HEADER`: a job still running took as long as it has run."""
+    took = ((finished or time.time()) - started) if started else None
+    origin = describe_context(context)
+    return (f"{app_id:<32}{state:<12}{_when(started):<21}{'-' if took is None else f'{took:.0f}s':>8}  {name or '-'}"
+            + (f"  ({origin})" if origin else ""))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     statuses = TonyClient(args.backend).list(context=_context_filter(args), tags=args.tag)
     if args.json:
         print(json.dumps([s.to_dict() for s in statuses], indent=1))
         return 0
-    for s in statuses:
-        origin = describe_context(s.context)
-        print(f"{s.application_id}  {s.state:<10} session={s.session_id}  {s.name or ''}"
-              + (f"  ({origin})" if origin else ""))
+    print(TABLE_HEADER)
+    for s in reversed(statuses):
+        print(_table_row(s.application_id, s.state, s.started_at, s.finished_at, s.name, s.context))
     return 0
 
 
@@ -287,11 +324,8 @@ def _when(ts: float | None) -> str:
 
 
 def _history_line(r: dict) -> str:
-    took = r["finished_at"] - r["started_at"] if r.get("finished_at") and r.get("started_at") else None
-    took_text = f"{took:.0f}s" if took is not None else "-"
-    origin = describe_context(r.get("context"))
-    return (f"{r['application_id']}  {r['state']:<10} {_when(r.get('started_at'))}  {took_text:>7}  {r.get('name') or ''}"
-            + (f"  ({origin})" if origin else ""))
+    return _table_row(r["application_id"], r["state"], r.get("started_at"), r.get("finished_at"),
+                      r.get("name"), r.get("context"))
 
 
 def _show_record(r: dict) -> None:
@@ -332,7 +366,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         record = history.get(args.app_id)
         if record is None:
             print(f"tony: no history of {args.app_id} in {history.store.uri}", file=sys.stderr)
-            return 2
+            return 3
         if args.json:
             print(json.dumps(record, indent=1))
         else:
@@ -348,14 +382,27 @@ def cmd_history(args: argparse.Namespace) -> int:
                            "tasks": [{k: t.get(k) for k in ("task_id", "state", "exit_code", "restarts", "metrics")}
                                      for t in r.get("tasks") or []]} for r in records], indent=1))
         return 0
+    print(TABLE_HEADER)
     for r in records:
         print(_history_line(r))
     return 0
 
 
+BACKEND_HELP = "the cluster: local or yarn (default $TONY_BACKEND, else local)"
+
+EXIT_CODES = """exit status:
+  0    done: the job succeeded, or the command did what it was asked
+  1    the job failed or was killed, or the cluster or a store failed
+  2    a usage or job spec error: nothing was submitted
+  3    no such application
+  130  stopped following (Ctrl-C): the job keeps running"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tony", description="Run distributed training jobs (TonY-compatible).")
-    ap.add_argument("--backend", choices=["local", "yarn"], default="local", help="cluster backend (default local)")
+    ap = argparse.ArgumentParser(prog="tony", description="Run distributed training jobs (TonY-compatible).",
+                                 epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["local", "yarn"], default=None,
+                    help="the cluster: local (the embedded one) or yarn; default $TONY_BACKEND, else local")
     sub = ap.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("submit", help="submit a job spec (YAML, JSON or TonY XML; Jinja2 templates allowed)")
@@ -363,16 +410,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--conf-file", "--conf_file", dest="conf_file", help="TonY's name for the job's file")
     s.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a tony.* key (repeatable)")
     s.add_argument("--set", action="append", metavar="NAME=VALUE", help="a template variable (repeatable)")
-    s.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
-    s.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    s.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
+    s.add_argument("--wait", action="store_true", help="follow the job until it ends; exit 0 if it succeeded")
     s.add_argument("--json", action="store_true", help="print the JobStatus as JSON on stdout")
-    s.add_argument("--poll-interval", type=float, default=1.0)
-    s.add_argument("--executes")
-    s.add_argument("--task-params", "--task_params", dest="task_params")
-    s.add_argument("--src-dir", "--src_dir", dest="src_dir")
-    s.add_argument("--python-binary-path", "--python_binary_path", dest="python_binary_path")
-    s.add_argument("--python-venv", "--python_venv", dest="python_venv")
-    s.add_argument("--shell-env", "--shell_env", dest="shell_env", action="append", metavar="K=V")
+    s.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="with --wait, how often the job's status is read (default 1)")
+    s.add_argument("--executes", metavar="SCRIPT",
+                   help="what every task runs: a script in --src-dir (train.py) or a command (python x.py)")
+    s.add_argument("--task-params", "--task_params", dest="task_params", metavar="ARGS",
+                   help="arguments given to the script every task runs")
+    s.add_argument("--src-dir", "--src_dir", dest="src_dir", metavar="DIR",
+                   help="the job's source directory, given to every task as its working directory")
+    s.add_argument("--python-binary-path", "--python_binary_path", dest="python_binary_path", metavar="PATH",
+                   help="the Python that runs --executes (in --python-venv when relative)")
+    s.add_argument("--python-venv", "--python_venv", dest="python_venv", metavar="VENV",
+                   help="a virtualenv (directory or zip; hdfs:// on YARN) every task runs in")
+    s.add_argument("--shell-env", "--shell_env", dest="shell_env", action="append", metavar="K=V",
+                   help="a variable of every task's command (repeatable)")
     s.add_argument("--container-env", "--container_env", dest="container_env", action="append", metavar="K=V",
                    help="a variable of every container (tony.containers.envs; repeatable)")
     s.add_argument("--hdfs-classpath", "--hdfs_classpath", dest="hdfs_classpath", action="append", metavar="URI",
@@ -381,26 +435,30 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="DIR", help="a TensorBoard task serves this directory (tony.application.tensorboard-log-dir)")
     s.set_defaults(fn=cmd_submit)
 
-    for name, fn, helptext in (("status", cmd_status, "show an application's status"),
+    for name, fn, helptext in (("status", cmd_status, "show an application's status (--wait: follow it)"),
                                ("kill", cmd_kill, "kill an application")):
-        p = sub.add_parser(name, help=helptext)
-        p.add_argument("app_id")
-        p.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+        p = sub.add_parser(name, help=helptext, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("app_id", metavar="APPLICATION_ID")
+        p.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
         if name == "status":
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help="print the JobStatus as JSON on stdout")
+            p.add_argument("--wait", action="store_true",
+                           help="follow the job with progress lines until it ends; exit 0 if it succeeded")
+            p.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
+                           help="with --wait, how often the job's status is read (default 1)")
         p.set_defaults(fn=fn)
 
     lg = sub.add_parser("logs", help="print an application's logs")
-    lg.add_argument("app_id")
+    lg.add_argument("app_id", metavar="APPLICATION_ID")
     lg.add_argument("--task", help="one task, e.g. worker:0 (or am)")
-    lg.add_argument("--stdout-only", action="store_true")
-    lg.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    lg.add_argument("--stdout-only", action="store_true", help="only the tasks' standard output")
+    lg.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     lg.set_defaults(fn=cmd_logs)
 
-    ls = sub.add_parser("list", help="list applications")
-    ls.add_argument("--json", action="store_true")
+    ls = sub.add_parser("list", help="list applications, newest first")
+    ls.add_argument("--json", action="store_true", help="print the JobStatus of each as JSON on stdout")
     _add_context_filters(ls)
-    ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    ls.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     ls.set_defaults(fn=cmd_list)
 
     hs = sub.add_parser("history", help="jobs that ended, from the job history",
@@ -408,12 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(tony.history.location in tony-site.xml; default $TONY_HOME/history, or "
                                     "/user/<user>/.tony/history in HDFS on YARN), or shows one.")
     hs.add_argument("app_id", nargs="?", metavar="APPLICATION_ID", help="show this job: timeline, tasks, hints")
-    hs.add_argument("--json", action="store_true")
-    hs.add_argument("--state", type=str.upper, choices=["SUCCEEDED", "FAILED", "KILLED"])
+    hs.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
+    hs.add_argument("--state", type=str.upper, choices=["SUCCEEDED", "FAILED", "KILLED"],
+                    help="only the jobs that ended so")
     hs.add_argument("--since", metavar="WHEN", help="started since: a duration back (7d, 12h) or a date (2026-11-20)")
     hs.add_argument("--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)")
     _add_context_filters(hs)
-    hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     hs.set_defaults(fn=cmd_history)
 
     cl = sub.add_parser("clean", help="remove the directories of finished local jobs, or what YARN jobs shipped",
@@ -427,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("app_ids", nargs="*", metavar="APPLICATION_ID")
     cl.add_argument("--older-than", metavar="DURATION", help="e.g. 3d, 12h, 30m, 90s (default: the retention)")
     cl.add_argument("--dry-run", action="store_true", help="only say what would be removed")
-    cl.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS)
+    cl.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     cl.set_defaults(fn=cmd_clean)
 
     # Everything after `minicluster` goes unparsed to the mini cluster's own command line, imported
@@ -449,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
 ERROR_REPORTS: tuple[tuple[type[TonyError], str, int], ...] = (
     (SpecError, "invalid job spec, nothing was submitted:\n", 2),
     (SubmissionRefused, "the job cannot run on this cluster, nothing was submitted:\n", 2),
-    (UnknownApplication, "", 2),
+    (NotAnApplicationId, "", 2),
+    (UnknownApplication, "", 3),
     (LoginError, "cannot log in to the cluster: ", 2),
     (AccessDenied, "", 2),
     (ConfigError, "", 2),
@@ -471,13 +531,28 @@ def error_report(error: TonyError) -> tuple[str, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        args.backend = args.backend or default_backend()
+        status: int = args.fn(args)
+        sys.stdout.flush()  # here, where a reader gone away can still be answered
+        return status
     except TonyError as e:
         line, status = error_report(e)
+        if status == 3 and args.backend == "local":
+            line += " (a YARN application? add --backend yarn, or set TONY_BACKEND=yarn)"
         print(f"tony: {line}", file=sys.stderr)
         return status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def reader_gone() -> int:
+    """The status of a command whose reader went away (``tony history | head``): what is left to
+    print goes nowhere, with no traceback, and the command ends as a shell's would on SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

@@ -52,3 +52,11 @@ def test_what_can_never_fit_is_refused_naming_the_key_and_the_offer(reqs, key, s
     with pytest.raises(NeverFits) as e:
         fits(*reqs)
     assert e.value.key == key and says in str(e.value)
+
+
+def test_the_default_backend_is_tony_backend_else_the_embedded_cluster():
+    from tony_workflow.backends import default_backend
+    from tony_workflow.errors import ConfigError
+    assert default_backend({}) == "local" and default_backend({"TONY_BACKEND": " yarn "}) == "yarn"
+    with pytest.raises(ConfigError, match="TONY_BACKEND='yran' names no backend: allowed are 'local' and 'yarn'"):
+        default_backend({"TONY_BACKEND": "yran"})

@@ -42,6 +42,22 @@ def test_submit_wait_json_then_status_logs_list(tony_home, tmp_path):
 
     listed = run_tony("list", "--json")
     assert app in [a["application_id"] for a in json.loads(listed.stdout)]
+    # list and history: one table, with a header, newest first.
+    table = run_tony("list").stdout.splitlines()
+    assert table[0].split()[:4] == ["APPLICATION", "STATE", "STARTED", "TOOK"] and table[1].startswith(f"{app} ")
+    assert "SUCCEEDED" in table[1] and " cli" in table[1]
+    history = run_tony("history").stdout.splitlines()
+    assert history[0] == table[0] and history[1].startswith(f"{app} ")
+    # Killing a job that has ended says so, and changes nothing.
+    k = run_tony("kill", app)
+    assert k.returncode == 0 and "had already ended (SUCCEEDED): nothing to kill" in k.stderr
+    # A reader that goes away early (`tony history | head`) gets no traceback.
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "history"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141 and "Error" not in proc.stderr.read()
 
 
 def test_conf_overrides_and_failure_exit_code(tony_home, tmp_path):
@@ -57,6 +73,7 @@ def test_submit_without_wait_prints_the_id_and_kill_works(tony_home, tmp_path):
     assert r.returncode == 0
     app = r.stdout.strip()
     assert app.startswith("application_")
+    assert f"follow it with 'tony status {app} --wait'" in r.stderr  # the next step
     k = run_tony("kill", app)
     assert k.returncode == 0 and "KILLED" in k.stdout
     assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "KILLED"
@@ -77,7 +94,10 @@ def test_bad_specs_give_clear_errors_and_submit_nothing(tony_home, tmp_path):
 
 def test_unknown_application_and_bad_conf_pair(tony_home, tmp_path):
     r = run_tony("status", "application_1_0001")
-    assert r.returncode == 2 and "unknown application" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "unknown application" in r.stderr and "Traceback" not in r.stderr
+    assert "add --backend yarn, or set TONY_BACKEND=yarn" in r.stderr  # a YARN id asked of the embedded cluster
+    r = run_tony("status", "application_1_0001", env={"TONY_BACKEND": "yran"})
+    assert r.returncode == 2 and "TONY_BACKEND='yran' names no backend" in r.stderr and "Traceback" not in r.stderr
     r = run_tony("submit", str(write_job(tmp_path)), "--conf", "novalue")
     assert r.returncode == 2 and "novalue" in r.stderr and "Traceback" not in r.stderr
     r = run_tony("submit", str(tmp_path / "missing.yaml"))
@@ -120,7 +140,17 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_stop_it(t
         assert proc.returncode == 130
         assert "Traceback" not in err
         assert f"stopped following {app}; the job keeps running" in err and f"tony kill {app}" in err
+        assert f"Follow it again with 'tony status {app} --wait'" in err
         assert json.loads(run_tony("status", app, "--json").stdout)["state"] == "RUNNING"
+        # Which it does: the same progress lines, then the end as `submit --wait` says it.
+        follower = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "status", app, "--wait",
+                                     "--poll-interval", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: json.loads(run_tony("status", app, "--json").stdout)["state"] == "RUNNING", timeout=10)
+        run_tony("kill", app)
+        out, err = follower.communicate(timeout=60)
+        assert follower.returncode == 1 and out.strip().startswith(f"{app} KILLED"), (out, err)
+        assert "worker:0=" in err
     finally:
         if proc.poll() is None:
             proc.kill()

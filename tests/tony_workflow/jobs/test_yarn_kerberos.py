@@ -376,7 +376,7 @@ def test_a_job_runs_as_its_proxy_user_whose_files_are_theirs_and_a_login_not_all
     shown = run_tony("--backend", "yarn", "history", app_id, "--json", timeout=300)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert json.loads(shown.stdout)["submitter"] == submitter
-    assert run_tony("--backend", "yarn", "history", "application_1_0001", timeout=300).returncode == 2
+    assert run_tony("--backend", "yarn", "history", "application_1_0001", timeout=300).returncode == 3
 
 
 WRITE_TOKENS = """

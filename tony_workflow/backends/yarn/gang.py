@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...status import counted
 from ..base import Capacity, ContainerRequest, NeverFits, check_fits
 from .rm import AppReport, amounts
 
@@ -429,8 +430,8 @@ def _blocker(mine: Sequence[tuple[str, Shape]], nodes: Sequence[Node], headroom:
                     else "no running node in the default partition")
         if _never_placed(shape, nodes):
             biggest = max(partition, key=lambda n: n.total)
-            return (f"the largest container a node can give ({biggest.total[0]} MB, {biggest.total[1]} vcores, "
-                    f"{biggest.total[2]} GPUs on {biggest.id})")
+            return (f"the largest container a node can give ({biggest.total[0]} MB, "
+                    f"{counted(biggest.total[1], 'vcore')}, {counted(biggest.total[2], 'GPU')} on {biggest.id})")
     alone = _Room(list(nodes), headroom)
     short = next((s for _, s in mine if not alone.take(s)), None)
     if short is None:  # it would fit but for what older jobs take first
@@ -438,14 +439,14 @@ def _blocker(mine: Sequence[tuple[str, Shape]], nodes: Sequence[Node], headroom:
     q = (headroom or {}).get(short.label)
     if q is not None and alone.queue[short.label] and not short.fits(alone.queue[short.label]):
         need = [s for _, s in mine if s.label == short.label]
-        return (f"queue headroom: queue {queue or '?'} has {max(q.memory_mb, 0)} MB, {max(q.vcores, 0)} vcores, "
-                f"{max(q.gpus, 0)} GPUs free of its maximum capacity, and the gang lacks "
-                f"{sum(s.memory_mb for s in need)} MB, {sum(s.vcores for s in need)} vcores, "
-                f"{sum(s.gpus for s in need)} GPUs there")
+        return (f"queue headroom: queue {queue or '?'} has {max(q.memory_mb, 0)} MB, "
+                f"{counted(max(q.vcores, 0), 'vcore')}, {counted(max(q.gpus, 0), 'GPU')} free of its maximum "
+                f"capacity, and the gang lacks {sum(s.memory_mb for s in need)} MB, "
+                f"{counted(sum(s.vcores for s in need), 'vcore')}, {counted(sum(s.gpus for s in need), 'GPU')} there")
     partition = [n for n in nodes if n.label == short.label]
     roomiest = max(partition, key=lambda n: (n.free[2] >= short.gpus, n.free[0], n.free[1]))
     return (f"room on the nodes: the largest container a node can give now is {roomiest.free[0]} MB, "
-            f"{roomiest.free[1]} vcores, {roomiest.free[2]} GPUs ({roomiest.id})")
+            f"{counted(roomiest.free[1], 'vcore')}, {counted(roomiest.free[2], 'GPU')} ({roomiest.id})")
 
 
 # ---------------------------------------------------------------------- from the REST API's answers

@@ -24,7 +24,7 @@ from ..errors import (
     UsageError,
 )
 from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
-from ..status import JobStatus, hanging
+from ..status import JobStatus, TaskStatus, hanging
 from . import JobHandle, TonyClient, load_job
 
 __all__ = ["main", "reader_gone"]
@@ -147,13 +147,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         if st.context:
             print(f"  from: {describe_context(st.context)}" + (f"  {st.context['url']}" if st.context.get("url") else ""))
         for t in st.tasks:
-            code = "" if t.exit_code is None else f" exit={t.exit_code}"
-            print(f"  {t.task_id:<14} {st.shown_state(t):<10} {t.host}:{t.port}{code}  {t.log_url or ''}")
+            print(_task_row(st, t))
         if st.elastic:
             _show_group(st.elastic)
         if st.diagnostics:
             print(hanging(f"  diagnostics: {st.diagnostics}"))
     return 0
+
+
+def _task_row(st: JobStatus, t: TaskStatus) -> str:
+    """One task of ``tony status``: its state, where it runs (``-`` before it is placed), its exit
+    code once it has one, and its log."""
+    code = "" if t.exit_code is None else f" exit={t.exit_code}"
+    where = f"{t.host}:{t.port}" if t.host and t.port else (t.host or "-")
+    return f"  {t.task_id:<14} {st.shown_state(t):<10} {where}{code}  {t.log_url or ''}".rstrip()
 
 
 def _show_group(g: dict) -> None:

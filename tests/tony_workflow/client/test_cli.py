@@ -191,3 +191,14 @@ def test_an_elastic_group_is_shown_with_its_size_changes_and_causes(capsys):
                         "waiting to join: worker:1")
     assert lines[1].endswith("size 3  group formed; joined: worker:0, worker:1")
     assert lines[2].endswith("size 2  group shrank; left: worker:1; worker:1: its container was preempted by the scheduler")
+
+
+def test_a_task_not_yet_placed_shows_no_address():
+    from tony_workflow.client.cli import _task_row
+    from tony_workflow.status import JobStatus, TaskStatus
+
+    waiting = TaskStatus(type="worker", index=0, state="REQUESTED")
+    placed = TaskStatus(type="worker", index=1, state="RUNNING", host="node1", port=4711, log_url="http://node1/logs")
+    st = JobStatus(application_id="application_1_0001", state="RUNNING", tasks=[waiting, placed])
+    assert _task_row(st, waiting).split() == ["worker:0", st.shown_state(waiting), "-"]
+    assert _task_row(st, placed).split() == ["worker:1", "RUNNING", "node1:4711", "http://node1/logs"]

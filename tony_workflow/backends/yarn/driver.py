@@ -16,14 +16,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...errors import ConfigError
 from ...kerberos import Login, is_secure
 
-__all__ = ["close_drivers", "driver_running", "shared_driver"]
+__all__ = ["check_driver_can_start", "close_drivers", "driver_running", "shared_driver"]
 
 # skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
 # polling threads in every child this process forks. A child that then closes its descriptors
@@ -75,6 +77,21 @@ def _java_options() -> list[str]:
     return options
 
 
+def check_driver_can_start(environ: dict[str, str] | None = None) -> None:
+    """ConfigError saying what is missing when skein's driver could not start: Java (``JAVA_HOME``,
+    else ``java`` on PATH) and Hadoop's ``yarn`` command, which gives the driver its classpath."""
+    env = os.environ if environ is None else environ
+    java = os.path.join(env["JAVA_HOME"], "bin", "java") if env.get("JAVA_HOME") else shutil.which("java",
+                                                                                               path=env.get("PATH"))
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={env['JAVA_HOME']} has no bin/java" if env.get("JAVA_HOME") else "no java on PATH"
+        raise ConfigError(f"the YARN backend needs Java 8 or later for skein's driver: {where}; "
+                          "set JAVA_HOME to a Java installation")
+    if not shutil.which("yarn", path=env.get("PATH")):
+        raise ConfigError("the YARN backend needs Hadoop's `yarn` command on PATH (it gives skein's driver its "
+                          "classpath): add $HADOOP_HOME/bin to PATH")
+
+
 def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = None,
                   keytab: str | None = None) -> Any:
     """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
@@ -86,11 +103,19 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
         client = _DRIVERS.get(key)
         proc = getattr(client, "_proc", None)
         if client is None or (proc is not None and proc.poll() is not None):
+            check_driver_can_start()
             kwargs: dict[str, Any] = {"principal": principal, "keytab": keytab} if keytab else {}
             if is_secure(conf):
                 kwargs["java_options"] = _java_options()
-            with _hadoop_conf_env(conf_dir):
-                client = _DRIVERS[key] = skein.Client(**kwargs)
+            # Java's and skein's INFO and WARN lines (NativeCodeLoader, "Submitting application")
+            # say nothing a user acts on; SKEIN_LOG_LEVEL shows them again.
+            kwargs["log_level"] = os.environ.get("SKEIN_LOG_LEVEL") or "ERROR"
+            try:
+                with _hadoop_conf_env(conf_dir):
+                    client = _DRIVERS[key] = skein.Client(**kwargs)
+            except skein.exceptions.DriverError as e:
+                raise ConfigError(f"skein's Java driver did not start ({e}): see the lines above; JAVA_HOME is "
+                                  f"{os.environ.get('JAVA_HOME') or 'not set'}, HADOOP_CONF_DIR is {conf_dir}") from None
         return client
 
 

@@ -51,3 +51,24 @@ def test_closing_one_clusters_drivers_leaves_the_others_running(monkeypatch):
     assert driver_running(other) and not driver_running(PLAIN)
     driver.close_drivers()
     assert all(c.closed for c in clients.values()) and not driver_running(other)
+
+
+def test_a_driver_that_cannot_start_says_what_is_missing(tmp_path, monkeypatch):
+    import pytest
+
+    from tony_workflow.backends.yarn.driver import check_driver_can_start, shared_driver
+    from tony_workflow.errors import ConfigError
+    with pytest.raises(ConfigError, match=f"JAVA_HOME={tmp_path} has no bin/java; set JAVA_HOME"):
+        check_driver_can_start({"JAVA_HOME": str(tmp_path), "PATH": ""})
+    with pytest.raises(ConfigError, match="no java on PATH"):
+        check_driver_can_start({"PATH": str(tmp_path)})
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "java").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "java").chmod(0o755)
+    with pytest.raises(ConfigError, match="needs Hadoop's `yarn` command on PATH"):
+        check_driver_can_start({"JAVA_HOME": str(tmp_path), "PATH": str(tmp_path / "nowhere")})
+    # Through the backend's own way in: no driver is started, and no traceback of skein's follows.
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="has no bin/java"):
+        shared_driver({"yarn.resourcemanager.address": "absent:8032"}, tmp_path)
+    assert not driver_running({"yarn.resourcemanager.address": "absent:8032"})

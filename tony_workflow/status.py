@@ -222,6 +222,11 @@ class JobStatus:
             parts.append(group_text(self.elastic))
         if self.progress and not self.is_final:
             parts.append(progress_text(self.progress))
+        if self.is_final:
+            # Both were served by the job's own processes, which are gone: the history keeps what they showed.
+            if self.tensorboard_url or self.tracking_url:
+                parts.append(f"(its pages ended with it: tony history {self.application_id})")
+            return " ".join(parts)
         if self.tensorboard_url:
             parts.append(f"tensorboard={self.tensorboard_url}")
         if self.tracking_url:

@@ -38,6 +38,10 @@ def test_the_status_line_names_tasks_the_wait_progress_and_links():
                            "worker:0=RUNNING worker:1=RUNNING")
     assert "waiting 1/4 containers for 1m05s: worker: 0 of 3 containers; blocked by 1 job" in line
     assert line.endswith("tracking=http://rm/proxy/x")
+    # Once the job has ended, its pages have too: the line says where to look instead.
+    st.state = "SUCCEEDED"
+    assert "http://" not in st.summary()
+    assert st.summary().endswith("(its pages ended with it: tony history application_1763700000000_0001)")
 
 
 def test_an_elastic_task_the_group_has_not_taken_in_is_shown_joining_not_running():

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import jinja2
 from airflow.sdk import Asset, BaseOperator, ResumableJobMixin
 from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -77,6 +78,22 @@ def airflow_error(error: TonyError) -> AirflowException:
         if isinstance(error, kind):
             return AirflowFailException(f"{opening}:\n{error}")
     return AirflowException(f"TonY: {error}")
+
+
+class _WithAbsolutePaths(jinja2.BaseLoader):
+    """A Jinja loader: a file given by its absolute path, else what ``inner`` finds."""
+
+    def __init__(self, inner: jinja2.BaseLoader | None):
+        self.inner = inner
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str | None, Any]:
+        path = Path(template)
+        if path.is_absolute() and path.is_file():
+            mtime = path.stat().st_mtime
+            return path.read_text(), str(path), lambda: path.is_file() and path.stat().st_mtime == mtime
+        if self.inner is None:
+            raise jinja2.TemplateNotFound(template)
+        return self.inner.get_source(environment, template)
 
 
 class TonyOperator(ResumableJobMixin, BaseOperator):
@@ -192,6 +209,11 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         return spec
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        # A spec file given by its absolute path (job_spec="/srv/jobs/train.yaml") is found there,
+        # not only under the DAG's folder and template_searchpath.
+        jinja_env = jinja_env or self.get_template_env()
+        if not isinstance(jinja_env.loader, _WithAbsolutePaths):
+            jinja_env.loader = _WithAbsolutePaths(jinja_env.loader)
         super().render_template_fields(context, jinja_env)
         # What the lineage start event describes, built now that the fields are rendered and while
         # the task's process may still read its connection.

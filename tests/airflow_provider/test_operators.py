@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC
 
 import pytest
+import yaml
 
 from tests.airflow_provider.conftest import LINK_KEYS, load_dag, task_instance, write_dag, xcoms
 
@@ -38,6 +39,18 @@ def test_deferrable_mode_succeeds_with_the_trigger_inline(airflow_db, tony_home)
     x = xcoms("tony_deferrable", dr.run_id, "train")
     assert x["status"]["state"] == "SUCCEEDED"
     assert x["_link_TonyTrackingLink"] == x["tracking_url"]
+
+
+def test_a_spec_file_given_by_its_absolute_path_is_found_and_rendered(airflow_db, tony_home, tmp_path):
+    # Outside the DAG's folder and any template_searchpath, as a newcomer first writes it.
+    spec = tmp_path / "jobs" / "train.yaml"
+    spec.parent.mkdir()
+    spec.write_text(yaml.safe_dump({**SMALL_JOB, "name": "abs-{{ dag.dag_id }}", "command": "true"}))
+    dag = _one_task_dag("tony_abs_spec", job_spec=str(spec))
+    dr = dag.test()
+    assert dr.state == "success"
+    x = xcoms("tony_abs_spec", dr.run_id, "train")
+    assert x["status"]["state"] == "SUCCEEDED" and x["status"]["name"] == "abs-tony_abs_spec"
 
 
 def test_failing_training_fails_the_task_with_diagnostics(airflow_db, tony_home, capfd):

@@ -197,7 +197,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                 **({"tony.application.proxy-user": self.proxy_user} if self.proxy_user else {}),
                 **task_context_conf(context)}
         try:
-            spec = load_job(spec_in, conf=conf, base_dir=base, executes=self.executes, task_params=self.task_params,
+            spec = load_job(spec_in, conf=conf, conf_origin="TonyOperator conf", base_dir=base, executes=self.executes,
+                            task_params=self.task_params,
                             src_dir=self.src_dir, python_venv=self.python_venv,
                             python_binary_path=self.python_binary_path, shell_env=self.shell_env or None)
             spec.validate()

@@ -25,6 +25,10 @@ def test_unknown_keys_fail_the_task_naming_the_nearest_known_key(airflow_db, ton
     with pytest.raises(AirflowFailException) as info:
         op.build_spec()
     assert expected in str(info.value) and "nothing was submitted" in str(info.value)
+    # An operator's own conf is named as what it is: there is no --conf here.
+    assert "--conf" not in str(info.value)
+    if conf:
+        assert f"TonyOperator conf {next(iter(conf))}" in str(info.value), str(info.value)
     assert not list((tony_home / "local" / "apps").glob("application_*"))
 
 

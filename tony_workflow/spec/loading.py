@@ -87,7 +87,8 @@ def format_of(fmt: str | None, path: str | None, text: str, source: str | None) 
 
 
 def load_spec(path_or_text: str | os.PathLike[str], *, overrides: Iterable[str] | Mapping[str, object] = (),
-              variables: Mapping[str, object] | None = None, fmt: str | None = None) -> JobSpec:
+              variables: Mapping[str, object] | None = None, fmt: str | None = None,
+              overrides_origin: str = "--conf") -> JobSpec:
     """Load a job spec from a file or a text.
 
     A PathLike, or a string without a newline that does not start with ``<`` or ``{``, is a path;
@@ -95,7 +96,8 @@ def load_spec(path_or_text: str | os.PathLike[str], *, overrides: Iterable[str] 
     ``variables`` (see :func:`~tony_workflow.spec.render.render_template`), parsed as ``fmt`` ("yaml",
     "json" or "xml"; by default guessed from the file extension, ``.yaml``, ``.yml``, ``.json`` or
     ``.xml`` with an optional ``.j2``, else from the text: ``<`` means XML, anything else YAML),
-    laid over TONY_DEFAULTS, and ``overrides`` are applied as ``--conf`` pairs.
+    laid over TONY_DEFAULTS, and ``overrides`` are applied as ``--conf`` pairs (an issue with one
+    names it with ``overrides_origin``: ``--conf`` on the command line, an operator's ``conf``).
 
     The result is not validated; call :meth:`JobSpec.validate`. A missing file, a syntax error or a
     document that is not a mapping raises SpecError naming the source (and the line when known).
@@ -117,7 +119,7 @@ def load_spec(path_or_text: str | os.PathLike[str], *, overrides: Iterable[str] 
             raise error("document", None, "the spec is empty; expected a mapping of fields", source)
         spec = spec_from_mapping(data, source=source)
     if overrides:
-        spec = spec.with_overrides(overrides)
+        spec = spec.with_overrides(overrides, overrides_origin)
     return spec
 
 
@@ -136,7 +138,7 @@ def site_conf(conf_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
 
 def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
              conf: Iterable[str] | Mapping[str, object] = (), variables: Mapping[str, object] | None = None,
-             base_dir: str | os.PathLike[str] | None = None, **fields: object) -> JobSpec:
+             base_dir: str | os.PathLike[str] | None = None, conf_origin: str = "--conf", **fields: object) -> JobSpec:
     """The job a front end submits.
 
     ``spec`` is a file, a text (as :func:`load_spec` tells them apart; either may be a Jinja2
@@ -145,15 +147,16 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
     mapping), then fields such as ``executes`` or ``src_dir`` (None leaves the spec's value), then
     ``$TONY_CONF_DIR/tony-site.xml`` (last, as TonY does). A relative ``src_dir`` or ``python_venv``
     written in a spec file is resolved against the file's directory; any other (a field, or from a
-    text or a mapping) against ``base_dir``, by default the working directory.
+    text or a mapping) against ``base_dir``, by default the working directory. ``conf_origin``
+    names the overrides in what is said of them (``--conf``, or an operator's ``conf``).
     Does not validate; :meth:`tony_workflow.client.TonyClient.submit` does.
     """
     if isinstance(spec, Mapping):
         loaded = spec_from_mapping(spec)
         if conf:
-            loaded = loaded.with_overrides(conf)
+            loaded = loaded.with_overrides(conf, conf_origin)
     else:
-        loaded = load_spec(spec, overrides=conf, variables=variables)
+        loaded = load_spec(spec, overrides=conf, variables=variables, overrides_origin=conf_origin)
     # The site's job settings apply to every job; its tony.local.* keys are the local cluster's
     # own (spec.site reads them), not the job's.
     site = {k: v for k, v in site_conf().items() if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith("tony.local.")}

@@ -84,16 +84,23 @@ def test_the_hold_timeout_of_zero_holds_on():
     assert g.give_back(Wait("worker: 2 of 3")) is None
 
 
+def overdue_between(g: GangWatch, clock: Clock, reason: str, still_in_time_s: float, late_s: float, said: str) -> None:
+    """The gang waits for ``reason``: not overdue after ``still_in_time_s``, overdue saying ``said``
+    ``late_s`` later."""
+    g.waiting(Wait(reason))
+    clock.now += still_in_time_s
+    g.overdue()
+    clock.now += late_s
+    with pytest.raises(AllocationTimeout, match=said):
+        g.overdue()
+
+
 def test_tonys_allocation_timeout_fails_a_gang_that_is_not_whole_in_time():
     g, clock = watch(allocation_ms=30_000)
     g.begin(4)
-    g.waiting(Wait("worker: 0 of 3; blocked by queue headroom"))
-    clock.now += 29
-    g.overdue()
-    clock.now += 2
-    with pytest.raises(AllocationTimeout, match=r"not all granted within 30000 ms \(tony.container.allocation.timeout\): "
-                                                r"1 were; worker: 0 of 3; blocked by queue headroom"):
-        g.overdue()
+    overdue_between(g, clock, "worker: 0 of 3; blocked by queue headroom", 29, 2,
+                    r"not all granted within 30000 ms \(tony.container.allocation.timeout\): "
+                    r"1 were; worker: 0 of 3; blocked by queue headroom")
     g.whole()
     g.overdue()                # a whole gang is never overdue
 
@@ -120,13 +127,8 @@ def test_tonys_startup_timeout_counts_from_the_submission_until_the_first_gang_b
     g, clock = watch()
     g.startup = (clock.now - 5, 10.0)  # submitted 5 s before the AM's first look
     g.begin(3)
-    g.waiting(Wait("blocked by 1 job ahead on the embedded cluster"))
-    clock.now += 4
-    g.overdue()
-    clock.now += 2
-    with pytest.raises(AllocationTimeout, match=r"ApplicationMaster did not start within 10000 ms "
-                                                r"\(tony.am.startup-timeout\).*blocked by 1 job ahead"):
-        g.overdue()
+    overdue_between(g, clock, "blocked by 1 job ahead on the embedded cluster", 4, 2,
+                    r"ApplicationMaster did not start within 10000 ms \(tony.am.startup-timeout\).*blocked by 1 job ahead")
     g.whole()
     clock.now += 100
     g.begin(3)                 # a later session's wait is no start-up: only the allocation timeout applies

@@ -46,19 +46,21 @@ def tony_home(tmp_path, monkeypatch):
     monkeypatch.setenv("TONY_HOME", str(home))
     monkeypatch.delenv("TONY_CONF_DIR", raising=False)
     yield home
-    # Nothing a test started may outlive it: kill AMs and containers still around.
+    # Nothing a test started may outlive it: kill AMs and containers still around. Only the very
+    # processes recorded: a pid alone may by now name another process (pids wrap around at 32768
+    # here), such as another test process's mini cluster.
+    from tony_workflow.process import kill_tree
     for am_json in [*home.glob("local/apps/*/supervisor.json"), *home.glob("local/apps/*/am.json")]:
         try:
-            pid = json.loads(am_json.read_text())["pid"]
-            psutil.Process(pid).kill()
-        except (psutil.Error, ValueError, KeyError, OSError):
+            info = json.loads(am_json.read_text())
+            kill_tree(int(info["pid"]), 0.0, started=info.get("started"), group=False)
+        except (ValueError, KeyError, OSError):
             pass
     for pid_file in home.glob("local/apps/*/containers/*/pid"):
         try:
-            root = psutil.Process(int(pid_file.read_text()))
-            for p in [*root.children(recursive=True), root]:
-                p.kill()
-        except (psutil.Error, ValueError, OSError):
+            started = float(pid_file.with_name("started").read_text())
+            kill_tree(int(pid_file.read_text()), 0.0, started=started, group=False)
+        except (ValueError, OSError):
             pass
 
 

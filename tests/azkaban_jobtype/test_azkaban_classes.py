@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO, run_tony
+from tony_workflow import process
 from tony_workflow.context import application_tags
 from tony_workflow.spec import JobSpec
 
@@ -88,10 +89,11 @@ def container_processes(tony_home: Path, app_id: str) -> list[psutil.Process]:
     alive = []
     for pid_file in (tony_home / "local" / "apps" / app_id).glob("containers/*/pid"):
         try:
-            proc = psutil.Process(int(pid_file.read_text()))
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except (psutil.NoSuchProcess, ValueError):
+            pid, started = int(pid_file.read_text()), float(pid_file.with_name("started").read_text())
+            # The very process the container started: its pid alone may name another one by now.
+            if process.alive(pid, started):
+                alive.append(psutil.Process(pid))
+        except (psutil.NoSuchProcess, ValueError, OSError):
             pass
     return alive
 

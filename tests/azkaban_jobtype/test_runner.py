@@ -19,6 +19,7 @@ from azkaban_jobtype.plugin import runner_command
 from azkaban_jobtype.props import dump_properties, resolve
 from azkaban_jobtype.runner import KILL_TIMEOUT, OUTPUT_KEYS
 from tests.conftest import app_processes, run_tony, wait_for
+from tony_workflow import process
 
 from .conftest import EXAMPLE, partition_command_line
 
@@ -103,10 +104,11 @@ def container_processes(tony_home: Path, app_id: str) -> list[psutil.Process]:
     alive = []
     for pid_file in app_dir(tony_home, app_id).glob("containers/*/pid"):
         try:
-            proc = psutil.Process(int(pid_file.read_text()))
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc)
-        except (psutil.NoSuchProcess, ValueError):
+            pid, started = int(pid_file.read_text()), float(pid_file.with_name("started").read_text())
+            # The very process the container started: its pid alone may name another one by now.
+            if process.alive(pid, started):
+                alive.append(psutil.Process(pid))
+        except (psutil.NoSuchProcess, ValueError, OSError):
             pass
     return alive
 

@@ -199,7 +199,8 @@ def test_hung_task_is_detected_by_missed_heartbeats(tony_home, tmp_path):
     h = submit(tmp_path, cmd, {"worker": {"instances": 2}},
                conf={"tony.am.retry-count": 1, "tony.task.heartbeat-interval-ms": 200,
                      "tony.task.max-missed-heartbeats": 5})
-    st = wait_for(lambda: (s := h.status()).task("worker:1") and s.task("worker:1").state == "RUNNING" and s)
+    st = wait_for(lambda: (s := h.status()).task("worker:1") and s.task("worker:1").state == "RUNNING"
+                  and s.task("worker:1").log_url and s)
     container_pid = int((Path(st.task("worker:1").log_url).parent / "pid").read_text())
     os.killpg(container_pid, signal.SIGSTOP)  # the whole container hangs: executor and user process
     st = h.wait(poll_interval=0.2, timeout=60)
@@ -215,7 +216,8 @@ def test_heartbeat_timeout_declares_a_hung_task_lost_before_the_missed_heartbeat
     h = submit(tmp_path, cmd, {"worker": {"instances": 1}},
                conf={"tony.am.retry-count": 1, "tony.task.heartbeat-interval-ms": 200,
                      "tony.task.max-missed-heartbeats": 25, "tony.task.heartbeat-timeout-ms": 1000})
-    st = wait_for(lambda: (s := h.status()).task("worker:0") and s.task("worker:0").state == "RUNNING" and s)
+    st = wait_for(lambda: (s := h.status()).task("worker:0") and s.task("worker:0").state == "RUNNING"
+                  and s.task("worker:0").log_url and s)
     container_pid = int((Path(st.task("worker:0").log_url).parent / "pid").read_text())
     os.killpg(container_pid, signal.SIGSTOP)
     st = h.wait(poll_interval=0.2, timeout=60)

@@ -48,7 +48,7 @@ def test_an_unknown_application_is_its_own_kind_not_a_key_error(tony_home):
      "invalid job spec, nothing was submitted:\ntony.worker.memory: must be a size (got 'lots')", 2),
     (NeverFits("tony.worker.gpus", "asks for 9 GPUs"),
      "the job cannot run on this cluster, nothing was submitted:\ntony.worker.gpus: asks for 9 GPUs", 2),
-    (errors.UnknownApplication("application_1_0001"), "unknown application application_1_0001", 2),
+    (errors.UnknownApplication("application_1_0001"), "unknown application application_1_0001", 3),  # not found
     (errors.LoginError("no ticket"), "cannot log in to the cluster: no ticket", 2),
     (errors.ConfigError("unknown backend 'mesos'"), "unknown backend 'mesos'", 2),
     (errors.AMUnreachable("connection refused"), "the job's ApplicationMaster does not answer: connection refused", 1),
@@ -61,8 +61,9 @@ def test_the_command_line_reports_each_kind_in_one_table(error, line, status):
 
 
 def test_the_command_line_says_unknown_application_without_a_traceback(tony_home, capsys):
-    assert main(["status", "application_1_0007"]) == 2
+    assert main(["status", "application_1_0007"]) == 3
     err = capsys.readouterr().err
-    assert err.strip() == "tony: unknown application application_1_0007 (not on the embedded cluster)"
+    assert err.strip() == ("tony: unknown application application_1_0007 (not on the embedded cluster) "
+                           "(a YARN application? add --backend yarn, or set TONY_BACKEND=yarn)")
     assert main(["history", "--limit", "0"]) == 2
     assert capsys.readouterr().err.strip() == "tony: --limit must be at least 1, got 0"

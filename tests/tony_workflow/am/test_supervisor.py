@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from tony_workflow.am.supervisor import Supervisor, _Child, carried_over
+from tony_workflow.am.supervisor import _Child, carried_over
 from tony_workflow.events import read_events
 from tony_workflow.process import alive
 
@@ -43,21 +43,34 @@ def test_the_first_am_container_has_nothing_carried_over(tmp_path, monkeypatch):
     assert carried_over(tmp_path) is None
 
 
-class _NeverAnswers(Supervisor):
-    """A supervisor whose AM is a process that never answers: one hung as it starts."""
+#: A supervisor whose AM is a process that never answers (one hung as it starts), run in a process
+#: of its own: a supervisor kills every child of the process it runs in as it clears up, and this
+#: test process may hold others (a mini cluster shared by its tests).
+NEVER_ANSWERS = """
+import subprocess, sys
+from pathlib import Path
+from tony_workflow.am.supervisor import Supervisor, _Child
 
-    def _start(self, attempt: int, counted: int) -> _Child:
+class NeverAnswers(Supervisor):
+    def _start(self, attempt, counted):
         return _Child(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid)
+
+sup = NeverAnswers("local", Path(sys.argv[1]), max_attempts=3, liveness_s=60, startup_s=0.3)
+code = sup.run()
+print(sup.am.pid)
+sys.exit(code)
+"""
 
 
 def test_an_am_that_has_not_started_within_tony_am_startup_timeout_fails_the_job(tony_home, tmp_path):
     app_dir = tmp_path / "application_1_0001"
     app_dir.mkdir()
-    sup = _NeverAnswers("local", app_dir, max_attempts=3, liveness_s=60, startup_s=0.3)
-    assert sup.run() == 1
+    run = subprocess.run([sys.executable, "-c", NEVER_ANSWERS, str(app_dir)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 1, run.stderr
     status = json.loads((app_dir / "status.json").read_text())
     assert status["state"] == "FAILED", status
     assert status["diagnostics"] == "the ApplicationMaster did not start within 300 ms (tony.am.startup-timeout)"
-    assert not alive(sup.am.pid)
+    assert not alive(int(run.stdout.split()[-1]))
     # Failed at once: no second attempt was started for it.
     assert [e["attempt"] for e in read_events(app_dir / "events.jsonl") if e["event"] == "am_attempt_failed"] == [1]

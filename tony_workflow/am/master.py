@@ -288,9 +288,8 @@ class ApplicationMaster(AMState):
             raise SessionEnd(JobState.FAILED, decision.diagnostics, reclaimed=True)
 
     def _awaiting_cluster(self, task: Task, code: int, now: float) -> bool:
-        """Whether to hold the verdict on a task killed by a signal or fallen silent while its
-        container still runs as far as the cluster knows: the cluster may yet say it took the
-        container back (:attr:`ClusterManager.reclaim_wait_s`)."""
+        """Whether to hold the verdict on a task killed by a signal or fallen silent while its container
+        runs as far as the cluster knows: it may yet say it took it back (ClusterManager.reclaim_wait_s)."""
         wait = self.cluster.reclaim_wait_s
         if not wait or not (code == LOST_EXIT_CODE or code > 128 or code < 0):
             return False
@@ -300,8 +299,7 @@ class ApplicationMaster(AMState):
         return now - task.held_since < wait
 
     def _cluster_word(self, task: Task, code: int, diagnostics: str) -> tuple[int, str]:
-        """A task's end as its executor reported it, unless the cluster ended the container with a
-        status of its own (-100 and below: YARN's -104 for memory), which then stands with its word."""
+        """A reported end, unless the cluster ended the container with its own status (<= -100: YARN's -104)."""
         own = self.cluster.poll(task.container) if code else None
         if own is None or own > -100:
             return code, diagnostics
@@ -368,11 +366,13 @@ class ApplicationMaster(AMState):
             code = self.cluster.poll(task.container)
             if code is None and suspect and self.elastic is not None and self.elastic.covers(task):
                 code = self.cluster.ended_now(task.container)
-                if code is not None:
+                if code is not None:  # its verdict waits, as a report's, for the cluster to say if it took it back
                     self.events.emit("member_seen_ended", task=task.id, session=task.session_id, exit_code=code)
+                    task.reported = (128 - code if -64 <= code < 0 else code, log_tail(task.container.stderr))
+                    continue
             if code is not None:
-                # Its executor is gone: what that one started (the user process, a server holding the
-                # task's port) goes with it, before the task is reported and relaunched.
+                # Its executor is gone: what it started (the user process, a server holding the task's
+                # port) goes with it, before the task is reported and relaunched.
                 self.cluster.kill(task.container, grace=0.5)
                 # Killed by signal N -> 128+N, as shells report it; a cluster's own status (YARN's
                 # -104 for a container over its memory) stays as the cluster gave it.

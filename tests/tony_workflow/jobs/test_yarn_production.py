@@ -65,9 +65,12 @@ def jvms():
 """
 
 
-def test_one_process_submits_through_one_driver_and_follows_with_none(cluster, yarn_jobs):
+def test_one_process_submits_through_one_driver_and_follows_with_none(cluster, yarn_jobs, tmp_path):
     # Five clients in one process (five Airflow hooks, say): one submits, all follow; one JVM in all.
-    out = run_python(JVMS + """
+    # The two processes have a skein configuration of their own (its certificate reaches the job's
+    # skein AM), so no driver of another process is shared.
+    skein_config = f"import os; os.environ['SKEIN_CONFIG'] = {str(tmp_path / 'skein')!r}\n"
+    out = run_python(skein_config + JVMS + """
         import json
         from tony_workflow.client import TonyClient, load_job
         clients = [TonyClient("yarn") for _ in range(5)]
@@ -83,7 +86,7 @@ def test_one_process_submits_through_one_driver_and_follows_with_none(cluster, y
         assert len(out["jvms"]) == 1, out
         assert set(out["states"]) <= {"ALLOCATING", "RUNNING"}, out
         # Another process follows the running job with three clients, and starts no JVM at all.
-        followed = run_python(JVMS + f"""
+        followed = run_python(skein_config + JVMS + f"""
             import json, time
             from tony_workflow.client import TonyClient
             handles = [TonyClient("yarn").attach("{app_id}") for _ in range(3)]

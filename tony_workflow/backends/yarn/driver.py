@@ -2,7 +2,12 @@
 
 Only submitting a job needs the driver (following one needs no JVM: see
 :mod:`tony_workflow.backends.yarn.rm`). A driver is a JVM of a few hundred MB, and an Airflow triggerer
-may hold many backends of one cluster, so they share it (:func:`shared_driver`).
+may hold many backends of one cluster, so they share it (:func:`shared_driver`). Processes of
+one user share it too: a process that starts a driver records where it listens in skein's
+configuration directory (``$SKEIN_CONFIG``, else ``~/.skein``, which holds the certificate the
+driver is reached with), and a later process for the same cluster and login connects to it
+rather than starting a JVM of its own (a ``tony submit`` beside an Airflow worker, say). When
+the owner exits its driver goes with it, and the next process starts one again.
 
 On a Kerberized cluster the driver logs in as the backend's login: with a principal and keytab it
 logs itself in (and renews from the keytab), else it takes the ticket ``kinit`` left in the cache
@@ -15,6 +20,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import threading
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import process
 from ...errors import ConfigError
 from ...kerberos import Login, is_secure
 
@@ -77,6 +85,65 @@ def _java_options() -> list[str]:
     return options
 
 
+def _record(key: tuple[Any, ...]) -> Path:
+    """Where the driver for ``key`` is recorded for this user's other processes."""
+    import skein
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return Path(skein.properties.config_dir) / "tony-drivers" / f"{name}.json"
+
+
+def _write_record(key: tuple[Any, ...], client: Any) -> None:
+    """Records ``client``'s driver (its address, and its JVM's pid and start time) for ``key``."""
+    proc = getattr(client, "_proc", None)
+    if proc is None:
+        return
+    path = _record(key)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}")
+        part.write_text(json.dumps({"address": client.address, "pid": proc.pid,
+                                    "started": process.start_time(proc.pid), "owner": os.getpid()}))
+        part.replace(path)
+
+
+def _forget_record(key: tuple[Any, ...], client: Any) -> None:
+    """Removes the record of ``client``'s driver, if it is still the one recorded for ``key``."""
+    path = _record(key)
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text()).get("address") == client.address:
+            path.unlink()
+
+
+def _neighbours_driver(key: tuple[Any, ...]) -> Any:
+    """A client of the driver another process of this user runs for ``key``, or None when there is
+    none, or the one recorded has ended or does not answer."""
+    import skein
+    path = _record(key)
+    try:
+        found = json.loads(path.read_text())
+        address, pid, started = found["address"], int(found["pid"]), found.get("started")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not process.alive(pid, started):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    try:
+        return skein.Client(address=address, security=skein.Security.from_default())
+    except Exception:  # noqa: BLE001 - any failure to reach it means starting one of our own
+        return None
+
+
+def _answers(client: Any) -> bool:
+    """Whether a driver this process did not start still answers (its owner may have exited)."""
+    from skein import proto
+    try:
+        client._call("ping", proto.Empty())
+    except Exception:  # noqa: BLE001 - a driver gone away fails in gRPC's or skein's words
+        return False
+    return True
+
+
 def check_driver_can_start(environ: dict[str, str] | None = None) -> None:
     """ConfigError saying what is missing when skein's driver could not start: Java (``JAVA_HOME``,
     else ``java`` on PATH) and Hadoop's ``yarn`` command, which gives the driver its classpath."""
@@ -96,13 +163,20 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
                   keytab: str | None = None) -> Any:
     """The process's skein client (one Java driver) for the cluster ``conf`` describes and this
     login (``principal`` and ``keytab``, or the ticket cache). Backends of one cluster share it,
-    whatever directory their configuration was written to. A driver that has died is replaced."""
+    whatever directory their configuration was written to, and so do this user's other processes
+    (the module's note). A driver that has died is replaced."""
     import skein
     key = _driver_key(conf, principal, keytab)
     with _DRIVERS_LOCK:
         client = _DRIVERS.get(key)
         proc = getattr(client, "_proc", None)
+        if client is not None and proc is None and not _answers(client):
+            client = None
         if client is None or (proc is not None and proc.poll() is not None):
+            client = _neighbours_driver(key)
+            if client is not None:
+                _DRIVERS[key] = client
+                return client
             check_driver_can_start()
             kwargs: dict[str, Any] = {"principal": principal, "keytab": keytab} if keytab else {}
             if is_secure(conf):
@@ -116,6 +190,7 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
             except skein.exceptions.DriverError as e:
                 raise ConfigError(f"skein's Java driver did not start ({e}): see the lines above; JAVA_HOME is "
                                   f"{os.environ.get('JAVA_HOME') or 'not set'}, HADOOP_CONF_DIR is {conf_dir}") from None
+            _write_record(key, client)
         return client
 
 
@@ -131,10 +206,12 @@ def close_drivers(resource_manager: str | None = None) -> None:
     with _DRIVERS_LOCK:
         keys = [key for key in _DRIVERS if resource_manager is None
                 or dict(key[0]).get("yarn.resourcemanager.address") == resource_manager]
-        clients = [_DRIVERS.pop(key) for key in keys]
-    for client in clients:
+        clients = [(key, _DRIVERS.pop(key)) for key in keys]
+    for key, client in clients:
+        if getattr(client, "_proc", None) is not None:
+            _forget_record(key, client)
         with contextlib.suppress(Exception):
-            client.close()
+            client.close()  # a neighbour's driver goes on: only its channel closes
 
 
 atexit.register(close_drivers)

@@ -1,9 +1,13 @@
-"""skein's Java drivers, one per cluster and login in a process (:mod:`tony_workflow.backends.yarn.driver`):
-what tells two drivers apart. Drivers started on a real cluster are the yarn tier's
-(tests/tony_workflow/jobs/test_yarn_*.py)."""
+"""skein's Java drivers, one per cluster and login for a user's processes
+(:mod:`tony_workflow.backends.yarn.driver`): what tells two drivers apart, and a second process
+reaching the first one's driver on a real cluster."""
 from __future__ import annotations
 
+import pytest
+
+from tests.conftest import wait_for
 from tony_workflow.backends.yarn.driver import _driver_key, _java_options, driver_running
+from tony_workflow.process import alive as process_alive
 
 PLAIN = {"yarn.resourcemanager.address": "rm:8032"}
 SECURE = {**PLAIN, "hadoop.security.authentication": "kerberos"}
@@ -54,8 +58,6 @@ def test_closing_one_clusters_drivers_leaves_the_others_running(monkeypatch):
 
 
 def test_a_driver_that_cannot_start_says_what_is_missing(tmp_path, monkeypatch):
-    import pytest
-
     from tony_workflow.backends.yarn.driver import check_driver_can_start, shared_driver
     from tony_workflow.errors import ConfigError
     with pytest.raises(ConfigError, match=f"JAVA_HOME={tmp_path} has no bin/java; set JAVA_HOME"):
@@ -72,3 +74,65 @@ def test_a_driver_that_cannot_start_says_what_is_missing(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="has no bin/java"):
         shared_driver({"yarn.resourcemanager.address": "absent:8032"}, tmp_path)
     assert not driver_running({"yarn.resourcemanager.address": "absent:8032"})
+
+
+def _driver_jvms() -> set[int]:
+    """The skein driver JVMs running on this machine, read from the process table."""
+    import psutil
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "com.anaconda.skein.Driver" in (proc.info["cmdline"] or []):
+            found.add(proc.info["pid"])
+    return found
+
+
+SUBMITTER = """
+import json, os, sys
+from tony_workflow import hadoop
+from tony_workflow.backends.yarn.driver import close_drivers, shared_driver
+conf_dir = os.environ["HADOOP_CONF_DIR"]
+client = shared_driver(hadoop.read_conf(conf_dir), conf_dir)
+apps = client.get_applications(states=["RUNNING", "ACCEPTED", "FINISHED"])
+print(json.dumps({"address": client.address, "own": client._proc is not None, "answered": isinstance(apps, list)}))
+sys.stdout.flush()
+if sys.argv[1:] == ["hold"]:
+    sys.stdin.read()
+close_drivers()
+"""
+
+
+@pytest.mark.yarn
+@pytest.mark.filterwarnings("ignore:Skein global security credentials not found")  # a fresh SKEIN_CONFIG
+def test_another_process_of_the_user_submits_through_the_running_driver(yarn_cluster, tmp_path, monkeypatch):
+    import json
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path / "skein"))  # this test's drivers alone are recorded there
+
+    def submitter(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", SUBMITTER, *args], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+
+    before = _driver_jvms()
+    owner = submitter("hold")
+    first = json.loads(owner.stdout.readline())
+    assert first["own"] and first["answered"]
+    started = _driver_jvms() - before
+    assert len(started) == 1  # the owner's JVM
+    # A second process for the same cluster and login connects to it: no second JVM.
+    neighbour = submitter()
+    second = json.loads(neighbour.stdout.readline())
+    assert neighbour.wait(60) == 0
+    assert second == {"address": first["address"], "own": False, "answered": True}
+    assert _driver_jvms() - before == started
+    # Closing the neighbour left the owner's driver running; the owner's exit takes it away.
+    assert all(process_alive(pid) for pid in started)
+    owner.stdin.close()
+    assert owner.wait(60) == 0
+    wait_for(lambda: not (_driver_jvms() & started), timeout=30)
+    # With the owner gone, the next process starts its own (and takes it away when it ends).
+    third = submitter()
+    assert json.loads(third.stdout.readline())["own"]
+    assert third.wait(60) == 0
+    wait_for(lambda: not (_driver_jvms() - before), timeout=30)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -13,10 +14,12 @@ __all__ = ["EventLog", "log_tail", "read_events"]
 
 
 class EventLog:
-    """Appends events to ``path`` (JSONL). Each line is flushed at once so a crash loses nothing."""
+    """Appends events to ``path`` (JSONL). Each line is flushed at once so a crash loses nothing.
+    With ``echo``, each event is also logged there as one readable line (the AM's log)."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], echo: logging.Logger | None = None):
         self.path = Path(path)
+        self.echo = echo
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the log's life, till close()
@@ -27,11 +30,18 @@ class EventLog:
         with self._lock:
             self._fh.write(line + "\n")
             self._fh.flush()
+        if self.echo is not None:
+            self.echo.info("%s %s", event, " ".join(f"{k}={_short(v)}" for k, v in fields.items()))
         return record
 
     def close(self) -> None:
         with self._lock:
             self._fh.close()
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

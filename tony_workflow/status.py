@@ -163,6 +163,9 @@ class JobStatus:
     #: where the job's checkpoints (its model) are kept, as a full URI: ``hdfs://namenode:port/…``
     #: on YARN, ``file:///…`` on the embedded cluster (or tony.checkpoint.location's own)
     checkpoint_location: str | None = None
+    #: where the ApplicationMaster's own log is read: its container's log page on YARN; None on
+    #: the embedded cluster, whose AM writes am.stdout and am.stderr in the job's directory
+    am_log_url: str | None = None
 
     @property
     def is_final(self) -> bool:

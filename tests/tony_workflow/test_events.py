@@ -28,3 +28,18 @@ def test_a_log_tail_keeps_the_last_lines_without_the_noise(tmp_path):
     tail = log_tail(path, lines=3, skip="noise")
     assert tail == "Last lines of stderr:\nline 27\nline 28\nline 29"
     assert log_tail(None) == "" and log_tail(tmp_path / "missing") == ""
+
+
+def test_an_echoed_log_writes_each_event_as_one_readable_line_too(tmp_path, caplog):
+    import logging
+
+    from tony_workflow.events import EventLog
+    log = EventLog(tmp_path / "events.jsonl", echo=logging.getLogger("tony-am"))
+    with caplog.at_level(logging.INFO, logger="tony-am"):
+        log.emit("task_state", task="worker:0", state="RUNNING", pid=12)
+        log.emit("cluster_spec_ready", cluster={"worker": ["h:1"]}, note="x" * 400)
+    log.close()
+    assert caplog.messages[0] == "task_state task=worker:0 state=RUNNING pid=12"
+    assert caplog.messages[1].startswith('cluster_spec_ready cluster={"worker": ["h:1"]} note=xxx')
+    assert caplog.messages[1].endswith("...") and len(caplog.messages[1]) < 360  # a long value is cut
+    assert [e["event"] for e in read_events(tmp_path / "events.jsonl")] == ["task_state", "cluster_spec_ready"]

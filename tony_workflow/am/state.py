@@ -13,6 +13,7 @@ checker holds it to.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -121,7 +122,7 @@ class AMState:
         self.tick = self.liveness.tick
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
-        self.events = EventLog(self.app_dir / "events.jsonl")
+        self.events = EventLog(self.app_dir / "events.jsonl", echo=logging.getLogger("tony-am"))
         resume = resume or Resume()
         self._backend_warnings = _tag_warnings(spec, cluster.name) + acl_warnings(spec, cluster.name)
         self.status = JobStatus(application_id=app_id, state=JobState.ALLOCATING, name=spec.name,
@@ -129,7 +130,7 @@ class AMState:
                                 retries=resume.retries, reclaims=resume.reclaims, am_attempt=resume.attempt,
                                 warnings=[*spec.warnings, *self._backend_warnings],
                                 diagnostics=resume.diagnostics,
-                                context=dict(spec.context) or None)
+                                context=dict(spec.context) or None, am_log_url=cluster.am_log_url())
         self.board = StatusBoard(self.status, self.app_dir / "status.json", cluster.report_progress,
                                  series_every=max(1.0, spec.metrics_interval_ms / 1000.0))
         self.store = StoreWatch(self.events, spec.checkpoint_on_store_failure)

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import signal
 import sys
@@ -72,6 +73,13 @@ class Supervisor:
         self._wake = threading.Event()
         self.am: _Child | None = None
 
+    def log_dir(self) -> Path:
+        """Where the AM's am.stdout and am.stderr go: on YARN its container's log directory (the
+        first of ``LOG_DIRS``), which the NodeManager serves and log aggregation keeps once the job
+        has ended, unlike the container's working directory; else the job's directory."""
+        dirs = os.environ.get("LOG_DIRS", "") if self.backend == "yarn" else ""
+        return Path(dirs.split(",")[0]) if dirs else self.app_dir
+
     # -------------------------------------------------------------- one attempt
     def _start(self, attempt: int, counted: int) -> _Child:
         """Starts attempt ``attempt`` (``counted`` earlier ones count against the limit): a fork of
@@ -80,8 +88,9 @@ class Supervisor:
         and the AM's log files as stdout and stderr."""
         me = os.getpid()
         env = {ATTEMPT_ENV: str(attempt), COUNTED_ENV: str(counted), OWNER_ENV: f"{me}:{process.start_time(me)!r}"}
-        out = os.open(self.app_dir / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        err = os.open(self.app_dir / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        logs = self.log_dir()
+        out = os.open(logs / "am.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err = os.open(logs / "am.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -95,6 +104,10 @@ class Supervisor:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)  # the AM installs its own
                 os.environ.update(env)
+                # The AM's log: its events as they happen, and what goes wrong, one line each.
+                logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
+                                    format="%(asctime)s %(name)s %(levelname)s %(message)s")
+                logging.getLogger("pyhdfs").setLevel(logging.WARNING)  # a line per WebHDFS call says nothing
                 from . import master
                 code = master.main(["--backend", self.backend, "--app-dir", str(self.app_dir)])
             except SystemExit as e:

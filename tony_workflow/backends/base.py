@@ -356,6 +356,10 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     def log_url(self, container: Container) -> str | None:
         return str(container.stdout) if container.stdout else None
 
+    def am_log_url(self) -> str | None:
+        """Where the AM's own log is read from outside (its container's page), if anywhere."""
+        return None
+
     def recover(self) -> None:
         """Called by a later AM attempt before anything else: stops what an earlier attempt left
         running that this backend can still reach."""
@@ -412,8 +416,11 @@ class Backend(ABC):
         """Kills the application without the AM's help."""
 
     @abstractmethod
-    def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
-        """Log files by name (``worker:0/stdout``, ``am/stderr`` ...)."""
+    def logs(self, app_id: str, task: str | None = None, *, status: JobStatus | None = None,
+             into: Path | None = None) -> dict[str, Path]:
+        """Log files by name (``worker:0/stdout``, ``am/stderr`` ...) of ``task``, or of every task
+        and the AM. ``status`` is the job's, when the caller has it; a backend that must copy the
+        files from elsewhere (YARN's NodeManagers, HDFS) writes them under ``into``."""
 
     @abstractmethod
     def list_applications(self) -> list[str]:

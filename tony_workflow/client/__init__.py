@@ -244,8 +244,11 @@ class JobHandle:
             self.backend.force_kill(self.app_id)
         return self.backend.stored_status(self.app_id)
 
-    def logs(self, task: str | None = None) -> dict[str, Path]:
-        return self.backend.logs(self.app_id, task)
+    def logs(self, task: str | None = None, into: Path | None = None) -> dict[str, Path]:
+        """The log files of ``task``, or of every task and the AM, by name (``worker:0/stdout``).
+        A cluster whose files live elsewhere (YARN) copies them under ``into`` (by default a
+        folder of the job's in TONY_HOME, replaced at each call)."""
+        return self.backend.logs(self.app_id, task, status=self.status(), into=into)
 
 
 class TonyClient:

@@ -5,8 +5,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..backends import default_backend
 from ..context import FIELDS as CONTEXT_FIELDS
@@ -187,18 +189,24 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    files = _handle(args).logs(args.task)
-    if args.task and not files:
-        print(f"tony: no logs for task {args.task!r} in {args.app_id}", file=sys.stderr)
-        return 3
-    for name, path in files.items():
-        if args.stdout_only and not name.split("#")[0].endswith("stdout"):
-            continue
-        print(f"==> {name} ({path}) <==")
-        try:
-            sys.stdout.write(path.read_text(errors="replace"))
-        except FileNotFoundError:
-            print("(not written yet)")
+    handle = _handle(args)
+    # A cluster whose files live on its nodes (YARN) copies them here; nothing stays once printed.
+    with tempfile.TemporaryDirectory(prefix="tony-logs-") as copies:
+        files = handle.logs(args.task, into=Path(copies))
+        if args.task and not files:
+            tasks = ["am", *(t.task_id for t in handle.status().tasks)]
+            print(f"tony: {args.task} of {args.app_id} has no container yet, so no logs" if args.task in tasks
+                  else f"tony: no task {args.task!r} in {args.app_id} (its tasks: {', '.join(tasks)})", file=sys.stderr)
+            return 3
+        for name, path in files.items():
+            if args.stdout_only and not name.split("#")[0].endswith("stdout"):
+                continue
+            shown = "" if path.is_relative_to(copies) else f" ({path})"
+            print(f"==> {name}{shown} <==")
+            try:
+                sys.stdout.write(path.read_text(errors="replace"))
+            except FileNotFoundError:
+                print("(not written yet)")
     return 0
 
 

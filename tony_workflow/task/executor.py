@@ -566,6 +566,7 @@ def stderr_tail(lines: int = 20) -> str:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s tony-executor %(levelname)s %(message)s")
+    logging.getLogger("pyhdfs").setLevel(logging.WARNING)  # a line per WebHDFS call says nothing
     executor = TaskExecutor()
     signal.signal(signal.SIGTERM, lambda s, f: executor._stop("received SIGTERM"))
     try:

@@ -414,7 +414,9 @@ class LocalBackend(Backend):
             status.diagnostics = "killed by user (ApplicationMaster unresponsive)"
             (d / "status.json").write_text(json.dumps(status.to_dict()))
 
-    def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
+    def logs(self, app_id: str, task: str | None = None, *, status: JobStatus | None = None,
+             into: Path | None = None) -> dict[str, Path]:
+        # The containers' own files, read where they are: neither the status nor a copy is needed.
         d = self.app_dir(app_id)
         if not d.is_dir():
             raise UnknownApplication(app_id, "not on the embedded cluster")

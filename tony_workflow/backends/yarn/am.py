@@ -427,6 +427,14 @@ class YarnClusterManager(ClusterManager):
         user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME") or ""
         return f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/{user}"
 
+    def am_log_url(self) -> str | None:
+        # YARN tells every container its id and its NodeManager's web address.
+        container, host, port = (os.environ.get(k) for k in ("CONTAINER_ID", "NM_HOST", "NM_HTTP_PORT"))
+        if not (container and host and port):
+            return None
+        user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME") or ""
+        return f"http://{host}:{port}/node/containerlogs/{container}/{user}"
+
     def checkpoint_location(self, app_dir: Path) -> str:
         return f"{app_store(self.app_id)}/checkpoints"
 

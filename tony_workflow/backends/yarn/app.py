@@ -69,10 +69,13 @@ class Shipment:
 
 
 def prelude(shipment: Shipment) -> str:
-    """The start of every container's script: the Hadoop configuration shipped as ``hadoop-conf``,
-    the spec written out of the environment (then dropped from it, so that no task's process
-    inherits it), and the runtime on the path."""
-    out = 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; '
+    """The start of every container's script: its output to YARN's ``stdout`` and ``stderr`` in
+    the container's log directory (what NodeManagers serve and ``tony logs`` reads, as TonY's
+    containers write them), the Hadoop configuration shipped as ``hadoop-conf``, the spec written
+    out of the environment (then dropped from it, so that no task's process inherits it), and the
+    runtime on the path."""
+    out = ('if [ -n "${LOG_DIRS:-}" ]; then exec >>"${LOG_DIRS%%,*}/stdout" 2>>"${LOG_DIRS%%,*}/stderr"; fi; '
+           'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; ')
     if shipment.spec_env is not None:
         out += f'printf %s "${SPEC_ENV}" | base64 -d | gzip -dc > spec.json && unset {SPEC_ENV} && '
     if shipment.runtime:

@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -54,6 +53,7 @@ from ...errors import ConfigError, UnknownApplication
 from ...kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ...spec import JobSpec, SpecError, SpecIssue
 from ...spec.keys import TONY_XML_DEFAULTS
+from ...spec.site import tony_home
 from ...status import JobState, JobStatus
 from ...storage import open_storage, qualified
 from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key
@@ -82,6 +82,7 @@ from .gang import (
 )
 from .gate import asked_first
 from .line import line_store
+from .logs import job_logs
 from .rm import AppReport, ResourceManager, RMError, node_totals, resource_manager
 from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
 from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
@@ -529,21 +530,18 @@ class YarnBackend(Backend):
                     return
             time.sleep(0.2)
 
-    def logs(self, app_id: str, task: str | None = None) -> dict[str, Path]:
-        self._may_view(self._report(app_id))
-        out_dir = Path(tempfile.mkdtemp(prefix=f"tony-logs-{app_id}-"))
-        path = out_dir / "yarn-logs.txt"
-        if self.conf.get("yarn.log-aggregation-enable", "").strip().lower() == "false":
-            # `yarn logs` reads only what log aggregation uploaded to HDFS.
-            path.write_text(f"{app_id}: this cluster does not aggregate logs (yarn.log-aggregation-enable=false), "
-                            "so `yarn logs` has none: each container's log stays in its NodeManager's log "
-                            "directory (yarn.nodemanager.log-dirs) while the NodeManager keeps it\n")
-            return {"yarn/logs": path}
-        self._await_log_aggregation(app_id)
-        done = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "HADOOP_CONF_DIR": str(self.conf_dir)}, check=False)
-        path.write_text(done.stdout + done.stderr)
-        return {"yarn/logs": path}
+    def logs(self, app_id: str, task: str | None = None, *, status: JobStatus | None = None,
+             into: Path | None = None) -> dict[str, Path]:
+        report = self._may_view(self._report(app_id))
+        ended = report.state in _YARN_ENDED
+        # Hadoop's default is not to aggregate, but a client's configuration may not say what the
+        # NodeManagers do: only an explicit false spares the look on HDFS.
+        aggregated = self.conf.get("yarn.log-aggregation-enable", "").strip().lower() != "false"
+        if ended and aggregated:
+            self._await_log_aggregation(app_id)
+        return job_logs(app_id, status or self.stored_status(app_id), task, ended=ended, aggregated=aggregated,
+                        into=into or tony_home() / "logs" / app_id, session=self._rm(app_id).session,
+                        conf_dir=self.conf_dir)
 
     def _await_log_aggregation(self, app_id: str, timeout: float = 60.0) -> None:
         """Waits (a few seconds, usually) while the NodeManagers of an application that just ended

@@ -60,7 +60,7 @@ def test_a_spread_type_gets_a_service_per_node():
 
 def test_the_prelude_writes_the_spec_out_of_the_environment_and_drops_it():
     head = prelude(Shipment("python3.11", files("runtime"), spec_env={"TONY_SPEC": "x"}))
-    assert head.startswith('export HADOOP_CONF_DIR="$PWD/hadoop-conf"; printf %s "$TONY_SPEC" | base64 -d')
+    assert 'export HADOOP_CONF_DIR="$PWD/hadoop-conf"; printf %s "$TONY_SPEC" | base64 -d' in head
     assert "unset TONY_SPEC" in head
     assert "TONY_SPEC" not in prelude(Shipment("python3.11", files("spec.json")))
 
@@ -74,3 +74,20 @@ def test_each_type_gets_its_resources_and_every_container_the_common_ones():
     assert {"common", "vocab.txt"} <= set(worker.files) and worker.env["TONY_RESOURCES"] == "common,vocab.txt"
     assert "common" in ps.files and "vocab.txt" not in ps.files and ps.env["TONY_RESOURCES"] == "common"
     assert "common" in am.files and "vocab.txt" not in am.files  # the AM gets every container's
+
+
+def test_a_containers_output_goes_to_yarns_stdout_and_stderr_in_its_first_log_directory(tmp_path):
+    import subprocess
+    first, second = tmp_path / "logs1", tmp_path / "logs2"
+    first.mkdir(), second.mkdir()
+    head = prelude(Shipment("python3.11", files("spec.json")))
+    script = head + "echo to-out; echo to-err >&2"
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "LOG_DIRS": f"{first},{second}"})
+    assert done.returncode == 0 and done.stdout == done.stderr == ""
+    assert (first / "stdout").read_text() == "to-out\n" and (first / "stderr").read_text() == "to-err\n"
+    assert list(second.iterdir()) == []
+    # Outside a YARN container (no LOG_DIRS) the output stays where it was.
+    plain = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False,
+                           env={"PATH": "/usr/bin:/bin"})
+    assert plain.stdout == "to-out\n" and plain.stderr == "to-err\n"

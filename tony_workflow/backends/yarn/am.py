@@ -52,6 +52,7 @@ from .containers import (
     reclaim_cause,
     service_name,
 )
+from .gang import reason_for
 from .gate import wait_turn
 from .line import Line, line_store
 from .rm import AppReport, RMError, container_rm
@@ -132,7 +133,8 @@ class YarnClusterManager(ClusterManager):
         self._events_copy: EventsCopy | None = None
         self.line = Line(self.app_id, container_rm(), board=line_store(line_dir))
         self._requests: dict[str, ContainerRequest] = {}  # task id -> what its container asks for
-        self._looked: tuple[float, Wait | None] = (0.0, None)
+        # when the queue was last read, and what was read: its verdict, the app's report, requests lost
+        self._looked: tuple[float, tuple[Any, AppReport | None, int] | None] = (0.0, None)
         self._first = True  # the first allocation of the first attempt may adopt what was asked before
         self._adopt: dict[str, str] = {}  # our container id -> the skein container asked before the AM ran
         self._envs: dict[str, dict[str, str]] = {}  # our container id -> its launch environment
@@ -202,36 +204,41 @@ class YarnClusterManager(ClusterManager):
         ResourceManager holds; with ``release`` when an older job of the queue cannot place what it
         still lacks, part of which this job holds. A request the ResourceManager lost is asked
         for again (:meth:`_lost`)."""
-        at, last = self._looked
-        if time.monotonic() - at < self.line.look_every_s:
-            return last
         counts: dict[str, tuple[int, int]] = {}
         for c, was_granted in [*((c, False) for c in pending), *((c, True) for c in granted)]:
             ttype = c.task_id.split(":")[0]
             held, wanted = counts.get(ttype, (0, 0))
             counts[ttype] = (held + was_granted, wanted + 1)
+        # The queue and the ResourceManager are read every couple of seconds; the counts, which the
+        # same status shows beside each task's state, are always today's.
         asked = [self._requests.get(c.task_id) or ContainerRequest(c.task_id, c.memory_mb, c.vcores,
                                                                      len(c.gpu_indices)) for c in pending]
-        v = self.line.look(asked, counts, may_lead=False)
-        me = self._report() if v is not None else None
-        lost = self._lost(pending, me)
+        at, looked = self._looked
+        if time.monotonic() - at >= self.line.look_every_s:
+            v = self.line.look(asked, counts, may_lead=False)
+            me = self._report() if v is not None else None
+            looked = (v, me, len(self._lost(pending, me)))
+            self._looked = (time.monotonic(), looked)
+        if looked is None:
+            return None
+        v, me, lost = looked
         ttype = pending[0].task_id.split(":")[0] if pending else "?"
         held, wanted = counts.get(ttype, (0, 0))
         granted_line = f"{ttype}: {held} of {wanted} containers granted"
         if me is not None and (me.running_containers or 0) - 1 >= 1 + len(pending) + len(granted):
             # YARN placed them all (skein's master aside); skein has not said so yet
-            wait = Wait(f"all {len(pending) + len(granted)} task containers are placed by YARN and starting")
-        elif lost:
-            wait = Wait(f"{granted_line}; the ResourceManager held no request for {len(lost)} of them "
+            return Wait(f"all {len(pending) + len(granted)} task containers are placed by YARN and starting")
+        if lost:
+            return Wait(f"{granted_line}; the ResourceManager held no request for {lost} of them "
                         "(lost on the way): asked again", v.ahead if v is not None else ())
-        elif v is None:
-            wait = Wait(f"{granted_line}; YARN is placing the rest ({self.line.unreadable})")
-        elif v.go:
-            wait = Wait(f"{granted_line}; {self._asks_held(me)}, and the room is free: YARN is placing them", v.ahead)
-        else:
-            wait = Wait(f"{v.reason}; {self._asks_held(me)}", v.ahead, release=v.elders_blocked)
-        self._looked = (time.monotonic(), wait)
-        return wait
+        if v is None:
+            return Wait(f"{granted_line}; YARN is placing the rest ({self.line.unreadable})")
+        if v.go:
+            return Wait(f"{granted_line}; {self._asks_held(me)}, and the room is free: YARN is placing them", v.ahead)
+        reason = v.reason  # what blocks the gang, in its counts of now
+        if v.blocker is not None:
+            reason = reason_for(v, [(r.task_id.split(":")[0], self.line.shape(r)) for r in asked], counts) or reason
+        return Wait(f"{reason}; {self._asks_held(me)}", v.ahead, release=v.elders_blocked)
 
     def _report(self) -> AppReport | None:
         """The application's own report, with its asks (the queue's board does not carry them)."""

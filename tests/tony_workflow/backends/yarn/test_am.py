@@ -213,6 +213,12 @@ def test_the_wait_says_how_many_requests_the_resource_manager_holds(monkeypatch)
     cluster.line = Line(Verdict(False, "worker: 0 of 2 containers; blocked by room on the nodes"),
                         report(running=2, asks=2))
     assert cluster.forming(pending, []).reason.endswith("; the ResourceManager holds 2 requests of the job's")
+    # The queue is read every couple of seconds; the counts shown beside the tasks' states are now's.
+    cluster.line = Line(Verdict(True), report(running=2, asks=2))
+    cluster.line.look_every_s = 3600.0
+    cluster._looked = (float('-inf'), None)  # read at the first look, then not again
+    assert cluster.forming(pending, []).reason.startswith("worker: 0 of 2 containers granted;")
+    assert cluster.forming(pending[1:], pending[:1]).reason.startswith("worker: 1 of 2 containers granted;")
 
 
 @pytest.fixture

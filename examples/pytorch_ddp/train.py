@@ -33,9 +33,11 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
+import types
 
 import digits
 import torch
@@ -97,6 +99,11 @@ class Summaries:
 
     def _open(self, logdir):
         try:
+            if "://" not in logdir:
+                # TensorBoard's writer loads TensorFlow when it can (800 MB, and its oneDNN and CUDA
+                # lines in this job's log); a local directory needs only TensorBoard's own file API,
+                # which it takes when told TensorFlow is not there.
+                sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
             from torch.utils.tensorboard import SummaryWriter
             self.writer = SummaryWriter(logdir)
         except ImportError:  # TensorBoard is optional

@@ -88,6 +88,12 @@ def test_the_pytorch_and_jax_example_dags_train_and_evaluate(airflow_db, tony_ho
     evaluation = xcoms(dag_id, dr.run_id, "evaluate")["return_value"]
     assert evaluation["accuracy"] >= 0.85 and evaluation["examples"] == 360, evaluation
     assert evaluation["trained_steps"] == (176 if dag_id == "tony_pytorch_ddp" else 300)
+    if dag_id == "tony_pytorch_ddp":
+        # Its TensorBoard summaries are written without loading TensorFlow: none of its lines in the log.
+        from tony_workflow.client import TonyClient
+        logs = TonyClient("local").attach(x["status"]["application_id"]).logs()
+        text = "".join(p.read_text(errors="replace") for p in logs.values() if p.exists())
+        assert "[ddp] session=0 rank=0" in text and "oneDNN" not in text and "cudart_stub" not in text, text[-3000:]
 
 
 def test_a_job_carrying_this_task_runs_context_but_not_submitted_by_it_is_not_followed(airflow_db, tony_home, capfd):

@@ -114,8 +114,10 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     :param deferrable: wait in the triggerer instead of a worker slot (default from
         ``[operators] default_deferrable``).
     :param poll_interval: seconds between status checks.
-    :param tensorboard_wait: seconds to wait after submission for TensorBoard's URL, so that the
-        link is there while the job runs (the job keeps running either way).
+    :param tensorboard_wait: when deferrable, seconds to wait after submission for TensorBoard's
+        URL before handing the job to the triggerer, so that the link is there while the job runs
+        (the job keeps running either way; a task that follows the job itself pushes the link as
+        soon as it comes).
     :param model_asset: an Airflow asset standing for the trained model. It is one of the task's
         outlets, and when the job succeeds its asset event's extra says which model this is:
         ``application_id``, ``checkpoint_location`` (the URI of the job's checkpoints: the model),
@@ -225,6 +227,10 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> Any:
+        # Airflow reads every link's XCom as the task ends: written empty first, a task that fails
+        # before its job has links (a bad spec) ends without an "XCom not found" error per link.
+        for link in self.operator_extra_links:
+            context["ti"].xcom_push(key=link.xcom_value_key, value=None)
         self._spec = self.build_spec(context)
         return self.execute_resumable(context)
 
@@ -251,10 +257,20 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         return handle.app_id
 
     def _show_links(self, context: Context, app_id: str) -> None:
-        """Pushes the job's links, waiting briefly for TensorBoard so its link shows while the job runs."""
+        """Pushes the job's links. A deferred task waits briefly for TensorBoard first, so that its
+        link shows while the job runs (the trigger pushes none), and says how the job does
+        meanwhile; a task that follows the job itself pushes the link when it comes."""
         status = self.hook.get_status(app_id)
-        deadline = time.time() + self.tensorboard_wait
-        while not status.tensorboard_url and not status.is_final and time.time() < deadline:
+        spec = getattr(self, "_spec", None)
+        wait = self.deferrable and self.tensorboard_wait > 0 and (spec is None or spec.tensorboard_enabled)
+        if wait and not status.tensorboard_url and not status.is_final:
+            self.log.info("Waiting up to %.0f s for TensorBoard, so that its link shows while the job runs "
+                          "(tensorboard_wait)", self.tensorboard_wait)
+        deadline, shown = time.time() + self.tensorboard_wait, None
+        while wait and not status.tensorboard_url and not status.is_final and time.time() < deadline:
+            if status.summary() != shown:
+                shown = status.summary()
+                self.log.info("%s", shown)
             time.sleep(min(1.0, self.poll_interval))
             status = self.hook.get_status(app_id)
         self._push_urls(context, status)

@@ -60,7 +60,7 @@ def test_failing_training_fails_the_task_with_diagnostics(airflow_db, tony_home,
     assert dr.state == "failed"
     out = capfd.readouterr()
     log = out.out + out.err
-    assert "exit code 3" in log and "loss went NaN at step 7" in log
+    assert "exit code 3" in log and "loss went NaN at step 7" in log and "XCom not found" not in log
     x = xcoms("tony_failing", dr.run_id, "train")
     assert x["status"]["state"] == "FAILED"
 
@@ -74,6 +74,8 @@ def test_bad_spec_fails_at_once_names_the_key_and_submits_nothing(airflow_db, to
     assert ti.state == "failed" and ti.try_number == 1  # not retried
     out = capfd.readouterr()
     assert "tasks.worker.instances" in out.out + out.err
+    # The cause is the last word: no "XCom not found" for the links of a job that never was.
+    assert "XCom not found" not in out.out + out.err, out.out + out.err
     assert not list((tony_home / "local" / "apps").glob("application_*")) if (tony_home / "local").exists() else True
 
 

@@ -50,11 +50,20 @@ BACKENDS = ("local", "yarn")
 
 
 def default_backend(environ: Mapping[str, str] | None = None) -> str:
-    """The backend a client uses when none is named: ``$TONY_BACKEND``, else the embedded cluster.
-    ConfigError naming the variable when it names no backend."""
-    value = ((os.environ if environ is None else environ).get("TONY_BACKEND") or "local").strip()
+    """The backend a client uses when none is named: ``$TONY_BACKEND``, else tony-site.xml's
+    ``tony.client.backend``, else the embedded cluster. ConfigError naming where the value came
+    from when it names no backend."""
+    from ..spec.loading import site_conf, site_path
+
+    env = os.environ if environ is None else environ
+    if env.get("TONY_BACKEND", "").strip():
+        value, where = env["TONY_BACKEND"].strip(), "TONY_BACKEND"
+    else:
+        conf_dir = env.get("TONY_CONF_DIR")
+        value = ((site_conf(conf_dir) if conf_dir else {}).get("tony.client.backend") or "local").strip()
+        where = f"tony.client.backend in {site_path(conf_dir)}"
     if value not in BACKENDS:
-        raise ConfigError(f"TONY_BACKEND={value!r} names no backend: allowed are 'local' and 'yarn'")
+        raise ConfigError(f"{where}={value!r} names no backend: allowed are 'local' and 'yarn'")
     return value
 
 

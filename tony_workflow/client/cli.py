@@ -403,7 +403,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-BACKEND_HELP = "the cluster: local or yarn (default $TONY_BACKEND, else local)"
+BACKEND_HELP = "the cluster: local or yarn (default $TONY_BACKEND, else tony.client.backend in tony-site.xml, else local)"
 
 EXIT_CODES = """exit status:
   0    done: the job succeeded, or the command did what it was asked

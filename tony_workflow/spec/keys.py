@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CLIENT_DEFAULTS",
+    "CLIENT_KEY_REASON",
     "FRAMEWORKS",
     "KNOWN_TYPES",
     "LOCAL_CLUSTER_DEFAULTS",
@@ -167,6 +169,15 @@ OTHER_TONY_KEYS = frozenset({
 })
 
 #: Why a job may not set ``tony.local.*``.
+#: The machine's own settings of the ``tony`` command (and of the Azkaban job type), read from
+#: tony-site.xml: which cluster a command means when it names none (``TONY_BACKEND`` wins).
+CLIENT_DEFAULTS: dict[str, str] = {
+    "tony.client.backend": "local",
+}
+
+CLIENT_KEY_REASON = ("is a setting of the machine's tony command, not of a job (it says which cluster a command "
+                     "means when it names none): set it in $TONY_CONF_DIR/tony-site.xml")
+
 LOCAL_KEY_REASON = ("is a setting of the local cluster, not of a job (a job cannot size the machine it runs on): "
                     "set it in $TONY_CONF_DIR/tony-site.xml")
 

@@ -158,8 +158,9 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
     else:
         loaded = load_spec(spec, overrides=conf, variables=variables, overrides_origin=conf_origin)
     # The site's job settings apply to every job; its tony.local.* keys are the local cluster's
-    # own (spec.site reads them), not the job's.
-    site = {k: v for k, v in site_conf().items() if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith("tony.local.")}
+    # own (spec.site reads them) and its tony.client.* keys the tony command's, not the job's.
+    site = {k: v for k, v in site_conf().items()
+            if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith(("tony.local.", "tony.client."))}
     if site:
         loaded = dataclasses.replace(loaded, conf={**loaded.conf, **site})
     # JobSpec's fields by name; dataclasses.replace and JobSpec's own checks judge the values.

@@ -26,6 +26,8 @@ from typing import Any, Generic, TypeVar
 from ..context import FIELDS as CONTEXT_FIELDS
 from .groups import DEPENDENCY_KEY, GROUP_KEY
 from .keys import (
+    CLIENT_DEFAULTS,
+    CLIENT_KEY_REASON,
     LOCAL_CLUSTER_DEFAULTS,
     LOCAL_KEY_REASON,
     OTHER_TONY_KEYS,
@@ -337,6 +339,8 @@ def unknown_key(key: str, declared_types: set[str]) -> str | None:
         return None
     if key.startswith("tony.local."):
         return LOCAL_KEY_REASON
+    if key.startswith("tony.client."):
+        return CLIENT_KEY_REASON
     if not key.startswith("tony."):
         return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
     docker = _DOCKER_IMAGE_KEY.match(key)
@@ -393,7 +397,9 @@ def reference_markdown() -> str:
     local = ", ".join(f"`{name}`" for name in LOCAL_CLUSTER_DEFAULTS)
     lines.append("")
     lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "
-                 "only; a job that sets one is refused.")
+                 "only; a job that sets one is refused. So is "
+                 + ", ".join(f"`{name}` (default `{value}`)" for name, value in CLIENT_DEFAULTS.items())
+                 + ": the cluster a `tony` command or an Azkaban job means when it names none (`TONY_BACKEND` wins).")
     lines += ["", ("TonY's keys that this project does not honour. Set to anything but TonY's default, each is "
                    "refused at submission, naming the key and why, or accepted with a warning in the job's status "
                    "(the job runs as written without it):"), "", unhonoured_markdown()]

@@ -14,6 +14,7 @@ from ..frameworks import RANKED_TYPES
 from .errors import SpecIssue
 from .groups import problems as group_problems
 from .keys import (
+    CLIENT_KEY_REASON,
     ENV_NAME,
     KNOWN_TYPES,
     LOCAL_KEY_REASON,
@@ -356,7 +357,7 @@ def _unknown_keys(spec: JobSpec) -> list[SpecIssue]:
         why = unknown_key(key, declared)
         if why is None:
             continue
-        if why == LOCAL_KEY_REASON:
+        if why in (LOCAL_KEY_REASON, CLIENT_KEY_REASON):
             issues.append(spec.issue(key, spec.conf[key], f"a job may not set this key: it {why}"))
             continue
         close = difflib.get_close_matches(key, known_keys(declared), n=1, cutoff=0.75)

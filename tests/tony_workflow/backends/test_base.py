@@ -54,9 +54,15 @@ def test_what_can_never_fit_is_refused_naming_the_key_and_the_offer(reqs, key, s
     assert e.value.key == key and says in str(e.value)
 
 
-def test_the_default_backend_is_tony_backend_else_the_embedded_cluster():
+def test_the_default_backend_is_tony_backend_else_the_sites_else_the_embedded_cluster(local_site):
     from tony_workflow.backends import default_backend
     from tony_workflow.errors import ConfigError
     assert default_backend({}) == "local" and default_backend({"TONY_BACKEND": " yarn "}) == "yarn"
     with pytest.raises(ConfigError, match="TONY_BACKEND='yran' names no backend: allowed are 'local' and 'yarn'"):
         default_backend({"TONY_BACKEND": "yran"})
+    conf_dir = str(local_site({"tony.client.backend": "yarn", "tony.local.memory": "2g"}))
+    assert default_backend({"TONY_CONF_DIR": conf_dir}) == "yarn"
+    assert default_backend({"TONY_CONF_DIR": conf_dir, "TONY_BACKEND": "local"}) == "local"  # the variable wins
+    bad = str(local_site({"tony.client.backend": "yran"}))
+    with pytest.raises(ConfigError, match=r"tony.client.backend in .*tony-site.xml='yran' names no backend"):
+        default_backend({"TONY_CONF_DIR": bad})

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import app_processes, run_tony
+from tony_workflow.hadoop import site_xml
 
 pytestmark = pytest.mark.job
 
@@ -102,6 +103,13 @@ def test_unknown_application_and_bad_conf_pair(tony_home, tmp_path):
     assert "add --backend yarn, or set TONY_BACKEND=yarn" in r.stderr  # a YARN id asked of the embedded cluster
     r = run_tony("status", "application_1_0001", env={"TONY_BACKEND": "yran"})
     assert r.returncode == 2 and "TONY_BACKEND='yran' names no backend" in r.stderr and "Traceback" not in r.stderr
+    # A machine whose tony-site.xml says every command means YARN: here one with no Hadoop configuration.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "tony-site.xml").write_text(site_xml({"tony.client.backend": "yarn"}))
+    r = run_tony("list", env={"TONY_CONF_DIR": str(site), "HADOOP_CONF_DIR": str(tmp_path / "nowhere")})
+    assert r.returncode == 2 and f"the Hadoop conf directory '{tmp_path / 'nowhere'}' does not exist" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
     r = run_tony("submit", str(write_job(tmp_path)), "--conf", "novalue")
     assert r.returncode == 2 and "novalue" in r.stderr and "Traceback" not in r.stderr
     r = run_tony("submit", str(tmp_path / "missing.yaml"))

@@ -132,6 +132,8 @@ CASES = {
                                              "tony.local.fork-server: a job may not set this key"),
     "a job that sets a local key nobody has": ("other.yaml", _yaml(conf={"tony.local.anything": "x"}), [],
                                                "tony.local.anything: a job may not set this key"),
+    "a job that picks the cluster commands mean": ("client.yaml", _yaml(), ["--conf", "tony.client.backend=yarn"],
+                                                   "tony.client.backend: a job may not set this key"),
     "docker without an image": ("docker.yaml", _yaml(conf={"tony.docker.enabled": "true"}), [],
                                 "needs an image for the 'am' containers"),
     "a docker mount without a mode": ("mount.yaml", _yaml(conf={"tony.docker.enabled": "true",

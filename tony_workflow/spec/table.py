@@ -3,9 +3,9 @@ lower bound and meaning, written once.
 
 :class:`~.model.JobSpec`'s typed fields are made from it (``retry_count = field_of(RETRY_COUNT)``),
 :mod:`.validation` checks every key of it, the effective defaults (:data:`TONY_DEFAULTS`) and the
-'did you mean' list (:func:`known_keys`) come from it, and so does the README's key reference
-(:func:`reference_markdown`, written by ``python -m tony_workflow.spec --readme README.md``, which a
-test holds the README to). A key's default is TonY's own
+'did you mean' list (:func:`known_keys`) come from it, and so does the key reference (docs/reference.md)
+(:func:`reference_markdown`, written by ``python -m tony_workflow.spec --readme docs/reference.md``, which a
+test holds the reference to). A key's default is TonY's own
 (``tony-default.xml``, :data:`~.keys.TONY_XML_DEFAULTS`) unless the table gives one: TonY's keys
 keep TonY's defaults, this project's keys carry theirs here.
 
@@ -368,8 +368,8 @@ def known_keys(declared_types: set[str]) -> list[str]:
     return sorted(keys)
 
 
-#: The README's generated section lies between these lines.
-README_BEGIN = "<!-- keys: written by `python -m tony_workflow.spec --readme README.md` from spec/table.py; edit the table -->"
+#: The key reference's generated section (docs/reference.md) lies between these lines.
+README_BEGIN = "<!-- keys: written by `python -m tony_workflow.spec --readme docs/reference.md` from spec/table.py; edit the table -->"
 README_END = "<!-- /keys -->"
 
 
@@ -382,7 +382,7 @@ def _shown(value: str) -> str:
 
 
 def reference_markdown() -> str:
-    """The README's key reference: every key of the table, this project's first."""
+    """The key reference (docs/reference.md): every key of the table, this project's first."""
     lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
     for k in sorted(KEYS, key=lambda k: (not k.project, k.name)):
         allowed = k.kind + (f" ≥ {k.minimum}" if k.minimum is not None else "")

@@ -11,7 +11,7 @@ listed key to anything but TonY's default is
   of TonY that has no counterpart here (its history server and portal, its JVMs, the client's
   connection to Hadoop) and the job runs as written without it.
 
-An existing ``tony.xml`` thus runs as it says or says why not. The README's key reference lists
+An existing ``tony.xml`` thus runs as it says or says why not. The key reference (docs/reference.md) lists
 these keys with what happens (:func:`markdown`).
 """
 from __future__ import annotations
@@ -149,7 +149,7 @@ def warnings(conf: dict[str, str]) -> list[str]:
 
 
 def markdown() -> str:
-    """The README's list of these keys."""
+    """The key reference's list of these keys."""
     lines = ["| TonY's key | when set | why |", "|---|---|---|"]
     for n in sorted(NOT_HONOURED, key=lambda n: (not n.refused, n.key)):
         lines.append(f"| `{n.key}` | {'refused' if n.refused else 'warning'} | {n.why.replace('|', chr(92) + '|')} |")

@@ -60,6 +60,9 @@ def chart(title: str, t: list[float], lines: dict[str, list[float | None]], unit
     pad = 36
     t0, t1 = t[0], t[-1] if t[-1] > t[0] else t[0] + 1
     top = max(values) * 1.1 or 1.0
+    bottom = min(0.0, min(values) * 1.1)  # a metric may go below zero (a log-likelihood, a margin)
+    if top <= bottom:
+        top = bottom + 1.0
     series = []
     for i, (name, line) in enumerate(lines.items()):
         segments, current = [], []
@@ -70,14 +73,19 @@ def chart(title: str, t: list[float], lines: dict[str, list[float | None]], unit
                 current = []
                 continue
             x = pad + (ts - t0) / (t1 - t0) * (width - pad - 8)
-            y = height - 20 - v / top * (height - 30)
+            y = height - 20 - (v - bottom) / (top - bottom) * (height - 30)
             current.append(f"{x:.1f},{y:.1f}")
         if current:
             segments.append(current)
         series.append({"name": name, "color": _COLORS[i % len(_COLORS)],
                        "segments": [" ".join(s) for s in segments if len(s) >= 1]})
-    return {"title": title, "unit": unit, "width": width, "height": height, "pad": pad, "top": round(top, 1),
-            "seconds": round(t1 - t0), "series": series}
+    return {"title": title, "unit": unit, "width": width, "height": height, "pad": pad, "top": _axis(top),
+            "bottom": _axis(bottom), "seconds": round(t1 - t0), "series": series}
+
+
+def _axis(value: float) -> float:
+    """An axis end as shown: a loss of 0.02 keeps its digits, a memory of 2048.4 MiB loses them."""
+    return round(value, 1) if abs(value) >= 10 else float(f"{value:.3g}")
 
 
 def _charts(series: dict | None) -> list[dict[str, Any]]:
@@ -89,6 +97,9 @@ def _charts(series: dict | None) -> list[dict[str, Any]]:
            chart("CPU", t, {k: v.get("cpu_percent") or [] for k, v in tasks.items()}, "% of a core"),
            chart("GPU utilisation", t, {k: v.get("gpu_util_percent") or [] for k, v in tasks.items()}, "%"),
            chart("GPU memory", t, {k: v.get("gpu_mem_mb") or [] for k, v in tasks.items()}, "MiB")]
+    # The training's own curves (report(loss=...), the Keras callback's logs), one chart each.
+    out += [chart(f"Training: {name}", t, {name: values}, "as reported")
+            for name, values in (series.get("metrics") or {}).items()]
     return [c for c in out if c]
 
 

@@ -28,6 +28,18 @@ def test_a_jobs_series_gives_one_chart_per_figure_it_has():
               "tasks": {"worker:0": {"rss_mb": [10.0, 20.0], "cpu_percent": [50.0, 80.0],
                                      "gpu_util_percent": [None, None], "gpu_mem_mb": [None, None]}}}
     assert [c["title"] for c in _charts(series)] == ["Training step", "Memory (RSS)", "CPU"]
+    series["metrics"] = {"loss": [2.3, 0.4], "accuracy": [None, None]}  # accuracy never reported: no chart
+    assert [c["title"] for c in _charts(series)][-1] == "Training: loss"
+    assert len(_charts(series)) == 4
+
+
+def test_a_curve_below_zero_keeps_its_axis_from_its_lowest_value():
+    c = chart("Training: margin", [0.0, 1.0, 2.0], {"margin": [-2.0, 0.0, 2.0]}, "as reported", width=100, height=80)
+    assert c["bottom"] == -2.2 and c["top"] == 2.2
+    ys = [float(p.split(",")[1]) for p in c["series"][0]["segments"][0].split()]
+    assert ys == [57.7, 35.0, 12.3]  # zero midway between the axis ends, 10 % of room below and above
+    small = chart("Training: loss", [0.0, 1.0], {"loss": [0.0123, 0.0061]}, "as reported")
+    assert small["top"] == 0.0135 and small["bottom"] == 0.0  # a small loss keeps its digits
 
 
 def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():

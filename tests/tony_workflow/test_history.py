@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -156,7 +157,7 @@ def test_record_names_round_trip_and_secrets_stay_out_of_the_kept_configuration(
 @pytest.mark.job
 def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     cmd = ("python -c \"from tony_workflow import report; import time\n"
-           "for s in range(1, 6): report(step=s, total=5, loss=1.0/s); time.sleep(0.2)\"")
+           "for s in range(1, 11): report(step=s, total=10, loss=1.0/s); time.sleep(0.3)\"")
     h = submit(tmp_path, cmd, {"worker": {"instances": 2, "memory": "2g"}},
                conf={"tony.task.metrics-interval-ms": 200, "tony.containers.envs": "API_TOKEN=abc"})
     assert h.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
@@ -173,10 +174,13 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "session 0 started" in shown.stdout and "worker:1" in shown.stdout
     assert "hint: worker asked for 2.0 GiB, used at most" in shown.stdout
-    assert "progress: step=5/5" in shown.stdout
+    assert "progress: step=10/10" in shown.stdout
+    assert re.search(r"\n  loss: [0-9.]+ first, [0-9.]+ to [0-9.]+, [0-9.]+ last \(\d+ points\)\n", shown.stdout), shown.stdout
     record = json.loads(run_tony("history", h.app_id, "--json").stdout)
     assert record["conf"]["tony.containers.envs"] == f"API_TOKEN={HIDDEN}"
     assert record["series"]["t"] and set(record["series"]["tasks"]) == {"worker:0", "worker:1"}
+    loss = [v for v in record["series"]["metrics"]["loss"] if v is not None]  # the training curve, kept
+    assert loss and loss[-1] <= loss[0] and len(record["series"]["metrics"]["loss"]) == len(record["series"]["t"])
     assert h.record()["application_id"] == h.app_id, "once the AM is gone, the handle reads the history"
 
     # The history outlives the job's own directory.

@@ -34,15 +34,19 @@ PROGRESS_EVERY = 5.0  # seconds between progress reports to the cluster (YARN's 
 
 class Series:
     """Figures over time, at most every ``every`` seconds and at most ``limit`` points: when full,
-    every other point is dropped and the interval doubles, so a long job keeps its whole course."""
+    every other point is dropped and the interval doubles, so a long job keeps its whole course.
+    Beside each task's resource figures, the training's own: the step, and each metric the job
+    reports (``report(loss=...)``, the Keras callback's logs), the first :attr:`MAX_METRICS` named."""
 
     FIGURES = ("rss_mb", "cpu_percent", "gpu_util_percent", "gpu_mem_mb")
+    MAX_METRICS = 16
 
     def __init__(self, every: float = 1.0, limit: int = 720):
         self.every, self.limit = every, limit
         self.t: list[float] = []
         self.step: list[int | None] = []
         self.tasks: dict[str, dict[str, list[float | None]]] = {}
+        self.metrics: dict[str, list[float | None]] = {}
         self._last = 0.0
 
     def add(self, now: float, status: JobStatus) -> None:
@@ -56,19 +60,25 @@ class Series:
             figures = self.tasks.setdefault(task.task_id, {k: [None] * n for k in self.FIGURES})
             for k in self.FIGURES:
                 figures[k].append(task.metrics.get(k))
-        for figures in self.tasks.values():  # a task not in this session keeps its place with a gap
-            for values in figures.values():
-                values.extend([None] * (n + 1 - len(values)))
+        reported = (status.progress or {}).get("metrics") or {}
+        for name, value in reported.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                    name in self.metrics or len(self.metrics) < self.MAX_METRICS):
+                self.metrics.setdefault(str(name), [None] * n).append(float(value))
+        for line in [*(v for f in self.tasks.values() for v in f.values()), *self.metrics.values()]:
+            line.extend([None] * (n + 1 - len(line)))  # a task or metric not seen now keeps its place with a gap
         if len(self.t) >= self.limit:
             self.t, self.step = self.t[::2], self.step[::2]
             for figures in self.tasks.values():
                 for k in figures:
                     figures[k] = figures[k][::2]
+            self.metrics = {k: v[::2] for k, v in self.metrics.items()}
             self.every *= 2
 
     def to_dict(self) -> dict[str, Any]:
         return {"t": list(self.t), "step": list(self.step),
-                "tasks": {task: {k: list(v) for k, v in figures.items()} for task, figures in self.tasks.items()}}
+                "tasks": {task: {k: list(v) for k, v in figures.items()} for task, figures in self.tasks.items()},
+                "metrics": {k: list(v) for k, v in self.metrics.items()}}
 
 
 class StatusBoard:

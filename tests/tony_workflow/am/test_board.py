@@ -67,3 +67,22 @@ def test_a_long_course_keeps_its_whole_length_within_the_limit():
     d = series.to_dict()
     assert len(d["t"]) < 8 and d["t"][0] == 1000.0 and d["t"][-1] >= 1030.0
     assert len(d["tasks"]["worker:0"]["rss_mb"]) == len(d["t"]) == len(d["step"])
+
+
+def test_the_metrics_a_job_reports_are_kept_as_series_beside_the_figures():
+    series = Series(every=1.0, limit=8)
+    st = JobStatus(application_id="application_1_0001", state=JobState.RUNNING, name="s")
+    for i in range(1, 31):
+        # loss from the start, accuracy from step 10 on; a text and a flag are not figures
+        metrics = {"loss": 1.0 / i, "note": "warm", "flag": True, **({"accuracy": i / 30} if i >= 10 else {})}
+        st.progress = {"step": i, "metrics": metrics}
+        series.add(1000.0 + i, st)
+    d = series.to_dict()
+    assert set(d["metrics"]) == {"loss", "accuracy"}
+    assert len(d["metrics"]["loss"]) == len(d["metrics"]["accuracy"]) == len(d["t"]) < 8  # thinned with the rest
+    assert d["metrics"]["loss"][0] == 1.0 and d["metrics"]["loss"][-1] < 0.05
+    assert d["metrics"]["accuracy"][0] is None and d["metrics"]["accuracy"][-1] > 0.9  # a gap before it was reported
+    many = Series()
+    st.progress = {"step": 1, "metrics": {f"m{k}": k for k in range(40)}}
+    many.add(1.0, st)
+    assert len(many.to_dict()["metrics"]) == Series.MAX_METRICS

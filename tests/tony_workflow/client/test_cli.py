@@ -191,20 +191,6 @@ def test_every_verb_refuses_what_is_not_an_application_id(tony_home):
     assert (outside / "status.json").read_text().startswith('{"application_id": "x"')
 
 
-def test_an_elastic_group_is_shown_with_its_size_changes_and_causes(capsys):
-    from tony_workflow.client.cli import _show_group
-
-    _show_group({"size": 2, "target": 3, "min": 2, "changes": 1, "max_changes": 10, "waiting": ["worker:1"],
-                 "history": [{"at": 110.0, "size": 3, "event": "group formed", "joined": ["worker:0", "worker:1"]},
-                             {"at": 130.0, "size": 2, "event": "group shrank", "left": ["worker:1"],
-                              "causes": {"worker:1": "its container was preempted by the scheduler"}}]})
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("elastic group: 2 of 3 nodes (at least 2), membership changes 1 of 10; "
-                        "waiting to join: worker:1")
-    assert lines[1].endswith("size 3  group formed; joined: worker:0, worker:1")
-    assert lines[2].endswith("size 2  group shrank; left: worker:1; worker:1: its container was preempted by the scheduler")
-
-
 def test_a_task_not_yet_placed_shows_no_address():
     from tony_workflow.client.cli import _task_row
     from tony_workflow.status import JobStatus, TaskStatus

@@ -7,7 +7,8 @@ directory beside the applications' own on YARN), in TonY's layout:
 UTC by default). The directory holds the record, named as TonY names its history file so that a
 listing can filter by state and time without opening a file
 (``<application id>-<started ms>-<finished ms>-<user>-<STATE>.json``), the job's configuration
-(``config.json``) and its events (``events.jsonl``). Records older than
+(``config.json``), its events (``events.jsonl``) and, where the tasks wrote them into the job's own
+directory, its TensorBoard event files (``tensorboard/``). Records older than
 ``tony.history.retention-sec`` (TonY's default, 30 days) are purged whenever one is written.
 
 A job that runs as another user (tony.application.proxy-user) is theirs, and so is its record, in
@@ -47,6 +48,7 @@ __all__ = ["JobHistory", "SubmitterHistory", "build_record", "history_default", 
            "record_history", "record_job", "record_name", "site_history", "sizing_hints", "submitter_history"]
 
 FINISHED = "finished"
+BOARD = "tensorboard"  # a record's TensorBoard event files, beside it
 PROXIED = "proxied"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
@@ -218,12 +220,22 @@ class JobHistory:
             zone = _dt.UTC
         return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
 
-    def write(self, record: dict[str, Any], events_file: Path | None = None) -> str:
-        """Stores ``record`` (and a copy of the event log); returns the record's key. Purges
-        expired records first."""
+    def write(self, record: dict[str, Any], events_file: Path | None = None, board_dir: Path | None = None) -> str:
+        """Stores ``record`` (and a copy of the event log, and the TensorBoard event files under
+        ``board_dir``, which ``tony tensorboard`` serves once the job has ended); returns the
+        record's key. Purges expired records first."""
         self.purge()
         app_id = check_application_id(record["application_id"])
         folder = f"{FINISHED}/{self._day(record.get('finished_at') or time.time())}/{app_id}"
+        kept: list[tuple[Path, str]] = []
+        if board_dir is not None and Path(board_dir).is_dir():
+            base = Path(board_dir)
+            kept = [(f, f.relative_to(base).as_posix()) for f in sorted(base.rglob("*")) if f.is_file()]
+        for f, rel in kept:
+            self.store.put(f, f"{folder}/{BOARD}/{rel}")
+        if kept:
+            record = {**record, "tensorboard_logs": {"key": f"{folder}/{BOARD}", "uri": f"{self.store.uri}/{folder}/{BOARD}",
+                                                     "files": len(kept), "bytes": sum(f.stat().st_size for f, _ in kept)}}
         with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
             conf = Path(tmp) / "config.json"
             conf.write_text(json.dumps(record.get("conf") or {}, indent=1, sort_keys=True))
@@ -417,7 +429,9 @@ def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str) -
     record = live_record(status, app_dir, spec, user=user)
     history = JobHistory.at(spec.history_location or default_location, spec.history_retention_s,
                             spec.history_timezone)
-    return history.write(record, Path(app_dir) / "events.jsonl")
+    # The event files the job's TensorBoard served, where every task wrote them (the embedded
+    # cluster's shared directory); a YARN chief's stay in its container.
+    return history.write(record, Path(app_dir) / "events.jsonl", board_dir=Path(app_dir) / BOARD)
 
 
 class SubmitterHistory:

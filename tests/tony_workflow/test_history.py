@@ -201,3 +201,68 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
 def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message, code):
     out = run_tony("history", *args)
     assert out.returncode == code and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+EVENT_WRITER = '''
+import os, sys, time, types
+sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")  # TensorBoard's own writer, no TensorFlow
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+writer = EventFileWriter(os.path.join(os.environ["TONY_LOG_DIR"], os.environ["JOB_NAME"] + os.environ["TASK_INDEX"]))
+for step in range(1, 6):
+    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
+writer.close()
+'''
+
+
+@pytest.mark.job
+def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_path):
+    import subprocess
+    import sys
+    import urllib.request
+
+    import psutil
+
+    from tests.conftest import REPO, wait_for
+
+    (tmp_path / "writer.py").write_text(EVENT_WRITER)
+    h = submit(tmp_path, f"python {tmp_path}/writer.py", {"worker": {"instances": 2, "memory": "1g"}},
+               conf={"tony.task.tensorboard.enabled": "false"})
+    assert h.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
+    record = json.loads(run_tony("history", h.app_id, "--json").stdout)
+    kept = record["tensorboard_logs"]
+    assert kept["files"] == 2 and kept["bytes"] > 0 and kept["uri"].endswith(f"{h.app_id}/tensorboard")
+    assert run_tony("clean", h.app_id).returncode == 0  # the job's own directory is gone: the history serves
+    port = _free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "tensorboard", h.app_id, "--port",
+                              str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    server: list = []
+    try:
+        url = board.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/", board.stderr.read() if board.poll() is not None else url
+
+        def scalars(run: str) -> list:
+            with urllib.request.urlopen(f"{url}data/plugin/scalars/scalars?tag=loss&run={run}", timeout=10) as r:
+                return json.loads(r.read())
+
+        runs = wait_for(lambda: (r := json.loads(urllib.request.urlopen(f"{url}data/runs", timeout=10).read()))
+                        and len(r) == 2 and r, timeout=60, interval=0.5)
+        assert sorted(runs) == ["worker0", "worker1"]
+        points = wait_for(lambda: len(s := scalars("worker1")) == 5 and s, timeout=60, interval=0.5)
+        assert [p[1] for p in points] == [1, 2, 3, 4, 5] and points[-1][2] == pytest.approx(0.2)
+        server = psutil.Process(board.pid).children(recursive=True)
+        assert server, "TensorBoard runs as the command's child"
+    finally:
+        board.send_signal(2)  # Ctrl-C
+        assert board.wait(30) == 0
+    assert not any(c.is_running() and c.status() != "zombie" for c in server)  # it went with the command
+    unknown = run_tony("tensorboard", "application_1_0009")
+    assert unknown.returncode == 3 and "no history of application_1_0009" in unknown.stderr
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

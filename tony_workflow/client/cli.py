@@ -1,4 +1,4 @@
-"""The ``tony`` command: submit, status, kill, logs, list, history, clean."""
+"""The ``tony`` command: submit, status, kill, logs, list, history, tensorboard, clean."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +28,7 @@ from ..errors import (
 from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, TaskStatus, hanging
 from . import JobHandle, TonyClient, load_job
+from .board import cmd_tensorboard
 from .records import TABLE_HEADER, cmd_history, context_filter, show_group, table_row
 
 __all__ = ["main", "reader_gone"]
@@ -372,6 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_context_filters(hs)
     hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     hs.set_defaults(fn=cmd_history)
+
+    tb = sub.add_parser("tensorboard", help="TensorBoard for a job that has ended, from its history",
+                        description="Serves the TensorBoard event files a finished job's history record kept, "
+                                    "on this machine, until Ctrl-C. Prints the URL on stdout.")
+    tb.add_argument("app_id", metavar="APPLICATION_ID")
+    tb.add_argument("--port", type=int, default=6006, help="the port, if free (default 6006; else any free one)")
+    tb.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    tb.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
+    tb.set_defaults(fn=cmd_tensorboard)
 
     cl = sub.add_parser("clean", help="remove the directories of finished local jobs, or what YARN jobs shipped",
                         description="Removes the directories of final jobs of the local cluster: the ones "

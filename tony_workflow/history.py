@@ -388,16 +388,17 @@ def submitter_history(backend: Any) -> JobHistory | SubmitterHistory:
                                   for u in users], me)
 
 
-def record_history(app_dir: Path, backend: str) -> str | None:
+def record_history(app_dir: Path, backend: str, board_store: str | None = None) -> str | None:
     """:func:`record_job` for the ApplicationMaster and its supervisor as a job ends: the
-    backend's default place, the user the job ran as; a failure is said on stderr, never raised
-    (the job's outcome does not depend on its record)."""
+    backend's default place, the user the job ran as, and where its chief kept its TensorBoard
+    event files when the job's tasks shared no directory (``board_store``); a failure is said on
+    stderr, never raised (the job's outcome does not depend on its record)."""
     from .spec import JobSpec
 
     try:
         spec = JobSpec.from_dict(json.loads((Path(app_dir) / "spec.json").read_text()))
         user = spec.proxy_user or user_name()  # a job run as its proxy user is theirs, and so is its record
-        return record_job(app_dir, spec, history_default(backend, user), user)
+        return record_job(app_dir, spec, history_default(backend, user), user, board_store)
     except Exception as e:  # noqa: BLE001 - the store's errors, a status that could not be written, ...
         print(f"tony: the job's history record was not written: {e}", file=sys.stderr, flush=True)
         return None
@@ -421,17 +422,31 @@ def live_record(status: dict[str, Any], app_dir: Path, spec: JobSpec, series: di
     return record
 
 
-def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str) -> str:
+def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str,
+               board_store: str | None = None) -> str:
     """Writes the history record of the job whose files are in ``app_dir`` (its final
     ``status.json``, ``events.jsonl`` and ``series.json``) where ``tony.history.location`` says,
-    else at ``default_location``; returns the record's key."""
+    else at ``default_location``; returns the record's key. The TensorBoard event files go with it:
+    from the job's directory, which every task wrote to (the embedded cluster), or from
+    ``board_store``, where a chief with a directory of its own copied them as it ended (YARN)."""
     status = json.loads((Path(app_dir) / "status.json").read_text())
     record = live_record(status, app_dir, spec, user=user)
     history = JobHistory.at(spec.history_location or default_location, spec.history_retention_s,
                             spec.history_timezone)
-    # The event files the job's TensorBoard served, where every task wrote them (the embedded
-    # cluster's shared directory); a YARN chief's stay in its container.
-    return history.write(record, Path(app_dir) / "events.jsonl", board_dir=Path(app_dir) / BOARD)
+    with tempfile.TemporaryDirectory(prefix="tony-board-") as tmp:
+        board_dir = Path(app_dir) / BOARD
+        if board_store:
+            board_dir = Path(tmp)
+            try:
+                store = open_storage(board_store)
+                for rel in store.list(""):
+                    (board_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+                    store.get(rel, board_dir / rel)
+            except FileNotFoundError:
+                pass  # the chief wrote no event files
+            except Exception as e:  # noqa: BLE001 - the store's errors: the record is written without them
+                print(f"tony: the job's TensorBoard event files were not kept: {e}", file=sys.stderr, flush=True)
+        return history.write(record, Path(app_dir) / "events.jsonl", board_dir=board_dir)
 
 
 class SubmitterHistory:

@@ -32,6 +32,7 @@ from urllib.parse import parse_qs
 
 __all__ = [
     "ATTEMPT_ENV",
+    "BOARD_STORE_ENV",
     "CLUSTER_SPEC",
     "COUNTED_ENV",
     "ENVIRONMENT_ENV",
@@ -108,6 +109,9 @@ RUNTIME_ENV, ENVIRONMENT_ENV = "TONY_RUNTIME", "TONY_ENVIRONMENT"
 EXCEEDED_MEMORY_EXIT = -104
 #: The names of the resources YARN gave a container (comma-separated; see task/workdir.py).
 RESOURCES_ENV = "TONY_RESOURCES"
+#: Where a chief whose TensorBoard directory is its own (YARN: no directory is shared across nodes)
+#: copies its event files as it ends, for the job's history record (a store URI).
+BOARD_STORE_ENV = "TONY_BOARD_STORE"
 
 
 # ---------------------------------------------------------------- requests

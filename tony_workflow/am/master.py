@@ -565,7 +565,7 @@ class ApplicationMaster(AMState):
 
         # The record first: once the cluster hears the end (YARN), the AM's container may be stopped.
         self.board.save_series(self.app_dir / SERIES_FILE)
-        record_history(self.app_dir, self.status.backend)
+        record_history(self.app_dir, self.status.backend, self.cluster.board_store())
         try:
             self.cluster.release()
             with self.lock:

@@ -356,6 +356,11 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     def log_url(self, container: Container) -> str | None:
         return str(container.stdout) if container.stdout else None
 
+    def board_store(self) -> str | None:
+        """Where the chief copies its TensorBoard event files for the job's history when no
+        directory is shared by the job's tasks (:meth:`log_dir` None); None when none need be."""
+        return None
+
     def am_log_url(self) -> str | None:
         """Where the AM's own log is read from outside (its container's page), if anywhere."""
         return None

@@ -81,9 +81,7 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         return 3
     kept = record.get("tensorboard_logs")
     if not kept:
-        where = (" (a YARN job's chief keeps its event files in its container)" if record.get("backend") == "yarn"
-                 else "")
-        print(f"tony: {args.app_id} kept no TensorBoard event files: its tasks wrote none to TONY_LOG_DIR{where}",
+        print(f"tony: {args.app_id} kept no TensorBoard event files: its tasks wrote none to TONY_LOG_DIR",
               file=sys.stderr)
         return 3
     with tempfile.TemporaryDirectory(prefix="tony-tensorboard-") as scratch:

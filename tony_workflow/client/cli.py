@@ -1,4 +1,4 @@
-"""The ``tony`` command: submit, status, kill, logs, list, history, tensorboard, clean."""
+"""The ``tony`` command: submit, status, kill, logs, list, history, advise, tensorboard, clean."""
 from __future__ import annotations
 
 import argparse
@@ -29,7 +29,7 @@ from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, TaskStatus, hanging
 from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
-from .records import TABLE_HEADER, cmd_history, context_filter, show_group, table_row
+from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
 
 __all__ = ["main", "reader_gone"]
 
@@ -373,6 +373,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_context_filters(hs)
     hs.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     hs.set_defaults(fn=cmd_history)
+
+    ad = sub.add_parser("advise", help="advice that sizes the next run, from the job history",
+                        description="Judges a job's request against what its runs used (memory, vcores, GPUs, the "
+                                    "wait for its gang): one job and every other run of its workflow task, or a "
+                                    "workflow task's runs named by --dag and --task (or --project, --flow, --job). "
+                                    "Prints the changes as --conf lines on stdout, what was seen on stderr.")
+    ad.add_argument("app_id", nargs="?", metavar="APPLICATION_ID", help="this run, and the other runs of its task")
+    ad.add_argument("--runs", type=int, default=10, metavar="N", help="the newest N runs at most (default 10)")
+    ad.add_argument("--json", action="store_true", help="print the runs, the advice and the lines as JSON")
+    _add_context_filters(ad)
+    ad.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
+    ad.set_defaults(fn=cmd_advise)
 
     tb = sub.add_parser("tensorboard", help="TensorBoard for a job that has ended, from its history",
                         description="Serves the TensorBoard event files a finished job's history record kept, "

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..context import FIELDS as CONTEXT_FIELDS
 from ..context import describe as describe_context
@@ -13,7 +14,10 @@ from ..errors import UsageError
 from ..status import hanging
 from . import TonyClient
 
-__all__ = ["TABLE_HEADER", "cmd_history", "context_filter", "show_group", "show_record", "table_row", "when"]
+if TYPE_CHECKING:
+    from ..history import JobHistory, SubmitterHistory
+
+__all__ = ["TABLE_HEADER", "cmd_advise", "cmd_history", "context_filter", "show_group", "show_record", "table_row", "when"]
 
 
 #: The columns of ``tony list`` and ``tony history``, one job a row, newest first.
@@ -107,6 +111,12 @@ def show_record(r: dict) -> None:
             print(f"  {'':<12} log: {t['log']}")
     for hint in r.get("hints") or []:
         print(f"hint: {hint}")
+    from ..advice import advise, as_conf_lines
+    found = advise([r])
+    for a in found:
+        print(f"advice [{a.severity}] {a.heuristic}: {a.message}")
+    if found and as_conf_lines(found):
+        print("  next run: " + " ".join(as_conf_lines(found)))
     for warning in r.get("warnings") or []:
         print(f"warning: {warning}")
 
@@ -139,3 +149,52 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+def _runs(args: argparse.Namespace, history: JobHistory | SubmitterHistory) -> tuple[list[dict], str]:
+    """The records to advise from, newest first (the one named first), and what they are runs of."""
+    from ..advice import workflow_task
+
+    limit = max(1, args.runs)
+    if args.app_id:
+        record = history.get(args.app_id)
+        if record is None:
+            raise LookupError(f"no history of {args.app_id} in {history.store.uri}")
+        task = workflow_task(record.get("context"))
+        if task is None:
+            return [record], f"{args.app_id} (submitted by hand: this run alone)"
+        others = [r for r in history.list(context=task, limit=limit) if r["application_id"] != args.app_id]
+        return [record, *others[:limit - 1]], describe_context(task)
+    wanted = context_filter(args)
+    if not wanted:
+        raise UsageError("name a job (APPLICATION_ID) or a workflow task: --dag and --task, or --project, --flow and "
+                         "--job")
+    return history.list(context=wanted, limit=limit), describe_context(wanted)
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from ..advice import advise, as_conf_lines
+
+    history = TonyClient(args.backend).history()
+    try:
+        runs, what = _runs(args, history)
+    except LookupError as e:
+        print(f"tony: {e}", file=sys.stderr)
+        return 3
+    if not runs:
+        print(f"tony: no run of {what} in the history ({history.store.uri})", file=sys.stderr)
+        return 3
+    found = advise(runs)
+    if args.json:
+        print(json.dumps({"runs": [r["application_id"] for r in runs], "advice": [a.to_dict() for a in found],
+                          "conf": as_conf_lines(found)}, indent=1))
+        return 0
+    print(f"advice for the next run of {what}, from {len(runs)} run(s), the newest {runs[0]['application_id']}:",
+          file=sys.stderr)
+    for a in found:
+        print(f"  [{a.severity}] {a.heuristic}: {a.message}", file=sys.stderr)
+    if not found:
+        print("  nothing to change: what it asked for fits what it used", file=sys.stderr)
+    for line in as_conf_lines(found):
+        print(line)
+    return 0

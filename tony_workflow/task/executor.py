@@ -26,7 +26,7 @@ from ..context import task_env
 from ..events import log_tail
 from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command, thread_env
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
-from ..protocol import RESULT_FILE, group_token
+from ..protocol import BOARD_STORE_ENV, RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from .handoff import HANDOFF_ENV, serve
@@ -493,6 +493,8 @@ class TaskExecutor:
         # Also after a stop: the user process is dead by now, and checkpoints it wrote since the
         # last periodic sync would otherwise never reach the store.
         self._sync_checkpoints()
+        if self.is_chief and self.env.get(BOARD_STORE_ENV):
+            self._keep_events(self.env[BOARD_STORE_ENV])
         if not self.stop_event.is_set():
             # On disk first: an AM attempt that dies before hearing it still finds the outcome.
             with contextlib.suppress(OSError):
@@ -507,6 +509,15 @@ class TaskExecutor:
         if self.inbox:
             self.inbox.close()
         return code
+
+    def _keep_events(self, location: str) -> None:
+        """Copies the TensorBoard event files of a chief with a directory of its own to ``location``."""
+        from .kept_events import keep_events
+        try:
+            logdir = Path(self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard")))
+            log.info("kept %d TensorBoard file(s) in %s", keep_events(logdir, location), location)
+        except Exception as e:  # noqa: BLE001 - the store's errors: the job's outcome does not depend on them
+            log.warning("the TensorBoard event files were not kept in %s: %s", location, e)
 
     def _announce(self) -> str | None:
         """Waits for the Horovod driver's port file and tells the AM where its server listens (the

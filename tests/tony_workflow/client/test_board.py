@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from tony_workflow.client.board import _event_files, _free_port
 from tony_workflow.storage import LocalStorage
 
@@ -41,3 +43,60 @@ def test_kept_files_are_read_in_place_from_a_local_history_and_copied_from_any_o
     assert not (tmp_path / "scratch").exists()
     copied = _event_files(Remote(history), key, tmp_path / "scratch")
     assert (copied / "worker0" / "events.out.tfevents.1.h").read_bytes() == b"\x00event"
+
+
+WRITER = '''
+import os, sys, time, types
+sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")  # TensorBoard's own writer, no TensorFlow
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+writer = EventFileWriter(os.environ["TONY_LOG_DIR"])
+for step in range(1, 4):
+    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
+writer.close()
+'''
+
+
+@pytest.mark.yarn
+def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yarn_cluster, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.conftest import REPO, run_tony, wait_for
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "writer.py").write_text(WRITER)
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"name": "board", "framework": "standalone", "src_dir": str(src), "executes": "writer.py",
+                                "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1}},
+                                "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}))
+    done = run_tony("--backend", "yarn", "submit", str(spec), "--wait", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    app_id = done.stdout.split()[-2]
+    record = json.loads(run_tony("--backend", "yarn", "history", app_id, "--json").stdout)
+    kept = record["tensorboard_logs"]
+    assert kept["files"] == 1 and kept["uri"].startswith("hdfs://") and kept["uri"].endswith(f"{app_id}/tensorboard")
+    port = _free_port(0)
+    board = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "tensorboard",
+                              app_id, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        url = board.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/", board.stderr.read() if board.poll() is not None else url
+
+        def scalars():
+            with urllib.request.urlopen(f"{url}data/plugin/scalars/scalars?tag=loss&run=.", timeout=10) as r:
+                return json.loads(r.read())
+        points = wait_for(lambda: len(s := scalars()) == 3 and s, timeout=60, interval=0.5)
+        assert [p[1] for p in points] == [1, 2, 3]
+        assert any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # copied out of HDFS ...
+    finally:
+        board.send_signal(signal.SIGINT)
+        assert board.wait(30) == 0
+    assert not any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # ... and gone with it

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import hadoop
+from ...protocol import BOARD_STORE_ENV
 from ...status import JobState
 from ...storage import Storage, open_storage
 from ..base import AMIdentity, ClusterManager, Container, ContainerRequest, Wait
@@ -311,6 +312,7 @@ class YarnClusterManager(ClusterManager):
     def launch(self, container: Container, argv: list[str], env: dict[str, str]) -> None:
         env = {k: str(v) for k, v in env.items()}
         env["TONY_SPEC_FILE"] = "spec.json"  # every container has the job's spec in its own directory
+        env[BOARD_STORE_ENV] = self.board_store()
         self._envs[container.id] = env
         adopted = self._adopt.pop(container.id, None)
         if adopted is not None:
@@ -433,6 +435,9 @@ class YarnClusterManager(ClusterManager):
             return None
         user = os.environ.get("USER") or os.environ.get("HADOOP_USER_NAME") or ""
         return f"http://{c.yarn_node_http_address}/node/containerlogs/{c.yarn_container_id}/{user}"
+
+    def board_store(self) -> str:
+        return f"{app_store(self.app_id)}/tensorboard"
 
     def am_log_url(self) -> str | None:
         # YARN tells every container its id and its NodeManager's web address.

@@ -1,0 +1,119 @@
+"""Advice that sizes the next run (:mod:`tony_workflow.advice`): each heuristic on the figures it
+reads, then real jobs made to trip them, one workflow task's runs judged together, and what
+``tony advise`` and ``tony history`` print."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_tony
+from tests.tony_workflow.jobs.test_runtime import submit
+from tony_workflow.advice import advise, as_conf_lines, memory_value, workflow_task
+
+
+def run(app_id="application_1_0001", *, memory_mb=2048, vcores=1, gpus=0, peak=None, cpu=(), gpu=(), exit_code=0,
+        waited=None, took=100.0):
+    """A record as the history keeps it, with what matters to the heuristics."""
+    series = {"t": list(range(len(cpu or gpu))), "tasks": {"worker:0": {"cpu_percent": list(cpu),
+                                                                        "gpu_util_percent": list(gpu)}}}
+    timeline = [{"ts": 1.0, "what": f"all 2 containers granted after waiting {waited:.0f} s"}] if waited else []
+    return {"application_id": app_id, "started_at": 1000.0, "finished_at": 1000.0 + took, "timeline": timeline,
+            "requested": {"worker": {"memory_mb": memory_mb, "vcores": vcores, "gpus": gpus}}, "series": series,
+            "tasks": [{"task_id": "worker:0", "exit_code": exit_code,
+                       "metrics": {} if peak is None else {"max_rss_mb": peak}}]}
+
+
+def test_memory_values_round_up_to_128_mb():
+    assert [memory_value(m) for m in (1, 300, 1024, 1500, 3000)] == ["128m", "384m", "1g", "1536m", "3g"]
+
+
+def test_memory_too_much_too_little_and_killed():
+    [idle] = advise([run(peak=300)])
+    assert (idle.heuristic, idle.severity, idle.changes) == ("memory", "moderate", {"tony.worker.memory": "384m"})
+    [tight] = advise([run(peak=1900)])
+    assert tight.severity == "severe" and tight.changes == {"tony.worker.memory": "2432m"}
+    [killed] = advise([run(memory_mb=512, peak=500, exit_code=-104)])
+    assert killed.severity == "critical" and killed.changes == {"tony.worker.memory": "768m"}
+    assert advise([run(peak=1500)]) == []  # between half and nine tenths: nothing to change
+
+
+def test_the_newest_request_is_judged_against_the_busiest_run():
+    quiet, busy = run("application_1_0002", peak=200), run("application_1_0001", peak=1200)
+    assert advise([quiet]) and advise([quiet])[0].changes == {"tony.worker.memory": "256m"}
+    assert advise([quiet, busy]) == []  # 1.2 GiB of 2 GiB on the busy day: keep it
+
+
+def test_vcores_idle_and_busy():
+    [idle] = advise([run(vcores=4, cpu=[20.0, 30.0, 40.0])])
+    assert (idle.heuristic, idle.changes) == ("vcores", {"tony.worker.vcores": "1"})
+    [busy] = advise([run(vcores=2, cpu=[195.0, 199.0])])
+    assert busy.severity == "low" and busy.changes == {"tony.worker.vcores": "3"}
+    assert advise([run(vcores=2, cpu=[120.0, 130.0])]) == []
+
+
+def test_idle_gpus_and_a_long_wait_for_the_gang():
+    [gpus] = advise([run(gpus=4, gpu=[5.0, 8.0])])
+    assert gpus.severity == "severe" and gpus.changes == {"tony.worker.gpus": "2"}
+    [wait] = advise([run(waited=600, took=700)])
+    assert wait.heuristic == "gang wait" and "waited 600 s" in wait.message and "ran 100 s" in wait.message
+    assert advise([run(waited=30, took=700)]) == []
+
+
+def test_the_lines_to_paste_take_each_key_once_from_the_most_severe():
+    found = advise([run(memory_mb=512, peak=500, exit_code=-104, vcores=4, cpu=[10.0, 10.0])])
+    assert [a.severity for a in found] == ["critical", "moderate"]
+    assert as_conf_lines(found) == ["--conf tony.worker.memory=768m", "--conf tony.worker.vcores=1"]
+
+
+def test_a_workflow_task_is_its_dag_and_task_or_its_azkaban_job():
+    assert workflow_task({"source": "airflow", "dag_id": "d", "task_id": "t", "dag_run_id": "r"}) == {
+        "source": "airflow", "dag_id": "d", "task_id": "t"}
+    assert workflow_task({"source": "azkaban", "project": "p", "flow_id": "f", "job_id": "j", "execution_id": "9"}) == {
+        "source": "azkaban", "project": "p", "flow_id": "f", "job_id": "j"}
+    assert workflow_task(None) is None and workflow_task({"source": "airflow", "dag_id": "d"}) is None
+
+
+HOLD = ("python -c \"import time; from tony_workflow import report; b = bytearray({mb} * 2**20)\n"
+        "for s in range(1, 13): report(step=s, total=12); time.sleep(0.25)\"")
+
+
+@pytest.mark.job
+def test_runs_of_one_dag_task_are_advised_together_on_real_jobs(tony_home, tmp_path):
+    # Two runs of one DAG task (its context keys), each asking for 2 GiB and 4 vcores and sleeping:
+    # the first holds 400 MB, the second 40.
+    context = {"tony.context.source": "airflow", "tony.context.dag-id": "nightly", "tony.context.task-id": "fit",
+               "tony.task.metrics-interval-ms": 200}
+    apps = []
+    for mb, run_id in ((400, "r1"), (40, "r2")):
+        h = submit(tmp_path, HOLD.format(mb=mb), {"worker": {"instances": 1, "memory": "2g", "vcores": 4}},
+                   conf={**context, "tony.context.dag-run-id": run_id})
+        assert h.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
+        apps.append(h.app_id)
+    busy = json.loads(run_tony("history", apps[0], "--json").stdout)
+    peak = max(t["metrics"]["max_rss_mb"] for t in busy["tasks"])
+    assert peak >= 400
+    out = run_tony("advise", "--dag", "nightly", "--task", "fit")
+    assert out.returncode == 0, out.stderr
+    # The memory comes from the busy run, though the newest was quiet; the vcores were idle in both.
+    assert out.stdout.splitlines() == [f"--conf tony.worker.memory={memory_value(peak * 1.25)}",
+                                       "--conf tony.worker.vcores=1"], out.stdout + out.stderr
+    assert "from 2 run(s), the newest " + apps[1] in out.stderr and "[moderate] vcores" in out.stderr
+    # Named by one of its runs, the same: that run and the others of its task.
+    assert run_tony("advise", apps[1]).stdout == out.stdout
+    assert json.loads(run_tony("advise", apps[1], "--json").stdout)["runs"] == [apps[1], apps[0]]
+    shown = run_tony("history", apps[1]).stdout  # one run alone: its own figures
+    assert "advice [moderate] memory: worker asked for 2.0 GiB" in shown and "next run: --conf tony.worker.memory=" in shown
+
+
+@pytest.mark.job
+def test_a_container_killed_for_its_memory_is_critical_advice_on_a_real_job(tony_home, tmp_path):
+    h = submit(tmp_path, HOLD.format(mb=400), {"worker": {"instances": 1, "memory": "256m"}})
+    st = h.wait(poll_interval=0.2, timeout=120)
+    assert st.state == "FAILED" and st.tasks[0].exit_code == -104, st.diagnostics
+    out = run_tony("advise", h.app_id)
+    assert out.returncode == 0 and "[critical] memory: worker: the cluster killed 1 container(s)" in out.stderr
+    assert out.stdout.splitlines()[0].startswith("--conf tony.worker.memory=")
+    assert "submitted by hand: this run alone" in out.stderr
+    nothing = run_tony("advise")
+    assert nothing.returncode == 2 and "name a job (APPLICATION_ID) or a workflow task" in nothing.stderr

@@ -1,0 +1,170 @@
+"""Advice that sizes the next run, from what earlier runs used (in the spirit of Dr. Elephant's
+heuristics for MapReduce and Spark, and TonY's own memory and GPU ones).
+
+Each heuristic reads job history records (:mod:`tony_workflow.history`): one run, or every run of
+the same workflow task, newest first, since the context keys tie the runs of a DAG task or an
+Azkaban job together. It gives a severity, what it saw, and the exact keys to change with their
+values, ready to paste as ``--conf`` lines. Only the newest run's request is judged; the use is
+taken over every run given (the highest peak, the busiest CPU), so one quiet run does not shrink
+a job that needs more on a busier day.
+
+- **memory**: a container the cluster killed for its memory (exit -104), or a peak above nine
+  tenths of the request, asks for more; a peak below half of it, for less (a quarter above the
+  peak, rounded up to 128 MB).
+- **vcores**: a task type whose processes kept under half of their vcores busy on average, over
+  the run's figures, asks for fewer; one that kept them all busy, for more.
+- **gpus**: GPUs whose utilisation stayed under 30 % on average: the input pipeline, not the
+  accelerator, bounds the training; fewer GPUs per task would do as much.
+- **gang wait**: a job that waited for its gang longer than it then ran: the queue or the size
+  of the gang is the problem, not the training.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import EXCEEDED_MEMORY_EXIT
+
+__all__ = ["Advice", "advise", "as_conf_lines", "memory_value", "workflow_task"]
+
+SEVERITIES = ("critical", "severe", "moderate", "low")
+#: The context fields that name one workflow task across its runs: a DAG's task, an Azkaban job.
+_TASK = {"airflow": ("source", "dag_id", "task_id"), "azkaban": ("source", "project", "flow_id", "job_id")}
+
+
+def workflow_task(context: dict[str, str] | None) -> dict[str, str] | None:
+    """The fields of ``context`` that every run of its workflow task shares; None for a job
+    submitted by hand."""
+    names = _TASK.get((context or {}).get("source", ""))
+    if not names or not context or not all(context.get(n) for n in names):
+        return None
+    return {n: context[n] for n in names}
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One heuristic's finding: ``severity`` (Dr. Elephant's words: critical, severe, moderate,
+    low), what it saw, and the keys to change with their values."""
+
+    heuristic: str
+    severity: str
+    message: str
+    changes: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"heuristic": self.heuristic, "severity": self.severity, "message": self.message,
+                "changes": dict(self.changes)}
+
+
+def memory_value(mb: float) -> str:
+    """A memory key's value for ``mb``, rounded up to 128 MB: ``1536m``, ``3g``."""
+    mb = max(128, math.ceil(mb / 128) * 128)
+    return f"{mb // 1024}g" if mb % 1024 == 0 else f"{mb}m"
+
+
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def _of_type(record: dict[str, Any], task_type: str) -> list[dict[str, Any]]:
+    return [t for t in record.get("tasks") or [] if t["task_id"].split(":")[0] == task_type]
+
+
+def _series_mean(record: dict[str, Any], task_type: str, figure: str) -> float | None:
+    """The mean of ``figure`` over the run's figures of every task of ``task_type``."""
+    values = [v for task, figures in ((record.get("series") or {}).get("tasks") or {}).items()
+              if task.split(":")[0] == task_type for v in figures.get(figure) or [] if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _memory(runs: Sequence[dict[str, Any]], task_type: str, asked_mb: float) -> Advice | None:
+    key = f"tony.{task_type}.memory"
+    peaks = [t["metrics"]["max_rss_mb"] for r in runs for t in _of_type(r, task_type)
+             if (t.get("metrics") or {}).get("max_rss_mb") is not None]
+    killed = sum(1 for r in runs for t in _of_type(r, task_type) if t.get("exit_code") == EXCEEDED_MEMORY_EXIT)
+    peak = max(peaks) if peaks else None
+    seen = f" over {len(runs)} runs" if len(runs) > 1 else ""
+    if killed:
+        want = max(asked_mb * 1.5, (peak or 0) * 1.25)
+        return Advice("memory", "critical", f"{task_type}: the cluster killed {killed} container(s) for using more "
+                      f"than {_gib(asked_mb)}{seen}", {key: memory_value(want)})
+    if peak is None:
+        return None
+    if peak > 0.9 * asked_mb:
+        return Advice("memory", "severe", f"{task_type} used up to {_gib(peak)} of its {_gib(asked_mb)}{seen}: "
+                      "close to the limit, where the cluster kills it", {key: memory_value(peak * 1.25)})
+    if peak < asked_mb / 2 and asked_mb - peak >= 256:
+        return Advice("memory", "moderate", f"{task_type} asked for {_gib(asked_mb)} and used at most {_gib(peak)}"
+                      f"{seen}: the rest stays idle on the cluster", {key: memory_value(peak * 1.25)})
+    return None
+
+
+def _vcores(runs: Sequence[dict[str, Any]], task_type: str, vcores: int) -> Advice | None:
+    means = [m for r in runs if (m := _series_mean(r, task_type, "cpu_percent")) is not None]
+    if not means or vcores < 1:
+        return None
+    busiest = max(means)  # percent of one core, the run that needed most
+    key = f"tony.{task_type}.vcores"
+    if vcores >= 2 and busiest < 50 * vcores:
+        want = max(1, math.ceil(busiest * 1.25 / 100))
+        if want < vcores:
+            return Advice("vcores", "moderate", f"{task_type} asked for {vcores} vcores and kept {busiest / 100:.1f} "
+                          "of them busy on average", {key: str(want)})
+    if busiest >= 90 * vcores:
+        return Advice("vcores", "low", f"{task_type} kept all {vcores} of its vcores busy on average: it is "
+                      "bound by its CPU", {key: str(vcores + max(1, vcores // 2))})
+    return None
+
+
+def _gpus(runs: Sequence[dict[str, Any]], task_type: str, gpus: int) -> Advice | None:
+    means = [m for r in runs if (m := _series_mean(r, task_type, "gpu_util_percent")) is not None]
+    if not gpus or not means or max(means) >= 30:
+        return None
+    return Advice("gpus", "severe" if max(means) < 10 else "moderate",
+                  f"{task_type}'s {gpus} GPU(s) per task were {max(means):.0f} % busy on average: the input pipeline, "
+                  "not the GPUs, bounds the training", {f"tony.{task_type}.gpus": str(max(1, gpus // 2))}
+                  if gpus > 1 else {})
+
+
+def _gang_wait(record: dict[str, Any]) -> Advice | None:
+    waited = [float(item["what"].split("after waiting ")[1].split(" s")[0]) for item in record.get("timeline") or []
+              if "containers granted after waiting" in item.get("what", "")]
+    started, finished = record.get("started_at"), record.get("finished_at")
+    if not waited or not started or not finished:
+        return None
+    ran = max(0.0, finished - started - sum(waited))
+    if sum(waited) < 60 or sum(waited) <= ran:
+        return None
+    return Advice("gang wait", "moderate", f"the job waited {sum(waited):.0f} s for its gang and then ran {ran:.0f} s: "
+                  "its queue had no room for the whole gang; a quieter queue (tony.yarn.queue) or a smaller gang "
+                  "starts sooner", {})
+
+
+def advise(runs: Sequence[dict[str, Any]]) -> list[Advice]:
+    """The advice for the next run of the job whose records ``runs`` are, newest first: the
+    newest run's request, judged against what every run used. Most severe first."""
+    if not runs:
+        return []
+    newest = runs[0]
+    out: list[Advice] = []
+    for task_type, asked in (newest.get("requested") or {}).items():
+        mine = [r for r in runs if task_type in (r.get("requested") or {})]
+        for found in (_memory(mine, task_type, float(asked.get("memory_mb") or 0)) if asked.get("memory_mb") else None,
+                      _vcores(mine, task_type, int(asked.get("vcores") or 0)),
+                      _gpus(mine, task_type, int(asked.get("gpus") or 0))):
+            if found is not None:
+                out.append(found)
+    if (waited := _gang_wait(newest)) is not None:
+        out.append(waited)
+    return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
+
+
+def as_conf_lines(advice: Sequence[Advice]) -> list[str]:
+    """The changes as ``--conf key=value`` lines, one per key (the most severe advice's value)."""
+    seen: dict[str, str] = {}
+    for a in advice:
+        for key, value in a.changes.items():
+            seen.setdefault(key, value)
+    return [f"--conf {key}={value}" for key, value in seen.items()]

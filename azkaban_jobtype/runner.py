@@ -202,9 +202,31 @@ def run(out: TextIO | None = None) -> int:
     say(f"Final status of {handle.app_id}: {status.state}")
     if status.diagnostics and not status.succeeded:
         say(hanging(f"Diagnostics: {status.diagnostics}"))
+    if status.is_final:
+        _advise(client, handle.app_id, say)
     if stop.signum is not None:
         return 128 + stop.signum
     return 0 if status.succeeded else EXIT_FAILED
+
+
+def _advise(client: TonyClient, app_id: str, say, wait_s: float = 15.0) -> None:
+    """The advice for this job's next run, from its record and the earlier runs of this job
+    (:mod:`tony_workflow.advice`), as props to set; nothing when the history cannot be read. The
+    ApplicationMaster writes the record as it ends: it is waited for a moment."""
+    from tony_workflow.advice import advise, runs_of
+
+    try:
+        history = client.history()
+        deadline = time.monotonic() + wait_s
+        while (record := history.get(app_id)) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        found = advise(runs_of(history, record)) if record is not None else []
+    except Exception as exc:  # noqa: BLE001 - the history's store failing leaves the job's outcome as it is
+        say(f"warning: no advice for the next run: the job history could not be read ({exc})")
+        return
+    for a in found:
+        changes = ", ".join(f"{k}={v}" for k, v in a.changes.items())
+        say(f"Advice for the next run [{a.severity}] {a.heuristic}: {a.message}" + (f"; set {changes}" if changes else ""))
 
 
 def _show(update: JobUpdate, say) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .protocol import EXCEEDED_MEMORY_EXIT
 
-__all__ = ["Advice", "advise", "as_conf_lines", "memory_value", "workflow_task"]
+__all__ = ["Advice", "advise", "as_conf_lines", "memory_value", "runs_of", "workflow_task"]
 
 SEVERITIES = ("critical", "severe", "moderate", "low")
 #: The context fields that name one workflow task across its runs: a DAG's task, an Azkaban job.
@@ -62,6 +62,17 @@ def memory_value(mb: float) -> str:
     """A memory key's value for ``mb``, rounded up to 128 MB: ``1536m``, ``3g``."""
     mb = max(128, math.ceil(mb / 128) * 128)
     return f"{mb // 1024}g" if mb % 1024 == 0 else f"{mb}m"
+
+
+def runs_of(history: Any, record: dict[str, Any], limit: int = 10) -> list[dict[str, Any]]:
+    """``record`` and, newest first, the other runs of its workflow task in ``history`` (a
+    :class:`~tony_workflow.history.JobHistory`), ``limit`` in all; ``record`` alone for a job
+    submitted by hand."""
+    task = workflow_task(record.get("context"))
+    if task is None:
+        return [record]
+    others = [r for r in history.list(context=task, limit=limit) if r["application_id"] != record["application_id"]]
+    return [record, *others[:max(0, limit - 1)]]
 
 
 def _gib(mb: float) -> str:

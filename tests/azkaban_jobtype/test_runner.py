@@ -120,13 +120,17 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     attachment = tmp_path / "attachment.json"
     run = Execution(project, "job", job_props(project, **{"worker_env.GREETING": "hello",
                                                           "azkaban.job.attachment.file": str(attachment),
-                                                          "tony.task.heartbeat-interval-ms": "200"}))
+                                                          "tony.task.heartbeat-interval-ms": "200",
+                                                          "tony.worker.memory": "1g"}))
     assert run.wait() == 0, run.log
     [app_id] = run.application_ids()
     assert f"Submitted application {app_id}" in run.lines
     assert any(line.startswith("Tracking URL: http://127.0.0.1:") for line in run.lines)
     assert f"Final status of {app_id}: SUCCEEDED" in run.lines
     assert re.search(rf"\] {app_id} SUCCEEDED session=0 worker:0=SUCCEEDED", run.log)
+    # The end of the log advises the next run: 1 GiB asked, a few dozen MB used.
+    assert re.search(r"Advice for the next run \[moderate\] memory: worker asked for 1\.0 GiB and used at most "
+                     r"\d+ MiB: .*; set tony\.worker\.memory=\d+m", run.log), run.log
     output = run.output()
     assert list(output)[:len(OUTPUT_KEYS)] == list(OUTPUT_KEYS)
     assert output["tony.application.id"] == app_id and output["tony.final.status"] == "SUCCEEDED"

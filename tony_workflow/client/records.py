@@ -153,7 +153,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace, history: JobHistory | SubmitterHistory) -> tuple[list[dict], str]:
     """The records to advise from, newest first (the one named first), and what they are runs of."""
-    from ..advice import workflow_task
+    from ..advice import runs_of, workflow_task
 
     limit = max(1, args.runs)
     if args.app_id:
@@ -161,10 +161,8 @@ def _runs(args: argparse.Namespace, history: JobHistory | SubmitterHistory) -> t
         if record is None:
             raise LookupError(f"no history of {args.app_id} in {history.store.uri}")
         task = workflow_task(record.get("context"))
-        if task is None:
-            return [record], f"{args.app_id} (submitted by hand: this run alone)"
-        others = [r for r in history.list(context=task, limit=limit) if r["application_id"] != args.app_id]
-        return [record, *others[:limit - 1]], describe_context(task)
+        what = describe_context(task) if task else f"{args.app_id} (submitted by hand: this run alone)"
+        return runs_of(history, record, limit), what
     wanted = context_filter(args)
     if not wanted:
         raise UsageError("name a job (APPLICATION_ID) or a workflow task: --dag and --task, or --project, --flow and "

@@ -26,6 +26,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from tony_workflow.advice import advise, runs_of
 from tony_workflow.context import describe as describe_context
 from tony_workflow.status import FINAL_STATES, check_application_id, progress_text
 
@@ -140,7 +141,9 @@ def create_app() -> FastAPI:
         if record is None:
             raise HTTPException(404, f"no TonY application {app_id} on this cluster or in its history")
         live = record["state"] not in FINAL_STATES
-        return _render("job.html", r=record, live=live, charts=_charts(record.get("series")),
+        # An ended job's advice for its next run, from it and the earlier runs of its task.
+        advice = [] if live else advise(runs_of(_hook(conn_id).get_conn().history(), record))
+        return _render("job.html", r=record, live=live, charts=_charts(record.get("series")), advice=advice,
                        progress=progress_text(record["progress"], metrics=8) if record.get("progress") else "",
                        base=str(request.url_for("jobs")).rstrip("/"), conn_id=conn_id)
 

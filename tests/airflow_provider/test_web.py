@@ -86,3 +86,19 @@ def test_a_jobs_page_and_the_list_say_where_the_job_came_from():
     bare = build_record({**status, "context": None}, [], user="u", conf={}, requested={})
     assert "Started by" not in _render("job.html", r=bare, live=False, charts=[], progress="", base="",
                                        conn_id="c").body.decode()
+
+
+def test_an_ended_jobs_page_advises_its_next_run_with_the_keys_to_set():
+    from airflow_provider.web import _render
+    from tony_workflow.advice import advise
+    from tony_workflow.history import build_record
+
+    status = {"application_id": "application_1_0008", "state": "SUCCEEDED", "started_at": 1.0, "finished_at": 60.0,
+              "tasks": [{"type": "worker", "index": 0, "state": "SUCCEEDED", "exit_code": 0,
+                         "metrics": {"max_rss_mb": 200.0}}]}
+    record = build_record(status, [], user="u", conf={}, requested={"worker": {"memory_mb": 4096, "vcores": 1,
+                                                                              "gpus": 0}})
+    page = _render("job.html", r=record, live=False, charts=[], progress="", base="", conn_id="c",
+                   advice=advise([record])).body.decode()
+    assert "Next run (moderate, memory): worker asked for 4.0 GiB and used at most 200 MiB" in page
+    assert "<code>tony.worker.memory=256m</code>" in page

@@ -83,7 +83,7 @@ from .gang import (
 from .gate import asked_first
 from .line import line_store
 from .logs import job_logs
-from .rm import AppReport, ResourceManager, RMError, node_totals, resource_manager
+from .rm import AppReport, ResourceManager, RMError, http_session, node_totals, resource_manager
 from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
 from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
 from .spread import spread_hosts
@@ -540,7 +540,7 @@ class YarnBackend(Backend):
         if ended and aggregated:
             self._await_log_aggregation(app_id)
         return job_logs(app_id, status or self.stored_status(app_id), task, ended=ended, aggregated=aggregated,
-                        into=into or tony_home() / "logs" / app_id, session=self._rm(app_id).session,
+                        into=into or tony_home() / "logs" / app_id, session=partial(http_session, self._logins.get(app_id, self.login)),
                         conf_dir=self.conf_dir)
 
     def _await_log_aggregation(self, app_id: str, timeout: float = 60.0) -> None:

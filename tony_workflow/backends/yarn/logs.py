@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -65,20 +65,29 @@ def sections(status: Any, task: str | None) -> dict[str, tuple[tuple[str, str], 
     return out
 
 
-def read_live(session: Any, node: str, container: str, files: Iterable[str]) -> dict[str, bytes | None]:
+def read_live(session: Any, node: str, container: str, files: Iterable[str],
+              why: dict[str, str] | None = None) -> dict[str, bytes | None]:
     """The files of a container the NodeManager at ``node`` still holds (None for one it has not,
     or that the container has not written), through its REST API with ``session`` (a requests
-    session: on a Kerberized cluster it authenticates with SPNEGO)."""
+    session of its own for this NodeManager: on a Kerberized cluster it authenticates with SPNEGO,
+    and a session that spoke to another server of the host would offer that one's cookie and
+    ticket, which the NodeManager refuses as a replay). ``why`` gets, by file, what a NodeManager
+    that did not give one answered."""
     out: dict[str, bytes | None] = {}
     for name in files:
         url = f"http://{node}/ws/v1/node/containerlogs/{container}/{name}"
         try:
             r = session.get(url, timeout=_TIMEOUT, headers={"Accept": "text/plain"})
-        except Exception:  # noqa: BLE001 - a NodeManager gone (its node lost) holds nothing any more
+        except Exception as e:  # noqa: BLE001 - a NodeManager gone (its node lost) holds nothing any more
             out[name] = None
+            if why is not None:
+                why[name] = f"the NodeManager at {node} did not answer ({type(e).__name__})"
             continue
         if r.status_code != 200:
             out[name] = None
+            if why is not None and r.status_code != 404:
+                said = next((ln for ln in r.text.splitlines() if ln.startswith("MESSAGE:")), "").strip()
+                why[name] = f"the NodeManager at {node} answered HTTP {r.status_code}" + (f" ({said})" if said else "")
             continue
         # Hadoop 3 heads the file as `yarn logs` does (LogAggregationType: LOCAL); older ones do not.
         headed = parse_aggregated(r.content).get(container, {})
@@ -125,13 +134,14 @@ def read_aggregated(app_id: str, conf_dir: Path, files: Iterable[str]) -> tuple[
 
 
 def job_logs(app_id: str, status: Any, task: str | None, *, into: Path, ended: bool, aggregated: bool,
-             session: Any, conf_dir: Path) -> dict[str, Path]:
+             session: Callable[[], Any], conf_dir: Path) -> dict[str, Path]:
     """The logs of ``task`` (every task and the AM when None) of the job ``status`` describes,
     written under ``into`` (emptied first) as ``<section>/<file>``; by section name
     (``worker:0/stdout``, ``am/stderr``). An ended job's are read from HDFS when the cluster may
     aggregate logs (``aggregated``), else, or when HDFS holds none yet, from the NodeManagers.
     On HDFS, containers no task of the final status names (an earlier attempt's, a relaunched
-    task's first) come too when every task's logs are asked for, under their container id."""
+    task's first) come too when every task's logs are asked for, under their container id.
+    ``session()`` makes a requests session for one NodeManager."""
     import shutil
 
     shutil.rmtree(into, ignore_errors=True)
@@ -154,12 +164,21 @@ def job_logs(app_id: str, status: Any, task: str | None, *, into: Path, ended: b
 
     for section, ((node, container), files) in wanted.items():
         held = found.get(container)
+        answered: dict[str, str] = {}
         if held is None:
-            held = {f: d for f, d in read_live(session, node, container, files.values()).items() if d is not None}
-        where = (f"container {container} on {node} has none" if not (ended and aggregated)
-                 else f"neither HDFS nor the NodeManager at {node} holds container {container}'s")
+            with session() as own:
+                held = {f: d for f, d in read_live(own, node, container, files.values(), answered).items()
+                        if d is not None}
+        if not ended:
+            where = f"container {container} on {node} has written none yet"
+        elif aggregated:
+            where = f"neither HDFS nor the NodeManager at {node} holds container {container}'s"
+        else:
+            where = (f"this cluster does not aggregate logs (yarn.log-aggregation-enable=false), and the NodeManager "
+                     f"at {node} serves none of an ended job's: container {container}'s stay in its "
+                     "yarn.nodemanager.log-dirs while it keeps them")
         for name, file in files.items():
-            keep(section, name, held.get(file), where)
+            keep(section, name, held.get(file), answered.get(file, where))
     if task is None:
         named = {container for (_, container), _ in wanted.values()}
         for container in sorted(set(found) - named):

@@ -31,7 +31,7 @@ from ...errors import ClusterError
 from ...kerberos import Login, LoginError, is_secure, read_token_file
 from ...process import user_name
 
-__all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm", "node_totals", "outstanding_asks",
+__all__ = ["AppReport", "RMError", "ResourceManager", "amounts", "container_rm", "http_session", "node_totals", "outstanding_asks",
            "resource_manager"]
 
 _TIMEOUT = 30
@@ -243,6 +243,15 @@ def _message(r: requests.Response) -> str:
 
 _RMS: dict[tuple[str, Login | None], ResourceManager] = {}
 _RMS_LOCK = threading.Lock()
+
+
+def http_session(login: Login | None = None) -> requests.Session:
+    """A requests session of its own for a server of the cluster (a NodeManager's REST API): as
+    ``login`` with SPNEGO on a Kerberized cluster."""
+    session = requests.Session()
+    if login is not None:
+        session.auth = login.http_auth()
+    return session
 
 
 def resource_manager(url: str, login: Login | None = None) -> ResourceManager:

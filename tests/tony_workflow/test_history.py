@@ -173,7 +173,8 @@ def test_tony_history_lists_and_shows_a_finished_job(tony_home, tmp_path):
     shown = run_tony("history", h.app_id)
     assert shown.returncode == 0, shown.stderr
     assert "session 0 started" in shown.stdout and "worker:1" in shown.stdout
-    assert "hint: worker asked for 2.0 GiB, used at most" in shown.stdout
+    assert "advice [moderate] memory: worker asked for 2.0 GiB and used at most" in shown.stdout
+    assert "hint:" not in shown.stdout  # the advice says it, with the key to set
     assert "progress: step=10/10" in shown.stdout
     assert re.search(r"\n  loss: [0-9.]+ first, [0-9.]+ to [0-9.]+, [0-9.]+ last \(\d+ points\)\n", shown.stdout), shown.stdout
     record = json.loads(run_tony("history", h.app_id, "--json").stdout)

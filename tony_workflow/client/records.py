@@ -109,10 +109,10 @@ def show_record(r: dict) -> None:
               f"  {figures}")
         if t.get("log"):
             print(f"  {'':<12} log: {t['log']}")
-    for hint in r.get("hints") or []:
-        print(f"hint: {hint}")
     from ..advice import advise, as_conf_lines
     found = advise([r])
+    for hint in [] if found else r.get("hints") or []:  # the advice says it with the keys to set
+        print(f"hint: {hint}")
     for a in found:
         print(f"advice [{a.severity}] {a.heuristic}: {a.message}")
     if found and as_conf_lines(found):

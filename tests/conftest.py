@@ -188,3 +188,18 @@ def app_processes(app_id: str) -> list[psutil.Process]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+#: A trainer's TensorBoard events without TensorFlow: a scalar "loss" (1/step) at steps 1 to 5,
+#: written with TensorBoard's own writer into $TONY_LOG_DIR, or the folder its argument names there.
+TENSORBOARD_EVENTS = """
+import os, sys, time, types
+sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")  # TensorBoard's own writer, no TensorFlow
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+writer = EventFileWriter(os.path.join(os.environ["TONY_LOG_DIR"], *sys.argv[1:]))
+for step in range(1, 6):
+    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
+writer.close()
+"""

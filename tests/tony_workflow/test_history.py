@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_tony
+from tests.conftest import TENSORBOARD_EVENTS, run_tony
 from tests.tony_workflow.jobs.test_runtime import submit
 from tony_workflow.history import (
     JobHistory,
@@ -204,17 +204,6 @@ def test_tony_history_refuses_bad_arguments_clearly(tony_home, args, message, co
     assert out.returncode == code and message in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
-EVENT_WRITER = '''
-import os, sys, time, types
-sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")  # TensorBoard's own writer, no TensorFlow
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
-writer = EventFileWriter(os.path.join(os.environ["TONY_LOG_DIR"], os.environ["JOB_NAME"] + os.environ["TASK_INDEX"]))
-for step in range(1, 6):
-    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
-    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
-writer.close()
-'''
 
 
 @pytest.mark.job
@@ -227,8 +216,8 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
 
     from tests.conftest import REPO, wait_for
 
-    (tmp_path / "writer.py").write_text(EVENT_WRITER)
-    h = submit(tmp_path, f"python {tmp_path}/writer.py", {"worker": {"instances": 2, "memory": "1g"}},
+    (tmp_path / "writer.py").write_text(TENSORBOARD_EVENTS)
+    h = submit(tmp_path, f"python {tmp_path}/writer.py $JOB_NAME$TASK_INDEX", {"worker": {"instances": 2, "memory": "1g"}},
                conf={"tony.task.tensorboard.enabled": "false"})
     assert h.wait(poll_interval=0.2, timeout=120).state == "SUCCEEDED"
     record = json.loads(run_tony("history", h.app_id, "--json").stdout)

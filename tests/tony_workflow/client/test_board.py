@@ -45,17 +45,6 @@ def test_kept_files_are_read_in_place_from_a_local_history_and_copied_from_any_o
     assert (copied / "worker0" / "events.out.tfevents.1.h").read_bytes() == b"\x00event"
 
 
-WRITER = '''
-import os, sys, time, types
-sys.modules["tensorboard.compat.notf"] = types.ModuleType("notf")  # TensorBoard's own writer, no TensorFlow
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
-writer = EventFileWriter(os.environ["TONY_LOG_DIR"])
-for step in range(1, 4):
-    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
-    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
-writer.close()
-'''
 
 
 @pytest.mark.yarn
@@ -67,11 +56,11 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
     import sys
     import urllib.request
 
-    from tests.conftest import REPO, run_tony, wait_for
+    from tests.conftest import REPO, TENSORBOARD_EVENTS, run_tony, wait_for
 
     src = tmp_path / "src"
     src.mkdir()
-    (src / "writer.py").write_text(WRITER)
+    (src / "writer.py").write_text(TENSORBOARD_EVENTS)
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps({"name": "board", "framework": "standalone", "src_dir": str(src), "executes": "writer.py",
                                 "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1}},
@@ -93,8 +82,8 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
         def scalars():
             with urllib.request.urlopen(f"{url}data/plugin/scalars/scalars?tag=loss&run=.", timeout=10) as r:
                 return json.loads(r.read())
-        points = wait_for(lambda: len(s := scalars()) == 3 and s, timeout=60, interval=0.5)
-        assert [p[1] for p in points] == [1, 2, 3]
+        points = wait_for(lambda: len(s := scalars()) == 5 and s, timeout=60, interval=0.5)
+        assert [p[1] for p in points] == [1, 2, 3, 4, 5]
         assert any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # copied out of HDFS ...
     finally:
         board.send_signal(signal.SIGINT)

@@ -17,6 +17,11 @@ a job that needs more on a busier day.
   accelerator, bounds the training; fewer GPUs per task would do as much.
 - **gang wait**: a job that waited for its gang longer than it then ran: the queue or the size
   of the gang is the problem, not the training.
+- **straggler**: a task that ran half again as long as its type's median, and 20 s longer at
+  least: a slow node, or more data for it than for its peers.
+- **hang after the chief**: TonY's known pattern: the chief succeeded and tasks of another type
+  ran on (more than 10 s, and more than a quarter of the chief's own run) until they ended or the
+  job was stopped; that type's end is not what the job waits for (tony.application.untracked.jobtypes).
 """
 from __future__ import annotations
 
@@ -153,6 +158,59 @@ def _gang_wait(record: dict[str, Any]) -> Advice | None:
                   "starts sooner", {})
 
 
+def _ran(task: dict[str, Any]) -> float | None:
+    started, finished = task.get("started_at"), task.get("finished_at")
+    ok = started is not None and finished is not None and finished >= started
+    return finished - started if ok else None
+
+
+def _straggler(record: dict[str, Any]) -> Advice | None:
+    worst: tuple[float, str, float] | None = None
+    for task_type in record.get("requested") or {}:
+        runs = sorted((d, t["task_id"]) for t in _of_type(record, task_type) if (d := _ran(t)) is not None)
+        if len(runs) < 3:
+            continue
+        median = runs[len(runs) // 2][0]
+        longest, task_id = runs[-1]
+        if longest >= 1.5 * median and longest - median >= 20 and (worst is None or longest - median > worst[0] - worst[2]):
+            worst = (longest, task_id, median)
+    if worst is None:
+        return None
+    return Advice("straggler", "moderate", f"{worst[1]} ran {worst[0]:.0f} s, its peers {worst[2]:.0f} s at the median: "
+                  "a slow node, or more data for it than for its peers", {})
+
+
+def _chief(record: dict[str, Any]) -> dict[str, Any] | None:
+    conf = record.get("conf") or {}
+    name = conf.get("tony.chief.name") or ("chief" if "chief" in (record.get("requested") or {}) else "worker")
+    wanted = f"{name}:{conf.get('tony.chief.index') or 0}"
+    return next((t for t in record.get("tasks") or [] if t["task_id"] == wanted), None)
+
+
+def _hang_after_chief(record: dict[str, Any]) -> Advice | None:
+    chief = _chief(record)
+    if chief is None or chief.get("state") != "SUCCEEDED" or _ran(chief) is None:
+        return None
+    done = chief["finished_at"]
+    untracked = [t for t in str((record.get("conf") or {}).get("tony.application.untracked.jobtypes", "ps")).split(",")
+                 if t.strip()]
+    ended = record.get("finished_at") or done
+    late = {}
+    for t in record.get("tasks") or []:
+        task_type = t["task_id"].split(":")[0]
+        if t is chief or task_type in untracked or task_type == chief["task_id"].split(":")[0]:
+            continue
+        after = (t.get("finished_at") or ended) - done
+        if after > 10 and after > (_ran(chief) or 0) / 4:
+            late[task_type] = max(late.get(task_type, 0.0), after)
+    if not late:
+        return None
+    types = ", ".join(sorted(late))
+    return Advice("hang after the chief", "severe", f"the chief {chief['task_id']} succeeded and {types} ran on "
+                  f"{max(late.values()):.0f} s more: the job waited for tasks whose work was done",
+                  {"tony.application.untracked.jobtypes": ",".join([*untracked, *sorted(late)])})
+
+
 def advise(runs: Sequence[dict[str, Any]]) -> list[Advice]:
     """The advice for the next run of the job whose records ``runs`` are, newest first: the
     newest run's request, judged against what every run used. Most severe first."""
@@ -167,8 +225,7 @@ def advise(runs: Sequence[dict[str, Any]]) -> list[Advice]:
                       _gpus(mine, task_type, int(asked.get("gpus") or 0))):
             if found is not None:
                 out.append(found)
-    if (waited := _gang_wait(newest)) is not None:
-        out.append(waited)
+    out += [a for a in (_gang_wait(newest), _straggler(newest), _hang_after_chief(newest)) if a is not None]
     return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
 
 

@@ -159,8 +159,10 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
             t = tasks.setdefault(e["task"], {"task_id": e["task"], "launches": 0, "metrics": {}})
             if e["state"] == "LAUNCHED":
                 t["launches"] += 1
+            if e["state"] == "RUNNING":
+                t["started_at"] = ts  # its user process started (the latest session's)
             if e["state"] in _FINAL_TASK:
-                t.update(state=e["state"], exit_code=e.get("exit_code"), session=e.get("session"))
+                t.update(state=e["state"], exit_code=e.get("exit_code"), session=e.get("session"), finished_at=ts)
                 if e["state"] in ("FAILED", "LOST"):
                     timeline.append({"ts": ts, "what": f"task {e['task']} {e['state']} (exit {e.get('exit_code')})",
                                      "detail": str(e.get("diagnostics") or "")[:500]})
@@ -180,7 +182,8 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
     for task_id, t in sorted(tasks.items()):
         metrics = {k: v for k, v in t["metrics"].items() if k not in ("sampled_at", "gpus")}
         task_list.append({"task_id": task_id, "state": t.get("state"), "exit_code": t.get("exit_code"),
-                          "restarts": max(0, t["launches"] - 1), "metrics": metrics, "log": logs.get(task_id)})
+                          "restarts": max(0, t["launches"] - 1), "metrics": metrics, "log": logs.get(task_id),
+                          "started_at": t.get("started_at"), "finished_at": t.get("finished_at")})
     return {
         "application_id": status["application_id"], "name": status.get("name"), "user": user,
         "state": status["state"], "started_at": status.get("started_at"), "finished_at": status.get("finished_at"),

@@ -117,3 +117,45 @@ def test_a_container_killed_for_its_memory_is_critical_advice_on_a_real_job(tony
     assert "submitted by hand: this run alone" in out.stderr
     nothing = run_tony("advise")
     assert nothing.returncode == 2 and "name a job (APPLICATION_ID) or a workflow task" in nothing.stderr
+
+
+def timed(task_id, started, finished, state="SUCCEEDED"):
+    return {"task_id": task_id, "state": state, "exit_code": 0, "metrics": {}, "started_at": started,
+            "finished_at": finished}
+
+
+def test_a_straggler_is_named_with_its_peers_median():
+    record = {"application_id": "application_1_0001", "requested": {"worker": {"vcores": 1}},
+              "tasks": [timed("worker:0", 0, 40), timed("worker:1", 0, 42), timed("worker:2", 0, 95)]}
+    [slow] = advise([record])
+    assert slow.heuristic == "straggler" and "worker:2 ran 95 s, its peers 42 s at the median" in slow.message
+    record["tasks"][2] = timed("worker:2", 0, 55)  # 13 s over the median: no straggler
+    assert advise([record]) == []
+
+
+def test_tasks_that_run_on_after_the_chief_succeeded_are_untracked_next_time():
+    record = {"application_id": "application_1_0001", "finished_at": 200.0,
+              "requested": {"chief": {}, "worker": {}, "ps": {}},
+              "conf": {"tony.application.untracked.jobtypes": "ps"},
+              "tasks": [timed("chief:0", 0, 60), timed("worker:0", 0, 200, "KILLED"), timed("ps:0", 0, 200, "KILLED")]}
+    [hang] = advise([record])
+    assert hang.severity == "severe" and "the chief chief:0 succeeded and worker ran on 140 s more" in hang.message
+    assert hang.changes == {"tony.application.untracked.jobtypes": "ps,worker"}
+    record["tasks"][1] = timed("worker:0", 0, 64)  # ended with it, near enough
+    assert advise([record]) == []
+    record["tasks"][0]["state"] = "FAILED"
+    assert advise([record]) == []
+
+
+@pytest.mark.job
+def test_a_straggler_and_tasks_left_running_after_the_chief_on_a_real_job(tony_home, tmp_path):
+    # chief:0 ends at once; of three workers, worker:2 takes 25 s more than its peers.
+    tasks = {"chief": {"instances": 1, "memory": "256m", "command": "sleep 1"},
+             "worker": {"instances": 3, "memory": "256m", "command": 'sleep $(( TASK_INDEX == 2 ? 28 : 3 ))'}}
+    h = submit(tmp_path, "true", tasks)
+    assert h.wait(poll_interval=0.5, timeout=180).state == "SUCCEEDED"
+    out = run_tony("advise", h.app_id, "--json")
+    found = {a["heuristic"]: a for a in json.loads(out.stdout)["advice"]}
+    assert set(found) == {"straggler", "hang after the chief"}, found
+    assert found["straggler"]["message"].startswith("worker:2 ran 2") and "its peers 3 s at the median" in found["straggler"]["message"]
+    assert found["hang after the chief"]["changes"] == {"tony.application.untracked.jobtypes": "ps,worker"}

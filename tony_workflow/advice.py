@@ -19,6 +19,8 @@ a job that needs more on a busier day.
   of the gang is the problem, not the training.
 - **straggler**: a task that ran half again as long as its type's median, and 20 s longer at
   least: a slow node, or more data for it than for its peers.
+- **checkpoints**: a relaunched session that resumed from a step far behind the one the session
+  before it had reached (a tenth of the training, or a minute of it): checkpoints too rare.
 - **hang after the chief**: TonY's known pattern: the chief succeeded and tasks of another type
   ran on (more than 10 s, and more than a quarter of the chief's own run) until they ended or the
   job was stopped; that type's end is not what the job waits for (tony.application.untracked.jobtypes).
@@ -180,6 +182,34 @@ def _straggler(record: dict[str, Any]) -> Advice | None:
                   "a slow node, or more data for it than for its peers", {})
 
 
+def _checkpoints(record: dict[str, Any]) -> Advice | None:
+    """The most work a relaunch lost: the step the session before reached against the step the
+    next one's first report gave, from the record's figures over time."""
+    series = record.get("series") or {}
+    points = [(t, s) for t, s in zip(series.get("t") or [], series.get("step") or []) if s is not None]
+    total = (record.get("progress") or {}).get("total")
+    worst: tuple[int, int, int, float, int] | None = None  # lost, reached, resumed, seconds, session
+    for session in (record.get("sessions") or [])[1:]:
+        start, end = session.get("started_at"), session.get("finished_at") or float("inf")
+        before = [(t, s) for t, s in points if start is not None and t < start]
+        # The session's lowest step is where it resumed: its first figures may still show the
+        # step the session before reached, until its own chief reports.
+        after = [s for t, s in points if start is not None and start <= t <= end]
+        if not before or not after:
+            continue
+        reached, resumed = max(s for _, s in before), min(after)
+        rate = (before[-1][0] - before[0][0]) / max(1, before[-1][1] - before[0][1]) if len(before) > 1 else 0.0
+        lost = reached - resumed
+        if lost > 0 and (worst is None or lost > worst[0]):
+            worst = (lost, reached, resumed, lost * rate, session.get("session", 0))
+    if worst is None or not ((total and worst[0] >= total / 10) or worst[3] >= 60):
+        return None
+    lost, reached, resumed, seconds, session = worst
+    return Advice("checkpoints", "moderate", f"session {session} resumed from about step {resumed} after the session "
+                  f"before had reached step {reached}: about {lost} steps ({seconds:.0f} s of training) lost; "
+                  "saving checkpoints more often keeps them", {})
+
+
 def _chief(record: dict[str, Any]) -> dict[str, Any] | None:
     conf = record.get("conf") or {}
     name = conf.get("tony.chief.name") or ("chief" if "chief" in (record.get("requested") or {}) else "worker")
@@ -225,7 +255,8 @@ def advise(runs: Sequence[dict[str, Any]]) -> list[Advice]:
                       _gpus(mine, task_type, int(asked.get("gpus") or 0))):
             if found is not None:
                 out.append(found)
-    out += [a for a in (_gang_wait(newest), _straggler(newest), _hang_after_chief(newest)) if a is not None]
+    out += [a for a in (_gang_wait(newest), _straggler(newest), _checkpoints(newest), _hang_after_chief(newest))
+            if a is not None]
     return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
 
 

@@ -159,3 +159,34 @@ def test_a_straggler_and_tasks_left_running_after_the_chief_on_a_real_job(tony_h
     assert set(found) == {"straggler", "hang after the chief"}, found
     assert found["straggler"]["message"].startswith("worker:2 ran 2") and "its peers 3 s at the median" in found["straggler"]["message"]
     assert found["hang after the chief"]["changes"] == {"tony.application.untracked.jobtypes": "ps,worker"}
+
+
+def test_a_relaunch_that_went_far_back_asks_for_checkpoints_more_often():
+    series = {"t": [0.0, 10.0, 20.0, 30.0, 40.0, 50.0], "step": [0, 100, 200, 290, 110, 210]}
+    record = {"application_id": "application_1_0001", "requested": {}, "progress": {"total": 500}, "series": series,
+              "sessions": [{"session": 0, "started_at": 0.0}, {"session": 1, "started_at": 35.0}]}
+    [ckpt] = advise([record])
+    assert ckpt.heuristic == "checkpoints" and "session 1 resumed from about step 110" in ckpt.message
+    assert "had reached step 290: about 180 steps (19 s of training) lost" in ckpt.message
+    series["t"].insert(4, 36.0)
+    series["step"].insert(4, 290)  # the new session's first figures still show the old step
+    assert "resumed from about step 110 after" in advise([record])[0].message
+    series["step"][5:] = [280, 300]  # resumed 10 steps back: a fiftieth of the training
+    assert advise([record]) == []
+
+
+@pytest.mark.job
+def test_a_relaunch_that_lost_much_of_its_work_on_a_real_job(tony_home, tmp_path):
+    from tests.conftest import REPO
+
+    # The stand-in trainer saves every 50 of 120 steps; worker:0 dies at step 95 in the first session.
+    spec = REPO / "tests" / "stand_in" / "stand_in.yaml"
+    from tony_workflow.client import TonyClient, load_job
+    job = load_job(str(spec), task_params="--steps 120 --save-every 50 --step-sleep 0.1 --die-at 95 --fault-task worker:0",
+                   conf=["tony.task.metrics-interval-ms=200"])
+    h = TonyClient("local").submit(job)
+    st = h.wait(poll_interval=0.5, timeout=180)
+    assert st.state == "SUCCEEDED" and st.session_id == 1, st.diagnostics
+    found = {a["heuristic"]: a for a in json.loads(run_tony("advise", h.app_id, "--json").stdout)["advice"]}
+    assert "checkpoints" in found, found
+    assert found["checkpoints"]["message"].startswith("session 1 resumed from about step ")

@@ -244,7 +244,7 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
         server = psutil.Process(board.pid).children(recursive=True)
         assert server, "TensorBoard runs as the command's child"
     finally:
-        board.send_signal(2)  # Ctrl-C
+        board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
         assert board.wait(30) == 0
     assert not any(c.is_running() and c.status() != "zombie" for c in server)  # it went with the command
     unknown = run_tony("tensorboard", "application_1_0009")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -73,6 +74,10 @@ def serve_kept_events(logdir: Path, host: str, port: int, log: Path) -> tuple[su
     raise RuntimeError("TensorBoard did not start: " + (" / ".join(tail) or f"it exited {proc.returncode}"))
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_tensorboard(args: argparse.Namespace) -> int:
     history = TonyClient(args.backend).history()
     record = history.get(args.app_id)
@@ -91,9 +96,12 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
         except RuntimeError as e:
             print(f"tony: {e}", file=sys.stderr)
             return 1
+        # Stopped as a server is: Ctrl-C, or SIGTERM (a service manager, a parent that ignores SIGINT).
+        signal.signal(signal.SIGTERM, _interrupted)
         print(url, flush=True)
         print(f"tony: TensorBoard of {args.app_id} ({record.get('state')}, {record.get('name') or '-'}): "
-              f"{kept.get('files')} event file(s) kept in {kept.get('uri')}; Ctrl-C stops it", file=sys.stderr, flush=True)
+              f"{kept.get('files')} event file(s) kept in {kept.get('uri')}; Ctrl-C or SIGTERM stops it", file=sys.stderr,
+              flush=True)
         try:
             proc.wait()
         except KeyboardInterrupt:

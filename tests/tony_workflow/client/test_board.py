@@ -51,7 +51,6 @@ def test_kept_files_are_read_in_place_from_a_local_history_and_copied_from_any_o
 def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yarn_cluster, tmp_path):
     import json
     import os
-    import signal
     import subprocess
     import sys
     import urllib.request
@@ -86,6 +85,6 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
         assert [p[1] for p in points] == [1, 2, 3, 4, 5]
         assert any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # copied out of HDFS ...
     finally:
-        board.send_signal(signal.SIGINT)
+        board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
         assert board.wait(30) == 0
     assert not any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # ... and gone with it

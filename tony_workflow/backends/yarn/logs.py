@@ -175,10 +175,13 @@ def job_logs(app_id: str, status: Any, task: str | None, *, into: Path, ended: b
             where = f"neither HDFS nor the NodeManager at {node} holds container {container}'s"
         else:
             where = (f"this cluster does not aggregate logs (yarn.log-aggregation-enable=false), and the NodeManager "
-                     f"at {node} serves none of an ended job's: container {container}'s stay in its "
+                     f"at {node} gives none of this ended job's: container {container}'s stay in its "
                      "yarn.nodemanager.log-dirs while it keeps them")
+        if ended and answered:
+            where += f"; {next(iter(answered.values()))}"
         for name, file in files.items():
-            keep(section, name, held.get(file), answered.get(file, where))
+            answer = answered.get(file)
+            keep(section, name, held.get(file), where if ended or not answer else answer)
     if task is None:
         named = {container for (_, container), _ in wanted.values()}
         for container in sorted(set(found) - named):

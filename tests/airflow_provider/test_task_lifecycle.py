@@ -43,12 +43,19 @@ def start(argv, log: Path, tony_home: Path) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen) -> None:
+    """Stops the run and everything of its session: Airflow's LocalExecutor workers outlive a
+    run that ended by itself, and only their group still names them."""
+    from tony_workflow.process import group_members
+
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+    for member in group_members(proc.pid):
+        member.kill()
+    wait_for(lambda: not group_members(proc.pid), timeout=30)
 
 
 def applications(tony_home: Path) -> list[Path]:

@@ -245,8 +245,19 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
         assert server, "TensorBoard runs as the command's child"
     finally:
         board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
-        assert board.wait(30) == 0
-    assert not any(c.is_running() and c.status() != "zombie" for c in server)  # it went with the command
+        try:
+            assert board.wait(30) == 0
+        finally:
+            board.kill()
+    wait_for(lambda: not any(c.is_running() and c.status() != "zombie" for c in server), timeout=30)  # it went too
+    # A command killed outright takes its TensorBoard with it too.
+    board = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "tensorboard", h.app_id, "--port",
+                              str(_free_port())], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    assert board.stdout.readline().startswith("http://127.0.0.1:")
+    server = psutil.Process(board.pid).children(recursive=True)
+    board.kill()
+    board.wait(30)
+    wait_for(lambda: not any(c.is_running() and c.status() != "zombie" for c in server), timeout=30)
     unknown = run_tony("tensorboard", "application_1_0009")
     assert unknown.returncode == 3 and "no history of application_1_0009" in unknown.stderr
 

@@ -52,6 +52,14 @@ def _event_files(store: Any, key: str, scratch: Path) -> Path:
     return scratch
 
 
+def _dies_with_this_command() -> None:
+    """Run in TensorBoard's process before it starts: the kernel stops it (SIGTERM) when this
+    command dies, however it dies (Linux's PR_SET_PDEATHSIG), so no server is left behind."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+
+
 def serve_kept_events(logdir: Path, host: str, port: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Starts TensorBoard on ``logdir`` and returns it with its URL once it answers; RuntimeError
     with the end of its log when it does not."""
@@ -59,7 +67,8 @@ def serve_kept_events(logdir: Path, host: str, port: int, log: Path) -> tuple[su
 
     out = open(log, "ab")  # noqa: SIM115 - TensorBoard writes there while it runs
     proc = subprocess.Popen([sys.executable, "-c", TENSORBOARD_WITHOUT_TF, "--logdir", str(logdir), "--host", host,
-                             "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                             "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            preexec_fn=_dies_with_this_command)  # noqa: PLW1509 - the command runs no thread
     out.close()
     url = f"http://{host}:{port}/"
     deadline = time.monotonic() + _READY_S

@@ -86,5 +86,8 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
         assert any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # copied out of HDFS ...
     finally:
         board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
-        assert board.wait(30) == 0
+        try:
+            assert board.wait(30) == 0
+        finally:
+            board.kill()
     assert not any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # ... and gone with it

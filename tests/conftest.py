@@ -203,3 +203,13 @@ for step in range(1, 6):
     writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])))
 writer.close()
 """
+
+
+def stopped(proc: subprocess.Popen, timeout: float = 30) -> int:
+    """Stops a long-running command as a service manager does (SIGTERM: a test worker's children
+    inherit its ignored SIGINT) and returns its exit status; killed if it has not ended in time."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    finally:
+        proc.kill()

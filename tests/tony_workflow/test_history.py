@@ -214,7 +214,7 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
 
     import psutil
 
-    from tests.conftest import REPO, wait_for
+    from tests.conftest import REPO, stopped, wait_for
 
     (tmp_path / "writer.py").write_text(TENSORBOARD_EVENTS)
     h = submit(tmp_path, f"python {tmp_path}/writer.py $JOB_NAME$TASK_INDEX", {"worker": {"instances": 2, "memory": "1g"}},
@@ -244,11 +244,7 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
         server = psutil.Process(board.pid).children(recursive=True)
         assert server, "TensorBoard runs as the command's child"
     finally:
-        board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
-        try:
-            assert board.wait(30) == 0
-        finally:
-            board.kill()
+        assert stopped(board) == 0
     wait_for(lambda: not any(c.is_running() and c.status() != "zombie" for c in server), timeout=30)  # it went too
     # A command killed outright takes its TensorBoard with it too.
     board = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "tensorboard", h.app_id, "--port",

@@ -55,7 +55,7 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
     import sys
     import urllib.request
 
-    from tests.conftest import REPO, TENSORBOARD_EVENTS, run_tony, wait_for
+    from tests.conftest import REPO, TENSORBOARD_EVENTS, run_tony, stopped, wait_for
 
     src = tmp_path / "src"
     src.mkdir()
@@ -85,9 +85,5 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
         assert [p[1] for p in points] == [1, 2, 3, 4, 5]
         assert any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # copied out of HDFS ...
     finally:
-        board.terminate()  # SIGTERM: a test worker's children inherit its ignored SIGINT
-        try:
-            assert board.wait(30) == 0
-        finally:
-            board.kill()
+        assert stopped(board) == 0
     assert not any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # ... and gone with it

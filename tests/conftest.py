@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,11 @@ def minicluster_missing() -> str | None:
     return None
 
 
+# How long the tests give a mini cluster's daemons to come up: far more than they need on an idle
+# machine (about 40 s), for a machine the rest of the suite keeps busy.
+START_TIMEOUT = 420.0
+
+
 @contextlib.contextmanager
 def own_minicluster(directory: Path, **options) -> Iterator[dict]:
     """A mini cluster of a test module's own (``options`` as :func:`tony_workflow.minicluster.start`
@@ -117,7 +123,7 @@ def own_minicluster(directory: Path, **options) -> Iterator[dict]:
     from tony_workflow import minicluster
     from tony_workflow.backends.yarn.driver import close_drivers
 
-    info = minicluster.start(directory, **options)
+    info = minicluster.start(directory, **{"timeout": START_TIMEOUT, **options})
     saved = dict(os.environ)
     os.environ.update(minicluster.client_env(info))
     try:
@@ -137,7 +143,7 @@ def hadoop_cluster(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     d = tmp_path_factory.mktemp("minicluster")
-    info = minicluster.start(d)
+    info = minicluster.start(d, timeout=START_TIMEOUT)
     yield info
     minicluster.stop(d)
 
@@ -156,11 +162,16 @@ def yarn_cluster(hadoop_cluster):
 
 
 def sleeper_job(name: str = "sleeper", conf: dict | None = None, *, seconds: int = 600, workers: int = 1,
-                memory: str = "512m") -> dict:
-    """A small job for the YARN tests: ``workers`` tasks that sleep, an AM of 512 MB, no TensorBoard."""
+                memory: str = "512m", until: Path | None = None) -> dict:
+    """A small job for the YARN tests: ``workers`` tasks that sleep, an AM of 512 MB, no TensorBoard.
+    With ``until``, the tasks sleep until that file exists instead (the test says when they end,
+    however slow the machine is), for ``seconds`` at most."""
+    command = f"sleep {seconds}"
+    if until is not None:
+        command = f"for _ in $(seq {seconds * 2}); do [ -e {shlex.quote(str(until))} ] && exit 0; sleep 0.5; done; exit 9"
     # A standalone job is one task (TonY's rule); several run under the default framework.
     return {"name": name, "framework": "standalone" if workers == 1 else "tensorflow",
-            "tasks": {"worker": {"instances": workers, "memory": memory, "vcores": 1, "command": f"sleep {seconds}"}},
+            "tasks": {"worker": {"instances": workers, "memory": memory, "vcores": 1, "command": command}},
             "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", **(conf or {})}}
 
 
@@ -213,3 +224,28 @@ def stopped(proc: subprocess.Popen, timeout: float = 30) -> int:
         return proc.wait(timeout)
     finally:
         proc.kill()
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium (Debian's chromium and chromium-driver, which `make test` installs) through
+    Selenium, quit after the test."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver, "Debian's chromium and chromium-driver are installed by `make test`"
+    opts = Options()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--window-size=1500,1100"):
+        opts.add_argument(arg)
+    chrome = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()

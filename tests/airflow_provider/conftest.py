@@ -133,28 +133,3 @@ def task_instance(dag_id: str, run_id: str, task_id: str):
                                                         TaskInstance.task_id == task_id)).one()
         session.expunge(ti)
         return ti
-
-
-@pytest.fixture
-def browser():
-    """Headless Chromium (Debian's chromium and chromium-driver, which `make test` installs) through
-    Selenium, quit after the test."""
-    import shutil
-
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver, "Debian's chromium and chromium-driver are installed by `make test`"
-    opts = Options()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--window-size=1500,1100"):
-        opts.add_argument(arg)
-    chrome = webdriver.Chrome(service=Service(driver), options=opts)
-    try:
-        yield chrome
-    finally:
-        chrome.quit()

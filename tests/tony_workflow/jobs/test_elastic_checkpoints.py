@@ -102,6 +102,10 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     rounds: dict[int, list[int]] = {}
     for r, s in re.findall(r"round=(\d+) rank=\d+ world=\d+ start_step=(\d+)", out):
         rounds.setdefault(int(r), []).append(int(s))
+    # The last group is whole again, or (on a machine slow to start the replacement's torch) the
+    # two survivors finished before it could join: the replacement is not what is tested here.
+    last_world = len(rounds[max(rounds)])
+    assert last_world in (ranks, ranks - processes), rounds
     assert rounds.pop(min(rounds)) == [0] * ranks, rounds  # the first group, from scratch
     # Every later group: all its ranks start from the same step, one rank 0 saved. The first one
     # after the loss starts from the last save before it (rank 0 may have saved once more before
@@ -116,8 +120,8 @@ def test_whichever_container_dies_the_group_resumes_from_rank_0s_last_checkpoint
     assert "JOINING" in shown and "RUNNING" not in shown, shown
     # The replicas are identical at the end: parameters and momentum alike, every step trained.
     done = re.findall(r"rank=(\d+) done steps=(\d+) state=(\w+)", out)
-    last_round = done[-ranks:]
-    assert sorted(int(r) for r, _, _ in last_round) == list(range(ranks)), done
+    last_round = done[-last_world:]
+    assert sorted(int(r) for r, _, _ in last_round) == list(range(last_world)), done
     assert {(int(n), d) for _, n, d in last_round} == {(TOTAL, last_round[0][2])}, done
 
 

@@ -23,11 +23,11 @@ pytestmark = pytest.mark.frameworks
 
 ELASTIC = REPO / "examples" / "pytorch_elastic" / "pytorch_elastic.yaml"
 SMALL = ["tony.am.memory=512m", "tony.worker.memory=3g", "tony.task.tensorboard.enabled=false"]
-# Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps. A replacement
+# Long enough that a loss and a rejoin both happen mid-run: 4 epochs of 14 steps by default. A replacement
 # is started (torch imported) in about 10 s on the embedded cluster, and granted and started in
 # about 15 s on YARN, while the survivors train on; on a machine the whole suite keeps busy, twice
 # that. The steps are mostly sleep, which costs the machine nothing.
-PARAMS = "--epochs 4 --save-every 5 --batch-size 96 --step-sleep {sleep}"
+PARAMS = "--epochs {epochs} --save-every 5 --batch-size 96 --step-sleep {sleep}"
 STEP_SLEEP = {"local": 0.7, "yarn": 0.9}
 
 
@@ -77,9 +77,9 @@ def trainers(status, task_id: str) -> set[int]:
     return {p.pid for p in container_tree(status, task_id) if _is_trainer(p)}
 
 
-def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place"):
+def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place", epochs: int = 4):
     spec = load_job(str(ELASTIC), conf=[*SMALL, f"tony.elastic.regroup={regroup}", *(conf or [])],
-                    task_params=PARAMS.format(sleep=STEP_SLEEP[backend]))
+                    task_params=PARAMS.format(sleep=STEP_SLEEP[backend], epochs=epochs))
     return TonyClient(backend).submit(spec)
 
 
@@ -110,7 +110,7 @@ def finished(h):
     return st
 
 
-def identical_replicas(out: str, session: int = 0, world: int | None = 3) -> None:
+def identical_replicas(out: str, session: int = 0, world: int | None = 3, epochs: int = 4) -> None:
     """Every rank of the last round (of ``world`` ranks; None: of however many finished, at least
     the group's minimum of two) trained every step and holds the same parameters."""
     done = {rank: (int(steps), params) for rank, steps, params
@@ -118,7 +118,7 @@ def identical_replicas(out: str, session: int = 0, world: int | None = 3) -> Non
     if world is None:
         world = max(len(done), 2)
     assert set(done) == {str(r) for r in range(world)} and len(set(done.values())) == 1, done
-    assert next(iter(done.values()))[0] == 4 * 14, done  # 4 epochs of 14 steps (1,397 images, 96 a step)
+    assert next(iter(done.values()))[0] == epochs * 14, done  # epochs of 14 steps (1,397 images, 96 a step)
 
 
 @pytest.fixture(params=["local", pytest.param("yarn", marks=pytest.mark.yarn)])
@@ -129,32 +129,33 @@ def backend(request):
     return request.param
 
 
-def lasting(status) -> set[tuple[int, float]]:
-    """A sleeper job's executor and its user process (not the helpers they start for a moment)."""
+def lasting(status, gate: Path) -> set[tuple[int, float]]:
+    """A gated sleeper job's executor and its user process, the shell waiting for ``gate`` (not
+    the helpers they start for a moment)."""
     tree = container_tree(status, "worker:0")
     # On the embedded cluster the executor is the container's first process (forked, it keeps its
     # parent's command line); on YARN it is the one started as the executor.
     return {(p.pid, p.create_time()) for i, p in enumerate(tree)
             if (i == 0 and status.backend == "local") or "tony_workflow.task.executor" in " ".join(p.cmdline())
-            or Path(p.cmdline()[0]).name == "sleep"}
+            or str(gate) in " ".join(p.cmdline())}
 
 
-def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend):
-    lose_a_worker(backend, "in-place")
+def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend, tmp_path):
+    lose_a_worker(backend, "in-place", tmp_path / "gate")
 
 
-def test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_their_containers(tony_home):
-    lose_a_worker("local", "restart")
+def test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_their_containers(tony_home, tmp_path):
+    lose_a_worker("local", "restart", tmp_path / "gate")
 
 
-def lose_a_worker(backend: str, regroup: str) -> None:
-    # A job of another user's beside it, on the same cluster, all along.
-    neighbour = TonyClient(backend).submit(load_job(sleeper_job("neighbour", seconds=90, memory="512m")))
+def lose_a_worker(backend: str, regroup: str, gate: Path) -> None:
+    # A job of another user's beside it, on the same cluster, all along: it runs till the end.
+    neighbour = TonyClient(backend).submit(load_job(sleeper_job("neighbour", memory="512m", until=gate)))
     h = submit(backend=backend, regroup=regroup)
     st = running_at(h, 15)
     beside = wait_for(lambda: (s := neighbour.status()).state == "RUNNING" and s.tasks[0].state == "RUNNING" and s,
                       timeout=120)
-    neighbours_processes = lasting(beside)
+    neighbours_processes = lasting(beside, gate)
     survivors = {t: keepers(st, t) for t in ("worker:0", "worker:2")}
     first_trainers = {t: trainers(st, t) for t in survivors}
     assert all(survivors.values()) and all(first_trainers.values())
@@ -163,7 +164,7 @@ def lose_a_worker(backend: str, regroup: str) -> None:
     assert not back.is_final, back.diagnostics
     # The neighbour noticed nothing: the same processes, no restart, the same session.
     now = neighbour.status()
-    assert lasting(now) == neighbours_processes and len(neighbours_processes) >= 2
+    assert lasting(now, gate) == neighbours_processes and len(neighbours_processes) >= 2
     assert now.state == "RUNNING" and now.session_id == 0 and now.tasks[0].restarts == 0
     # The others' executors (and agents) are the very processes they were. Regrouping in place,
     # so are their trainers; under torch's agent the trainers are new (restarted in the new round).
@@ -186,6 +187,7 @@ def lose_a_worker(backend: str, regroup: str) -> None:
     what = [t["what"] for t in record["timeline"]]
     assert "task worker:1 left the elastic group; a replacement is asked for" in what, what
     assert any(w.startswith(("group grew: 3 of 3", "group re-formed: 3 of 3")) for w in what), what
+    gate.touch()
     alone = finished(neighbour)
     assert alone.state == "SUCCEEDED" and alone.session_id == 0 and alone.tasks[0].restarts == 0, alone.diagnostics
 
@@ -215,7 +217,8 @@ def test_rank_zeros_container_killed(backend):
 
 @LOCAL_ONLY
 def test_two_losses_in_a_row(backend):
-    h = submit(backend=backend)
+    # Twice the usual length: two replacements start one after the other while the group trains.
+    h = submit(backend=backend, epochs=8)
     st = running_at(h, 10)
     kill_container(st, "worker:1")
     back = regrown(h, st.elastic["round"])
@@ -232,7 +235,7 @@ def test_two_losses_in_a_row(backend):
     assert final.elastic["changes"] == 2
     assert final.task("worker:1").restarts == 1 and final.task("worker:2").restarts == 1
     # The second replacement may come too late to join (on a busy machine the others finish first).
-    identical_replicas(stdout(h), world=None)
+    identical_replicas(stdout(h), world=None, epochs=8)
 
 
 @LOCAL_ONLY

@@ -88,12 +88,15 @@ def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_p
 
 
 def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluster, yarn):
+    # The first session's tasks stop at step 30 (past the checkpoint of step 20) until the loss:
+    # the session cannot end before it, however slow the machine.
     spec = load_job(str(STAND_IN), conf=[*SMALL, "tony.am.retry-count=1"],
-                    task_params="--steps 100 --save-every 10 --step-sleep 0.25")
+                    task_params="--steps 40 --save-every 10 --step-sleep 0.25 --hang-at 30")
     h = yarn.submit(spec)
     ckpt = app_hdfs_dir(h.app_id) + "/checkpoints"
     wait_for(lambda: any(f.endswith("/checkpoint") for f in webhdfs_list(cluster, ckpt)), timeout=300, interval=1)
-    before = h.status()
+    before = wait_for(lambda: (s := h.status()).state == "RUNNING" and all(t.state == "RUNNING" for t in s.tasks)
+                      and s, timeout=120)
     # Kill the whole container: its launch script leads the process group that holds the
     # executor and the training process.
     container_group = os.getpgid(user_process(before.task("worker:1").pid).pid)

@@ -201,9 +201,10 @@ def test_the_clients_environment_packed_carries_the_packages_it_names(bare_nodes
     assert any("/environment-" in k for k in cache_files(yarn)), cache_files(yarn)
 
 
-def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes):
+def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes, tmp_path):
     yarn = TonyClient("yarn")
-    h = yarn.submit(load_job(sleeper_job("am-again", {"tony.am.max-attempts": "2"}, seconds=40, memory="256m")))
+    gate = tmp_path / "gate"  # the worker runs till the second attempt is seen
+    h = yarn.submit(load_job(sleeper_job("am-again", {"tony.am.max-attempts": "2"}, memory="256m", until=gate)))
     wait_for(lambda: h.status().state == "RUNNING", timeout=180, interval=1)
     # The AM's container dies whole (its supervisor and its AM), as with its machine.
     am = [p for p in app_processes(h.app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())]
@@ -216,6 +217,7 @@ def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes):
                 pass
     again = wait_for(lambda: (s := h.status()).am_attempt == 2 and s.state == "RUNNING" and s, timeout=300, interval=1)
     assert again.am_attempt == 2
+    gate.touch()
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
     wait_for(lambda: not app_processes(h.app_id), timeout=120)

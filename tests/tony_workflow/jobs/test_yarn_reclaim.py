@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from tests.conftest import REPO, app_processes, minicluster_missing, sleeper_job, wait_for
+from tests.conftest import REPO, START_TIMEOUT, app_processes, minicluster_missing, sleeper_job, wait_for
 from tony_workflow import minicluster
 from tony_workflow.backends.yarn import close_drivers
 from tony_workflow.client import TonyClient, load_job
@@ -23,10 +23,10 @@ from tony_workflow.client import TonyClient, load_job
 pytestmark = [pytest.mark.yarn]
 
 
-def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512m") -> dict:
+def job(workers: int, seconds: int, conf: dict | None = None, memory: str = "512m", until: Path | None = None) -> dict:
     """Sleeping workers, with no session retry to spend: a reclaim that costs one fails the job."""
     return sleeper_job("reclaim", {"tony.am.memory": "256m", "tony.am.retry-count": "0", **(conf or {})},
-                       seconds=seconds, workers=workers, memory=memory)
+                       seconds=seconds, workers=workers, memory=memory, until=until)
 
 
 # The kinds of cluster the tests share, each started once (by the first test that asks for it).
@@ -58,7 +58,7 @@ def clusters(tmp_path_factory):
         if last:
             close_drivers(last["info"]["rm_address"])
         d = tmp_path_factory.mktemp("reclaim-mc")
-        info = minicluster.start(d, **options)
+        info = minicluster.start(d, **{"timeout": START_TIMEOUT, **options})
         started.append(d)
         os.environ.clear()
         os.environ.update(saved)
@@ -90,11 +90,12 @@ def node_of_task(info: dict, status, task_id: str) -> int:
     return minicluster.nodemanager_of(info, urlsplit(status.task(task_id).log_url).netloc)
 
 
-def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
+def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters, tmp_path):
     info = clusters(**PREEMPTING)
     yarn = TonyClient("yarn")
     # Three 1 GB workers, the AM and skein's master fill the one 4 GB NodeManager from queue default.
-    h = yarn.submit(load_job(job(3, 40, {"tony.yarn.queue": "default"}, memory="1g")))
+    gate = tmp_path / "gate"  # the workers run till the gang has been broken and formed again
+    h = yarn.submit(load_job(job(3, 600, {"tony.yarn.queue": "default"}, memory="1g", until=gate)))
     wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 3 and
              all(t.state == "RUNNING" for t in s.tasks), timeout=240, interval=1)
     # A job in queue urgent claims its guaranteed half: the monitor takes containers from default.
@@ -110,6 +111,9 @@ def test_a_preempted_worker_is_relaunched_without_spending_a_retry(clusters):
                       and s, timeout=240, interval=0.5)
     assert broken.state == "ALLOCATING" and "blocked by" in broken.waiting_reason, broken.waiting_reason
     assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in broken.tasks), broken.tasks
+    wait_for(lambda: (s := h.status()).session_id >= 1 and s.state == "RUNNING" and len(s.tasks) == 3
+             and all(t.state == "RUNNING" for t in s.tasks), timeout=300, interval=1)
+    gate.touch()
     st = h.wait(poll_interval=1, timeout=600)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.retries == 0 and st.reclaims >= 1, (st.retries, st.reclaims)
@@ -155,7 +159,8 @@ def test_a_preempted_worker_of_an_elastic_job_is_replaced_while_the_others_train
     # Taken back, not failed: no retry spent, no membership change counted, the session kept.
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 0 and st.retries == 0 and st.reclaims >= 1, (st.session_id, st.retries, st.reclaims)
-    assert st.elastic["changes"] == 0 and st.elastic["size"] == 3, st.elastic
+    # (The group may end smaller: urgent's claim can take a member a second time before it ends.)
+    assert st.elastic["changes"] == 0, st.elastic
     assert int(rm_app(info, h.app_id)["numNonAMContainerPreempted"]) >= 1
     lost = reclaimed(h.app_id)
     assert lost and all(w.endswith("was preempted by the scheduler") for w in lost), lost
@@ -178,11 +183,12 @@ def test_the_application_priority_is_asked_of_the_resource_manager(clusters):
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
-def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relaunched(clusters):
+def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relaunched(clusters, tmp_path):
     # NodeManagers 1 and 2 carry the exclusive label "work"; 0 has none, for skein's master and the AM.
     info = clusters(**LABELLED)
     yarn = TonyClient("yarn")
-    h = yarn.submit(load_job(job(1, 45, {"tony.worker.node-label": "work"})))
+    gate = tmp_path / "gate"  # the worker runs till its relaunch on the other node is seen
+    h = yarn.submit(load_job(job(1, 600, {"tony.worker.node-label": "work"}, until=gate)))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and
                   s.tasks[0].state == "RUNNING" and s.tasks[0].log_url and s, timeout=240, interval=1)
     lost = node_of_task(info, st, "worker:0")
@@ -197,6 +203,7 @@ def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relau
     again = wait_for(lambda: (s := h.status()).session_id >= 1 and s.tasks and s.tasks[0].log_url and
                      s.tasks[0].state == "RUNNING" and s, timeout=240, interval=1)
     assert node_of_task(info, again, "worker:0") == 3 - lost
+    gate.touch()
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.retries == 0 and st.reclaims == 1, (st.retries, st.reclaims)
@@ -210,20 +217,22 @@ def am_node(info: dict, app_id: str) -> set[int]:
             for p in app_processes(app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())}
 
 
-def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters):
+def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters, tmp_path):
     # The AM on the labelled NodeManagers 3 and 4, the worker and skein's master on 0. With
-    # tony.am.max-attempts=1 a lost AM container that counted would fail the job.
+    # tony.am.max-attempts=1 a lost AM container that counted would fail the job. The worker
+    # runs until the test has seen the second attempt's session.
     info = clusters(**LABELLED)
     yarn = TonyClient("yarn")
-    h = yarn.submit(load_job(job(1, 40, {"tony.am.node-label": "am", "tony.am.max-attempts": "1"})))
+    gate = tmp_path / "gate"
+    h = yarn.submit(load_job(job(1, 600, {"tony.am.node-label": "am", "tony.am.max-attempts": "1"}, until=gate)))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and s.tasks and s.tasks[0].state == "RUNNING" and s,
                   timeout=240, interval=1)
     first_tracking = st.tracking_url
-    [lost] = wait_for(lambda: am_node(info, h.app_id), timeout=60)
+    [lost] = wait_for(lambda: am_node(info, h.app_id), timeout=120)
     assert lost in (3, 4)
     # The AM copies its events to HDFS on a thread as a session starts, and the executors may run
     # before that copy lands: the node goes once it has (a node lost sooner loses that history).
-    wait_for(lambda: "session_started" in events_copy(yarn, h.app_id), timeout=60)
+    wait_for(lambda: "session_started" in events_copy(yarn, h.app_id), timeout=120)
     before = {p.pid for p in app_processes(h.app_id)}
     minicluster.stop_nodemanager(info["dir"], lost)
     # YARN declares the node lost, skein starts the AM's service on the other labelled node, and
@@ -234,7 +243,8 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     assert "lost with its node" in again.diagnostics, again.diagnostics
     assert am_node(info, h.app_id) == {7 - lost}
     assert again.tracking_url == first_tracking  # the ResourceManager's proxy, whichever node serves it
-    wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=60)  # the old worker too
+    wait_for(lambda: not before & {p.pid for p in app_processes(h.app_id)}, timeout=120)  # the old worker too
+    gate.touch()
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.am_attempt == 2 and st.retries == 0
@@ -271,31 +281,35 @@ def task_nodes(info: dict, status) -> dict[str, int]:
     return {t.task_id: node_of_task(info, status, t.task_id) for t in status.tasks}
 
 
-def test_spread_workers_go_to_distinct_nodes_and_share_them_evenly_when_more(clusters):
+def test_spread_workers_go_to_distinct_nodes_and_share_them_evenly_when_more(clusters, tmp_path):
     info = clusters(nodemanagers=3, nm_memory_mb=4096, nm_vcores=16, distinct_hosts=True)
     assert len({n["node_id"].split(":")[0] for n in info["nodes"]}) == 3
     yarn = TonyClient("yarn")
-    h = yarn.submit(load_job(job(6, 30, {"tony.worker.spread": "true"}, memory="256m")))
+    gate = tmp_path / "gate"  # the workers run till all six are seen running
+    h = yarn.submit(load_job(job(6, 600, {"tony.worker.spread": "true"}, memory="256m", until=gate)))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 6 and
                   all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1)
     # Six workers on three nodes: two each. Left to itself, YARN gives one node's heartbeat all the
     # containers that fit on it (all six here).
     assert Counter(task_nodes(info, st).values()) == {0: 2, 1: 2, 2: 2}, task_nodes(info, st)
+    gate.touch()
     assert h.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
-def test_a_spread_worker_whose_node_gives_no_container_is_asked_anywhere(clusters):
+def test_a_spread_worker_whose_node_gives_no_container_is_asked_anywhere(clusters, tmp_path):
     # NodeManager 2 dies before the job is submitted, and YARN takes ten minutes to notice: the
     # ResourceManager still lists it, so the client gives it a service, whose request never ends.
     info = clusters(nodemanagers=3, nm_memory_mb=4096, nm_vcores=16, distinct_hosts=True)
     minicluster.stop_nodemanager(info["dir"], 2)
-    h = TonyClient("yarn").submit(load_job(job(3, 45, {"tony.worker.spread": "true"}, memory="256m")))
+    gate = tmp_path / "gate"  # the workers run till all three are seen running
+    h = TonyClient("yarn").submit(load_job(job(3, 600, {"tony.worker.spread": "true"}, memory="256m", until=gate)))
     st = wait_for(lambda: (s := h.status()).state == "RUNNING" and len(s.tasks) == 3 and
                   all(t.state == "RUNNING" and t.log_url for t in s.tasks) and s, timeout=240, interval=1,
                   describe=lambda: told(h))
     nodes = task_nodes(info, st)
     assert set(nodes.values()) == {0, 1}, nodes  # two on their own nodes, the third where there was room
+    gate.touch()
     st = h.wait(poll_interval=1, timeout=300)
     assert st.state == "SUCCEEDED" and st.retries == 0, st.diagnostics
     timeline = [t["what"] for t in (TonyClient("yarn").record(h.app_id) or {}).get("timeline") or []]

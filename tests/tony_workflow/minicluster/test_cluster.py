@@ -17,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, app_processes, minicluster_missing, run_tony, wait_for
+from tests.conftest import REPO, START_TIMEOUT, app_processes, minicluster_missing, run_tony, wait_for
 from tony_workflow import minicluster
 from tony_workflow.minicluster.build import _POM, _sha256
 from tony_workflow.minicluster.scheduling import Scheduling
@@ -221,7 +221,7 @@ def scheduling_cluster(tmp_path_factory):
         pytest.skip(reason)
     d = tmp_path_factory.mktemp("scheduling-minicluster")
     info = minicluster.start(d, nodemanagers=2, nm_memory_mb=4096, nm_vcores=4, gpus_per_nm=2, preemption=True,
-                             node_labels={"gpu": [1]}, max_priority=10, node_expiry_s=8)
+                             node_labels={"gpu": [1]}, max_priority=10, node_expiry_s=8, timeout=START_TIMEOUT)
     yield info
     assert minicluster.stop(d)
     # Killed processes may take a moment to go.

@@ -76,12 +76,13 @@ def test_a_driver_that_cannot_start_says_what_is_missing(tmp_path, monkeypatch):
     assert not driver_running({"yarn.resourcemanager.address": "absent:8032"})
 
 
-def _driver_jvms() -> set[int]:
-    """The skein driver JVMs running on this machine, read from the process table."""
+def _driver_jvms(under: int | None = None) -> set[int]:
+    """The skein driver JVMs running on this machine (those ``under`` a process: its children),
+    read from the process table."""
     import psutil
     found = set()
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if "com.anaconda.skein.Driver" in (proc.info["cmdline"] or []):
+    for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
+        if "com.anaconda.skein.Driver" in (proc.info["cmdline"] or []) and under in (None, proc.info["ppid"]):
             found.add(proc.info["pid"])
     return found
 
@@ -114,25 +115,29 @@ def test_another_process_of_the_user_submits_through_the_running_driver(yarn_clu
         return subprocess.Popen([sys.executable, "-c", SUBMITTER, *args], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
 
-    before = _driver_jvms()
+    # Each process's own driver JVM is its child (other tests' drivers run beside on this machine).
     owner = submitter("hold")
     first = json.loads(owner.stdout.readline())
     assert first["own"] and first["answered"]
-    started = _driver_jvms() - before
+    started = _driver_jvms(under=owner.pid)
     assert len(started) == 1  # the owner's JVM
     # A second process for the same cluster and login connects to it: no second JVM.
-    neighbour = submitter()
+    neighbour = submitter("hold")
     second = json.loads(neighbour.stdout.readline())
-    assert neighbour.wait(60) == 0
     assert second == {"address": first["address"], "own": False, "answered": True}
-    assert _driver_jvms() - before == started
+    assert _driver_jvms(under=neighbour.pid) == set()
+    neighbour.stdin.close()
+    assert neighbour.wait(60) == 0
     # Closing the neighbour left the owner's driver running; the owner's exit takes it away.
     assert all(process_alive(pid) for pid in started)
     owner.stdin.close()
     assert owner.wait(60) == 0
     wait_for(lambda: not (_driver_jvms() & started), timeout=30)
     # With the owner gone, the next process starts its own (and takes it away when it ends).
-    third = submitter()
+    third = submitter("hold")
     assert json.loads(third.stdout.readline())["own"]
+    own = _driver_jvms(under=third.pid)
+    assert len(own) == 1 and not own & started
+    third.stdin.close()
     assert third.wait(60) == 0
-    wait_for(lambda: not (_driver_jvms() - before), timeout=30)
+    wait_for(lambda: not (_driver_jvms() & own), timeout=30)

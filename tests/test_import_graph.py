@@ -143,13 +143,14 @@ def test_no_import_cycle():
 # never one above. What every program shares (the spec, the status, the errors, the wire, the
 # stores) is the base; the task side is below the backends, which start tasks (the embedded
 # cluster forks executors); the ApplicationMaster drives a backend's cluster manager; the client
-# submits through a backend; the workflow front ends sit on top of the client.
+# submits through a backend, and the job pages (the history server) read through it; the workflow
+# front ends sit on top of the client.
 LAYERS = (
     ("the base", ()),
     ("the task side", ("tony_workflow.task", "tony_workflow.keras", "tony_workflow.torch_elastic")),
     ("the backends", ("tony_workflow.backends",)),
     ("the ApplicationMaster", ("tony_workflow.am",)),
-    ("the client", ("tony_workflow.client",)),
+    ("the client", ("tony_workflow.client", "tony_workflow.web")),
     ("the front ends", ("airflow_provider", "azkaban_jobtype")),
 )
 

@@ -21,6 +21,7 @@ its logs were, and sizing hints that compare what each task type asked for with 
 """
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import json
 import re
@@ -194,6 +195,7 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "waiting": {k: status.get(k) for k in ("waiting_reason", "waiting_since", "containers_held",
                                                 "containers_wanted", "jobs_ahead")} if status.get("waiting_reason") else None,
         "elastic": status.get("elastic"), "context": status.get("context"),
+        "view_acls": str((conf or {}).get("tony.application.view-acls") or ""),
         "tags": application_tags([], parse_list(str((conf or {}).get("tony.application.tags") or "")),
                                  status.get("context") or {})[0],
         "timeline": sorted(timeline, key=lambda x: x["ts"] or 0), "tasks": task_list,
@@ -332,11 +334,24 @@ class JobHistory:
             return None
         key = max(found)[1]
         record = self._read(key)
-        try:
-            record["conf"] = json.loads(self._text(key.rsplit("/", 1)[0] + "/config.json"))
-        except (OSError, ValueError):
-            record["conf"] = {}
+        record["conf"] = self.read_conf(key)
         return record
+
+    def entries(self) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """Every record's key with what its name says (application, user, state, times), unread."""
+        return self._records()
+
+    def read(self, key: str) -> dict[str, Any]:
+        """The record at ``key`` (one of :meth:`entries`), without its configuration."""
+        return self._read(key)
+
+    def read_conf(self, key: str) -> dict[str, str]:
+        """The configuration kept beside the record at ``key`` ({} when there is none)."""
+        try:
+            conf: dict[str, str] = json.loads(self._text(key.rsplit("/", 1)[0] + "/config.json"))
+        except (OSError, ValueError):
+            return {}
+        return conf
 
     def _text(self, key: str) -> str:
         with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:

@@ -41,12 +41,33 @@ __all__ = [
     "check_fits",
     "default_backend",
     "gang_requests",
+    "history_server",
     "get_backend",
     "get_cluster_manager",
 ]
 
 #: The backends there are, by the name a user gives.
 BACKENDS = ("local", "yarn")
+
+
+def history_server(environ: Mapping[str, str] | None = None) -> str | None:
+    """The history server's address (``$TONY_HISTORY_SERVER``, else tony-site.xml's
+    ``tony.history.server-url``), without its trailing slash; None when neither says one.
+    ConfigError naming where it came from when it is no http(s) address."""
+    from ..spec.loading import site_conf, site_path
+
+    env = os.environ if environ is None else environ
+    if env.get("TONY_HISTORY_SERVER", "").strip():
+        value, where = env["TONY_HISTORY_SERVER"].strip(), "TONY_HISTORY_SERVER"
+    else:
+        conf_dir = env.get("TONY_CONF_DIR")
+        value = ((site_conf(conf_dir) if conf_dir else {}).get("tony.history.server-url") or "").strip()
+        where = f"tony.history.server-url in {site_path(conf_dir)}"
+    if not value:
+        return None
+    if not value.startswith(("http://", "https://")) or len(value.split("/")) < 3 or not value.split("/")[2]:
+        raise ConfigError(f"{where}={value!r} is no address of a history server: expected http(s)://host:port")
+    return value.rstrip("/")
 
 
 def default_backend(environ: Mapping[str, str] | None = None) -> str:

@@ -17,9 +17,10 @@ import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..archive import unsafe_entry
-from ..backends import Backend, get_backend
+from ..backends import Backend, get_backend, history_server
 from ..context import identity_tag, matches
 from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
@@ -28,6 +29,9 @@ from ..spec.keys import task_key
 from ..spec.resources import resource_issues
 from ..status import JobStatus, check_application_id
 from .follow import Follower, JobUpdate
+
+if TYPE_CHECKING:
+    from ..history import JobHistory, SubmitterHistory
 
 __all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication", "check_paths", "executes_problem", "load_job",
            "reads_cluster_files", "venv_problem"]
@@ -126,6 +130,18 @@ def _pause(seconds: float, deadline: float | None, stop: Callable[[], bool] | No
         time.sleep(min(left, 0.1) if stop is not None else left)
 
 
+def _links_after_the_end(st: JobStatus) -> JobStatus:
+    """``st`` with a final job's links on the history server's pages, when one is configured."""
+    if not st.is_final:
+        return st
+    server = history_server()
+    if server:
+        st.tracking_url = f"{server}/jobs/{st.application_id}"
+        if st.tensorboard_url:
+            st.tensorboard_url = f"{server}/jobs/{st.application_id}/tensorboard/"
+    return st
+
+
 class JobHandle:
     """One application: status, wait, kill and logs. Cheap to create; holds no connection."""
 
@@ -141,14 +157,16 @@ class JobHandle:
         return AMClient(ep.address, ep.token, timeout=5, retries=1) if ep else None
 
     def status(self) -> JobStatus:
-        """Live status from the AM, or the last persisted one once the AM is gone."""
+        """Live status from the AM, or the last persisted one once the AM is gone. A job that
+        ended has its tracking and TensorBoard links on the history server, where one is
+        configured (:func:`~tony_workflow.backends.history_server`): its own died with it."""
         am = self._am()
         if am is not None:
             try:
-                return JobStatus.from_dict(am.status())
+                return _links_after_the_end(JobStatus.from_dict(am.status()))
             except (AMUnreachable, AMError):
                 pass
-        return self.backend.stored_status(self.app_id)
+        return _links_after_the_end(self.backend.stored_status(self.app_id))
 
     def record(self) -> dict | None:
         """The job's record (timeline, tasks with their figures, figures over time, configuration:
@@ -289,7 +307,7 @@ class TonyClient:
         except UnknownApplication:
             return self.history().get(app_id)
 
-    def history(self):
+    def history(self) -> JobHistory | SubmitterHistory:
         """The job history this client's backend reads, as its login where the cluster is secure:
         with the jobs it submitted to run as other users, whose records are theirs
         (:func:`~tony_workflow.history.submitter_history`)."""

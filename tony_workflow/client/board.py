@@ -10,78 +10,17 @@ local directory), as the chief's does.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..storage.local import LocalStorage
+from ..web.boards import event_files, free_port, serve_kept_events
 from . import TonyClient
 
-__all__ = ["cmd_tensorboard", "serve_kept_events"]
-
-_READY_S = 120.0
-
-
-def _free_port(preferred: int) -> int:
-    """``preferred`` when nothing listens there, else any free port."""
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError("no free port")
-
-
-def _event_files(store: Any, key: str, scratch: Path) -> Path:
-    """A local directory holding the event files under ``key`` of ``store``."""
-    if isinstance(store, LocalStorage):
-        return store.root / key
-    for rel in store.list(key):
-        target = scratch / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        store.get(f"{key}/{rel}", target)
-    return scratch
-
-
-def _dies_with_this_command() -> None:
-    """Run in TensorBoard's process before it starts: the kernel stops it (SIGTERM) when this
-    command dies, however it dies (Linux's PR_SET_PDEATHSIG), so no server is left behind."""
-    with contextlib.suppress(Exception):
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
-
-
-def serve_kept_events(logdir: Path, host: str, port: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Starts TensorBoard on ``logdir`` and returns it with its URL once it answers; RuntimeError
-    with the end of its log when it does not."""
-    from ..task.executor import TENSORBOARD_WITHOUT_TF
-
-    out = open(log, "ab")  # noqa: SIM115 - TensorBoard writes there while it runs
-    proc = subprocess.Popen([sys.executable, "-c", TENSORBOARD_WITHOUT_TF, "--logdir", str(logdir), "--host", host,
-                             "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=_dies_with_this_command)  # noqa: PLW1509 - the command runs no thread
-    out.close()
-    url = f"http://{host}:{port}/"
-    deadline = time.monotonic() + _READY_S
-    while time.monotonic() < deadline and proc.poll() is None:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url + "data/logdir", timeout=2):
-            return proc, url
-        time.sleep(0.3)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-    raise RuntimeError("TensorBoard did not start: " + (" / ".join(tail) or f"it exited {proc.returncode}"))
-
+__all__ = ["cmd_tensorboard"]
 
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
@@ -99,9 +38,9 @@ def cmd_tensorboard(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 3
     with tempfile.TemporaryDirectory(prefix="tony-tensorboard-") as scratch:
-        logdir = _event_files(history.store, kept["key"], Path(scratch) / "events")
+        logdir = event_files(history.store, kept["key"], Path(scratch) / "events")
         try:
-            proc, url = serve_kept_events(logdir, args.host, _free_port(args.port), Path(scratch) / "tensorboard.log")
+            proc, url = serve_kept_events(logdir, args.host, free_port(args.port), Path(scratch) / "tensorboard.log")
         except RuntimeError as e:
             print(f"tony: {e}", file=sys.stderr)
             return 1

@@ -363,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     hs = sub.add_parser("history", help="jobs that ended, from the job history",
                         description="Lists jobs that ended, newest first, from the job history "
                                     "(tony.history.location in tony-site.xml; default $TONY_HOME/history, or "
-                                    "/user/<user>/.tony/history in HDFS on YARN), or shows one.")
+                                    "/user/<user>/.tony/history in HDFS on YARN), or shows one. "
+                                    "`tony history serve` serves its pages (see tony history serve --help).")
     hs.add_argument("app_id", nargs="?", metavar="APPLICATION_ID", help="show this job: timeline, tasks, hints")
     hs.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
     hs.add_argument("--state", type=str.upper, choices=["SUCCEEDED", "FAILED", "KILLED"],
@@ -449,7 +450,12 @@ def error_report(error: TonyError) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["history", "serve"]:  # beside `tony history [APP]`, whose argument could be any word
+        from ..web.server import serve_parser
+        args = serve_parser(BACKEND_HELP).parse_args(argv[2:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         args.backend = args.backend or default_backend()
         status: int = args.fn(args)

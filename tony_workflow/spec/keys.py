@@ -10,6 +10,7 @@ import re
 
 __all__ = [
     "CLIENT_DEFAULTS",
+    "CLIENT_DOCS",
     "CLIENT_KEY_REASON",
     "FRAMEWORKS",
     "KNOWN_TYPES",
@@ -173,6 +174,16 @@ OTHER_TONY_KEYS = frozenset({
 #: tony-site.xml: which cluster a command means when it names none (``TONY_BACKEND`` wins).
 CLIENT_DEFAULTS: dict[str, str] = {
     "tony.client.backend": "local",
+    "tony.history.server-url": "",
+}
+
+#: What each of the client's settings does (the reference's words).
+CLIENT_DOCS: dict[str, str] = {
+    "tony.client.backend": "the cluster a `tony` command or an Azkaban job means when it names none "
+                           "(`TONY_BACKEND` wins)",
+    "tony.history.server-url": "the address of the history server (`tony history serve`, e.g. `http://host:19886`): "
+                               "a job that ended has its tracking and TensorBoard links there, in `tony status`, "
+                               "the Airflow links and the Azkaban output properties (`TONY_HISTORY_SERVER` wins)",
 }
 
 CLIENT_KEY_REASON = ("is a setting of the machine's tony command, not of a job (it says which cluster a command "

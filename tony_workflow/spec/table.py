@@ -27,6 +27,7 @@ from ..context import FIELDS as CONTEXT_FIELDS
 from .groups import DEPENDENCY_KEY, GROUP_KEY
 from .keys import (
     CLIENT_DEFAULTS,
+    CLIENT_DOCS,
     CLIENT_KEY_REASON,
     LOCAL_CLUSTER_DEFAULTS,
     LOCAL_KEY_REASON,
@@ -397,9 +398,9 @@ def reference_markdown() -> str:
     local = ", ".join(f"`{name}`" for name in LOCAL_CLUSTER_DEFAULTS)
     lines.append("")
     lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "
-                 "only; a job that sets one is refused. So is "
-                 + ", ".join(f"`{name}` (default `{value}`)" for name, value in CLIENT_DEFAULTS.items())
-                 + ": the cluster a `tony` command or an Azkaban job means when it names none (`TONY_BACKEND` wins).")
+                 "only; a job that sets one is refused. So is each setting of the machine's `tony` command: "
+                 + "; ".join(f"`{name}` (default {f'`{value}`' if value else 'none'}): {CLIENT_DOCS[name]}"
+                             for name, value in CLIENT_DEFAULTS.items()) + ".")
     lines += ["", ("TonY's keys that this project does not honour. Set to anything but TonY's default, each is "
                    "refused at submission, naming the key and why, or accepted with a warning in the job's status "
                    "(the job runs as written without it):"), "", unhonoured_markdown()]

@@ -66,3 +66,19 @@ def test_the_default_backend_is_tony_backend_else_the_sites_else_the_embedded_cl
     bad = str(local_site({"tony.client.backend": "yran"}))
     with pytest.raises(ConfigError, match=r"tony.client.backend in .*tony-site.xml='yran' names no backend"):
         default_backend({"TONY_CONF_DIR": bad})
+
+
+def test_the_history_server_is_tony_history_server_else_the_sites_else_none(local_site):
+    from tony_workflow.backends import history_server
+    from tony_workflow.errors import ConfigError
+    assert history_server({}) is None
+    assert history_server({"TONY_HISTORY_SERVER": " http://hs:19886/ "}) == "http://hs:19886"
+    conf_dir = str(local_site({"tony.history.server-url": "https://history.example.com:8443/"}))
+    assert history_server({"TONY_CONF_DIR": conf_dir}) == "https://history.example.com:8443"
+    assert history_server({"TONY_CONF_DIR": conf_dir, "TONY_HISTORY_SERVER": "http://mine:1"}) == "http://mine:1"
+    with pytest.raises(ConfigError, match="TONY_HISTORY_SERVER='hs:19886' is no address of a history server: "
+                                          r"expected http\(s\)://host:port"):
+        history_server({"TONY_HISTORY_SERVER": "hs:19886"})
+    bad = str(local_site({"tony.history.server-url": "http://"}))
+    with pytest.raises(ConfigError, match=r"tony.history.server-url in .*tony-site.xml='http://' is no address"):
+        history_server({"TONY_CONF_DIR": bad})

@@ -1,9 +1,10 @@
-"""The TonY pages' charts (:mod:`airflow_provider.web`): a job's figures over time drawn as SVG
-geometry, with gaps where a figure is missing. The pages themselves, served by Airflow's real
-api-server, are test_plugin.py's and test_ui.py's."""
+"""The job pages' parts (:mod:`tony_workflow.web.pages`): a job's figures over time drawn as SVG
+geometry, with gaps where a figure is missing, and the templates over records. The pages served
+for real are test_server.py's, and in Airflow's api-server test_plugin.py's and test_ui.py's."""
 from __future__ import annotations
 
-from airflow_provider.web import _charts, chart
+from tony_workflow.web.index import Page
+from tony_workflow.web.pages import chart, charts, render
 
 
 def test_a_chart_scales_its_lines_into_the_box_and_breaks_them_at_gaps():
@@ -20,17 +21,17 @@ def test_a_chart_scales_its_lines_into_the_box_and_breaks_them_at_gaps():
 def test_nothing_to_draw_is_no_chart():
     assert chart("Step", [0.0], {"step": [1.0]}, "step") is None
     assert chart("GPU", [0.0, 1.0], {"worker:0": [None, None]}, "%") is None
-    assert _charts(None) == [] and _charts({"t": [1.0]}) == []
+    assert charts(None) == [] and charts({"t": [1.0]}) == []
 
 
 def test_a_jobs_series_gives_one_chart_per_figure_it_has():
     series = {"t": [0.0, 5.0], "step": [0, 50],
               "tasks": {"worker:0": {"rss_mb": [10.0, 20.0], "cpu_percent": [50.0, 80.0],
                                      "gpu_util_percent": [None, None], "gpu_mem_mb": [None, None]}}}
-    assert [c["title"] for c in _charts(series)] == ["Training step", "Memory (RSS)", "CPU"]
+    assert [c["title"] for c in charts(series)] == ["Training step", "Memory (RSS)", "CPU"]
     series["metrics"] = {"loss": [2.3, 0.4], "accuracy": [None, None]}  # accuracy never reported: no chart
-    assert [c["title"] for c in _charts(series)][-1] == "Training: loss"
-    assert len(_charts(series)) == 4
+    assert [c["title"] for c in charts(series)][-1] == "Training: loss"
+    assert len(charts(series)) == 4
 
 
 def test_a_curve_below_zero_keeps_its_axis_from_its_lowest_value():
@@ -43,7 +44,6 @@ def test_a_curve_below_zero_keeps_its_axis_from_its_lowest_value():
 
 
 def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():
-    from airflow_provider.web import _render
     from tony_workflow.history import build_record
 
     elastic = {"size": 2, "target": 3, "min": 2, "round": 1, "changes": 1, "max_changes": 10,
@@ -61,7 +61,7 @@ def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():
                "left": ["worker:1"], "causes": {"worker:1": "exit code 137 (SIGKILL)"}}]
     record = build_record(status, events, user="u", conf={}, requested={})
     assert record["elastic"] == elastic
-    page = _render("job.html", r=record, live=True, charts=[], progress="", base="", conn_id="c").body.decode()
+    page = render("job.html", r=record, live=True, charts=[], progress="", base="", q="").body.decode()
     assert "<b>Elastic group</b>: 2 of 3 nodes train (at least 2); waiting to join: worker:1" in page
     assert "membership changes 1 of 10" in page
     assert "group shrank; left: worker:1" in page and "worker:1: exit code 137 (SIGKILL)" in page
@@ -70,7 +70,6 @@ def test_an_elastic_jobs_page_shows_its_group_its_changes_and_who_waits():
 
 
 def test_a_jobs_page_and_the_list_say_where_the_job_came_from():
-    from airflow_provider.web import _render
     from tony_workflow.history import build_record
 
     context = {"source": "azkaban", "project": "ml", "flow_id": "nightly", "execution_id": "42", "job_id": "train",
@@ -78,18 +77,18 @@ def test_a_jobs_page_and_the_list_say_where_the_job_came_from():
     status = {"application_id": "application_1_0008", "state": "SUCCEEDED", "tasks": [], "context": context}
     record = build_record(status, [], user="u", conf={"tony.application.tags": "team-a"}, requested={})
     assert record["context"] == context and "azkaban.flow.execid:42" in record["tags"] and "team-a" in record["tags"]
-    page = _render("job.html", r=record, live=False, charts=[], progress="", base="", conn_id="c").body.decode()
+    page = render("job.html", r=record, live=False, charts=[], progress="", base="", q="").body.decode()
     assert "<b>Started by</b> Azkaban project ml, flow nightly, execution 42, job train, attempt 0" in page
     assert 'href="https://az.example.com/executor?execid=42&amp;x=&lt;y&gt;">the execution</a>' in page
-    listing = _render("jobs.html", running=[], ended=[record], conn_id="c", progress_text=str, base="").body.decode()
+    listing = render("jobs.html", running=[], page=Page([record], 1, 0, 50), q="", keep={}, asked={}, filters={},
+                     states=(), progress_text=str, base="").body.decode()
     assert "Azkaban project ml, flow nightly, execution 42" in listing
     bare = build_record({**status, "context": None}, [], user="u", conf={}, requested={})
-    assert "Started by" not in _render("job.html", r=bare, live=False, charts=[], progress="", base="",
-                                       conn_id="c").body.decode()
+    assert "Started by" not in render("job.html", r=bare, live=False, charts=[], progress="", base="",
+                                       q="").body.decode()
 
 
 def test_an_ended_jobs_page_advises_its_next_run_with_the_keys_to_set():
-    from airflow_provider.web import _render
     from tony_workflow.advice import advise
     from tony_workflow.history import build_record
 
@@ -98,7 +97,7 @@ def test_an_ended_jobs_page_advises_its_next_run_with_the_keys_to_set():
                          "metrics": {"max_rss_mb": 200.0}}]}
     record = build_record(status, [], user="u", conf={}, requested={"worker": {"memory_mb": 4096, "vcores": 1,
                                                                               "gpus": 0}})
-    page = _render("job.html", r=record, live=False, charts=[], progress="", base="", conn_id="c",
+    page = render("job.html", r=record, live=False, charts=[], progress="", base="", q="",
                    advice=advise([record])).body.decode()
     assert "Next run (moderate, memory): worker asked for 4.0 GiB and used at most 200 MiB" in page
     assert "<code>tony.worker.memory=256m</code>" in page

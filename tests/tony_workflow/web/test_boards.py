@@ -1,0 +1,128 @@
+"""The finished jobs' TensorBoards (:mod:`tony_workflow.web.boards`): where the kept event files are
+read, and the keeper's boards, real TensorBoard processes, found in the process table: one per job
+however many ask at once, answering under the job page's path, stopped when idle, when too many
+run, and with the keeper."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import TENSORBOARD_EVENTS, wait_for
+from tony_workflow.storage import LocalStorage
+from tony_workflow.web.boards import BoardKeeper, event_files, free_port
+
+pytestmark = pytest.mark.tf
+
+
+def test_the_port_asked_for_when_it_is_free_else_another():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        other = free_port(busy)
+        assert other != busy and other > 0
+    assert free_port(other) == other
+
+
+class Remote:
+    """A store that is not a local directory (HDFS's place), over a directory: its files must be copied."""
+
+    def __init__(self, root):
+        self.inner = LocalStorage(root)
+
+    def list(self, prefix):
+        return self.inner.list(prefix)
+
+    def get(self, key, local):
+        self.inner.get(key, local)
+
+
+def test_kept_files_are_read_in_place_from_a_local_history_and_copied_from_any_other(tmp_path):
+    history = tmp_path / "history"
+    kept = history / "finished" / "2026" / "11" / "28" / "application_1_0001" / "tensorboard"
+    (kept / "worker0").mkdir(parents=True)
+    (kept / "worker0" / "events.out.tfevents.1.h").write_bytes(b"\x00event")
+    key = "finished/2026/11/28/application_1_0001/tensorboard"
+    assert event_files(LocalStorage(history), key, tmp_path / "scratch") == kept
+    assert not (tmp_path / "scratch").exists()
+    copied = event_files(Remote(history), key, tmp_path / "scratch")
+    assert (copied / "worker0" / "events.out.tfevents.1.h").read_bytes() == b"\x00event"
+
+
+def kept_events(tmp_path, app_id: str) -> tuple[LocalStorage, str]:
+    """A history whose record of ``app_id`` kept one event file of five steps of a loss."""
+    root = tmp_path / "history"
+    key = f"finished/2026/11/29/{app_id}/tensorboard"
+    (root / key).mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", TENSORBOARD_EVENTS, "worker0"], check=True,
+                   env={"TONY_LOG_DIR": str(root / key), "PATH": "/usr/bin:/bin"})
+    return LocalStorage(root), key
+
+
+def boards_running() -> list[psutil.Process]:
+    """TensorBoard processes of this test process (its children) serving a keeper's copy or a history."""
+    me = psutil.Process()
+    return [p for p in me.children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline()]
+
+
+def test_one_board_per_job_shared_by_its_viewers_stopped_when_idle_and_with_the_keeper(tmp_path):
+    store, key = kept_events(tmp_path, "application_1_0001")
+    keeper = BoardKeeper(idle_s=4.0)
+    try:
+        got = []
+        askers = [threading.Thread(target=lambda: got.append(keeper.board("application_1_0001", store, key,
+                                                                         "/jobs/application_1_0001/tensorboard")))
+                  for _ in range(3)]
+        for t in askers:
+            t.start()
+        for t in askers:
+            t.join(180)
+        assert len(got) == 3 and len({id(b) for b in got}) == 1  # three viewers at once, one board
+        [proc] = boards_running()
+        assert proc.pid == got[0].proc.pid
+        # It serves under the job page's path, the event files' run and tag.
+        with urllib.request.urlopen(got[0].url + "data/plugin/scalars/tags", timeout=30) as r:
+            assert b'"loss"' in r.read() and got[0].url.endswith("/jobs/application_1_0001/tensorboard/")
+        # Unused for longer than idle_s, it is stopped, and its process is gone.
+        wait_for(lambda: not boards_running(), timeout=60, interval=0.5)
+        assert keeper.running() == {}
+        again = keeper.board("application_1_0001", store, key, "/jobs/application_1_0001/tensorboard")
+        assert again.proc.pid != got[0].proc.pid and boards_running()
+    finally:
+        keeper.stop()
+    assert not boards_running()
+
+
+def test_past_the_most_boards_the_least_recently_used_is_stopped(tmp_path):
+    keeper = BoardKeeper(idle_s=600.0, most=1)
+    try:
+        first_store, first_key = kept_events(tmp_path / "a", "application_1_0001")
+        second_store, second_key = kept_events(tmp_path / "b", "application_1_0002")
+        first = keeper.board("application_1_0001", first_store, first_key, "")
+        second = keeper.board("application_1_0002", second_store, second_key, "")
+        wait_for(lambda: first.proc.poll() is not None, timeout=30)
+        assert list(keeper.running()) == ["application_1_0002"] and second.proc.poll() is None
+    finally:
+        keeper.stop()
+    assert not boards_running()
+
+
+def test_a_board_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
+    scratch = set(Path(tempfile.gettempdir()).glob("tony-board-*"))
+    keeper = BoardKeeper()
+    try:
+        with pytest.raises(RuntimeError, match="no longer in .*/no/such"):
+            keeper.board("application_1_0003", LocalStorage(tmp_path / "none"), "no/such", "")
+        assert keeper.running() == {} and not boards_running()
+        assert set(Path(tempfile.gettempdir()).glob("tony-board-*")) <= scratch
+    finally:
+        keeper.stop()

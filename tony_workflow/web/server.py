@@ -1,0 +1,174 @@
+"""``tony history serve``: the history server, the TonY job pages (:mod:`.pages`) on their own,
+for the users of Azkaban and of the command line as for Airflow's.
+
+It reads the job history the client reads (``tony.history.location``: a local directory, or HDFS
+on YARN, as the cluster's login, Kerberos included) and the running jobs of the backend it is
+given, and serves them read-only: the jobs list with its filters, each job's page, its event log,
+and the TensorBoard of any job that ended, started on demand and stopped when idle.
+
+Every page asks who is looking (:mod:`.access`): a token per user, and the viewer sees their own
+jobs, those whose ``tony.application.view-acls`` name them, or every job when they administer the
+server. A request without a valid token gets the login form (401), never a page.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from .access import TokenBook, TokenFileError, Viewer
+from .boards import BoardKeeper
+from .pages import JobPages, render
+
+if TYPE_CHECKING:
+    from ..client import TonyClient
+
+__all__ = ["cmd_serve", "create_server", "serve_parser"]
+
+COOKIE = "tony_history_token"
+_OPEN = ("/login", "/favicon.ico")
+
+
+def _token(request: Request) -> str | None:
+    auth = request.headers.get("authorization") or ""
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.query_params.get("token") or request.cookies.get(COOKIE)
+
+
+def create_server(client: TonyClient, book: TokenBook, keeper: BoardKeeper | None = None,
+                  index_ttl: float = 5.0) -> FastAPI:
+    """The history server's app over ``client``'s jobs and history, for the users ``book`` knows."""
+    app = FastAPI(title="TonY history server", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def viewer_of(request: Request) -> Viewer | None:
+        viewer: Viewer | None = request.state.viewer
+        return viewer
+
+    pages = JobPages(lambda request: client, viewer_of, keeper=keeper, index_ttl=index_ttl,
+                     title="TonY job history")
+    app.state.pages = pages
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Any) -> Response:
+        if request.url.path in _OPEN:
+            opened: Response = await call_next(request)
+            return opened
+        token = _token(request)
+        viewer = book.viewer(token)
+        if viewer is None:
+            if request.headers.get("authorization") or "text/html" not in request.headers.get("accept", "text/html"):
+                return Response("a valid token is needed (Authorization: Bearer TOKEN)\n", status_code=401,
+                                headers={"WWW-Authenticate": 'Bearer realm="tony"'})
+            page = render("login.html", next=_without_token(request), failed=bool(token))
+            page.status_code = 401
+            return page
+        if request.query_params.get("token"):  # a link that logs in: keep the token in a cookie, drop it from the URL
+            out = RedirectResponse(_without_token(request), status_code=303)
+            _set_cookie(out, request, token or "")
+            return out
+        request.state.viewer = viewer
+        answer: Response = await call_next(request)
+        return answer
+
+    @app.post("/login", response_class=HTMLResponse)
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        token = str(form.get("token") or "")
+        target = str(form.get("next") or "/")
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if book.user_of(token) is None:
+            page = render("login.html", next=target, failed=True)
+            page.status_code = 401
+            return page
+        out = RedirectResponse(target, status_code=303)
+        _set_cookie(out, request, token)
+        return out
+
+    @app.get("/logout")
+    def logout(request: Request) -> Response:
+        out = RedirectResponse(str(request.url_for("jobs")), status_code=303)
+        out.delete_cookie(COOKIE, path="/")
+        return out
+
+    app.include_router(pages.router())
+    return app
+
+
+def _without_token(request: Request) -> str:
+    query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    return request.url.path + (f"?{urlencode(query)}" if query else "")
+
+
+def _set_cookie(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")
+
+
+def serve_parser(backend_help: str) -> argparse.ArgumentParser:
+    """The arguments of ``tony history serve``."""
+    p = argparse.ArgumentParser(
+        prog="tony history serve",
+        description="Serves the job history's pages (and the running jobs'): the jobs list with filters, each job's "
+                    "page and event log, and TensorBoard for jobs that ended. Prints a link that signs you in on "
+                    "stdout; other users sign in with the tokens of --tokens. Ctrl-C or SIGTERM stops it.")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=19886, help="the port (default 19886; 0: any free one)")
+    p.add_argument("--tokens", metavar="FILE", help="a file of 'user token' lines (mode 600): who else may sign in")
+    p.add_argument("--admins", metavar="USERS", help="comma-separated users who see every job (the server's owner "
+                                                     "always does)")
+    p.add_argument("--board-idle", type=float, default=600.0, metavar="SECONDS",
+                   help="stop a finished job's TensorBoard nobody has used for this long (default 600)")
+    p.add_argument("--boards", type=int, default=8, metavar="N", help="at most N TensorBoards at once (default 8)")
+    p.add_argument("--backend", choices=["local", "yarn"], default=None, help=backend_help)
+    p.set_defaults(fn=cmd_serve)
+    return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``tony history serve``: runs the server until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    from ..client import TonyClient
+    from ..process import user_name
+
+    try:
+        book = TokenBook(user_name(), Path(args.tokens) if args.tokens else None,
+                         admins=[a for a in (args.admins or "").split(",") if a.strip()])
+    except TokenFileError as e:
+        print(f"tony: {e}", file=sys.stderr)
+        return 2
+    client = TonyClient(args.backend)
+    keeper = BoardKeeper(idle_s=args.board_idle, most=args.boards)
+    app = create_server(client, book, keeper)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0") else args.host
+
+    def started() -> None:
+        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else args.port
+        print(f"http://{shown}:{port}/?token={book.owner_token}", flush=True)
+        print(f"tony: the job history of {client.history().store.uri} is served for {book.owner} (the link above "
+              f"signs in){' and the users of ' + args.tokens if args.tokens else ''}; Ctrl-C or SIGTERM stops it",
+              file=sys.stderr, flush=True)
+
+    original = server.startup
+
+    async def startup(sockets: Any = None) -> None:
+        await original(sockets)
+        started()
+
+    server.startup = startup  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    try:
+        server.run()
+    finally:
+        keeper.stop()
+    return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "rm_load", "follow_many", "chaos",
-         "chaos_yarn", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn"]
+         "chaos_yarn", "history_server", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -258,6 +258,8 @@ def goal_parts(name: str, r: dict) -> str:
         return (f"spec {yn(spec is not None and spec < 2.0)}; CPU {yn(cpu < 0.25)}, {round(100 * cpu)} %")
     if name == "follow_many" and "runtime" in r:
         return f"{r['jvms']} JVM, {r['mb_per_job']} MB per job, {round(100 * r['value'], 1)} % of a core"
+    if name == "history_server" and "runtime" in r:
+        return f"worst warm page {r['worst_warm_ms']} ms"
     if name == "rm_load" and "rows" in r:
         return f"{r['requests_per_s']} requests/s, {round(r['value'] / 1024)} KB/s per queue"
     if name.startswith("gang_packing") and "rows" in r:
@@ -376,6 +378,14 @@ def details(name: str, r: dict) -> list[str]:
                                                                                  r["runtime"])):
             out.append(f"| {label} | {x['jvms']} | {x['rss_one_mb']} | {x['rss_all_mb']} | {x['mb_per_job']} | "
                        f"{fmt(100 * x['cpu_share'])} % | {x['polls']} in {x['window_s']} s |")
+    elif name == "history_server" and r.get("runtime"):
+        out += [(f"{r['jobs']} records ({r['fill_s']} s to write); the first list page after the start, which "
+                 f"reads every record once: {r['first_list_after_start_ms']} ms."), "",
+                "| page | runtime median (ms) | max (ms) | bytes | floor: the same bytes from http.server (ms) |",
+                "|---|---|---|---|---|"]
+        for page, x in r["runtime"].items():
+            out.append(f"| {page} | {x['median_ms']} | {x['max_ms']} | {x['bytes']} | "
+                       f"{r['floor_pages'][page]['median_ms']} |")
     elif name.startswith("gang_packing") and r.get("rows"):
         out += [(f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
                  f"with room for {r['params']['room']}: {r['ideal_s']} s.")

@@ -354,10 +354,7 @@ class JobHistory:
         return conf
 
     def _text(self, key: str) -> str:
-        with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
-            local = Path(tmp) / "file"
-            self.store.get(key, local)
-            return local.read_text()
+        return self.store.read_bytes(key).decode()
 
     def _read(self, key: str) -> dict[str, Any]:
         record: dict[str, Any] = json.loads(self._text(key))

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.job
 KEYS = {"metric", "value", "floor", "ratio", "goal", "goal_met"}
 
 
-@pytest.mark.parametrize("script", ["launch", "am_scale"])
+@pytest.mark.parametrize("script", ["launch", "am_scale", "history_server"])
 def test_quick_run_prints_the_summary_and_writes_the_result_file(script, tmp_path):
     argv = [sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", "--out", str(tmp_path)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=tmp_path, check=False)

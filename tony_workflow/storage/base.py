@@ -75,6 +75,16 @@ class Storage:
     def delete(self, key: str) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def read_bytes(self, key: str) -> bytes:
+        """The content of the file ``key`` (copied through a temporary file; a store that can read
+        in place does)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="tony-read-") as tmp:
+            local = Path(tmp) / "file"
+            self.get(key, local)
+            return local.read_bytes()
+
     def exists(self, key: str) -> bool:
         """Whether a file ``key`` is there."""
         return key.rsplit("/", 1)[-1] in self.list(key.rsplit("/", 1)[0] if "/" in key else "")

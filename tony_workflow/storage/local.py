@@ -55,6 +55,9 @@ class LocalStorage(Storage):
         local.parent.mkdir(parents=True, exist_ok=True)
         retry(lambda: shutil.copyfile(self._path(key), local))
 
+    def read_bytes(self, key: str) -> bytes:
+        return retry(lambda: self._path(key).read_bytes())
+
     def delete(self, key: str) -> None:
         try:
             self._path(key).unlink()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -153,6 +154,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0") else args.host
 
     def started() -> None:
+        # The history is read now, not when the first viewer asks: 10,000 records take seconds.
+        threading.Thread(target=lambda: app.state.pages.index(client).refresh(), name="tony-index", daemon=True).start()
         port = server.servers[0].sockets[0].getsockname()[1] if server.servers else args.port
         print(f"http://{shown}:{port}/?token={book.owner_token}", flush=True)
         print(f"tony: the job history of {client.history().store.uri} is served for {book.owner} (the link above "

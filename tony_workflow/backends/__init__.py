@@ -41,9 +41,9 @@ __all__ = [
     "check_fits",
     "default_backend",
     "gang_requests",
-    "history_server",
     "get_backend",
     "get_cluster_manager",
+    "history_server",
 ]
 
 #: The backends there are, by the name a user gives.

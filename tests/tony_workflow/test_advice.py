@@ -4,6 +4,7 @@ reads, then real jobs made to trip them, one workflow task's runs judged togethe
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -190,3 +191,32 @@ def test_a_relaunch_that_lost_much_of_its_work_on_a_real_job(tony_home, tmp_path
     found = {a["heuristic"]: a for a in json.loads(run_tony("advise", h.app_id, "--json").stdout)["advice"]}
     assert "checkpoints" in found, found
     assert found["checkpoints"]["message"].startswith("session 1 resumed from about step ")
+
+
+@pytest.mark.job
+def test_idle_vcores_on_a_real_job(tony_home, tmp_path):
+    # Two vcores asked for a task that sleeps. (A task bound by its CPU is judged on the figures
+    # above: a busy two-core machine does not give a spinning task a whole core to measure.)
+    h = submit(tmp_path, "sleep 8", {"worker": {"instances": 1, "memory": "256m", "vcores": 2}})
+    assert h.wait(poll_interval=0.5, timeout=180).state == "SUCCEEDED"
+    found = {a["heuristic"]: a for a in json.loads(run_tony("advise", h.app_id, "--json").stdout)["advice"]}
+    assert found["vcores"]["severity"] == "moderate" and found["vcores"]["changes"] == {"tony.worker.vcores": "1"}
+    assert found["vcores"]["message"].startswith("worker asked for 2 vcores and kept 0.")
+
+
+@pytest.mark.job
+def test_a_long_wait_for_the_gang_on_a_real_job(tony_home, tmp_path, local_site):
+    # A 3 GB job holds the 4 GB cluster for 75 s; a gang of two 1 GB workers waits for it, then runs a moment.
+    from tests.conftest import sleeper_job, wait_for
+    from tony_workflow.client import TonyClient, load_job
+
+    local_site({"tony.local.memory": "4g"})
+    blocker = TonyClient("local").submit(load_job(sleeper_job("blocker", memory="3g", seconds=75)))
+    wait_for(lambda: blocker.status().state == "RUNNING", timeout=60)
+    h = submit(tmp_path, "sleep 1", {"worker": {"instances": 2, "memory": "1g"}})
+    assert h.wait(poll_interval=0.5, timeout=300).state == "SUCCEEDED"
+    out = run_tony("advise", h.app_id, "--json")
+    [wait] = [a for a in json.loads(out.stdout)["advice"] if a["heuristic"] == "gang wait"]
+    waited, ran = (int(n) for n in re.match(r"the job waited (\d+) s for its gang and then ran (\d+) s", wait["message"]).groups())
+    assert waited >= 60 and ran < waited, wait
+    assert blocker.wait(poll_interval=0.5, timeout=120).state == "SUCCEEDED"

@@ -451,9 +451,10 @@ def error_report(error: TonyError) -> tuple[str, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["history", "serve"]:  # beside `tony history [APP]`, whose argument could be any word
+    serve = _history_serve(argv)
+    if serve is not None:  # beside `tony history [APP]`, whose argument could be any word
         from ..web.server import serve_parser
-        args = serve_parser(BACKEND_HELP).parse_args(argv[2:])
+        args = serve_parser(BACKEND_HELP).parse_args(serve)
     else:
         args = build_parser().parse_args(argv)
     try:
@@ -471,6 +472,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return reader_gone()
+
+
+def _history_serve(argv: list[str]) -> list[str] | None:
+    """The arguments of ``tony [--backend B] history serve ...`` (the top level's --backend kept),
+    or None for any other command."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("--backend"):
+        i += 1 if "=" in argv[i] else 2
+    if argv[i:i + 2] != ["history", "serve"]:
+        return None
+    return argv[:i] + argv[i + 2:]
 
 
 def reader_gone() -> int:

@@ -47,3 +47,23 @@ def test_a_yarn_chiefs_event_files_are_kept_in_hdfs_and_served_after_the_end(yar
     finally:
         assert stopped(board) == 0
     assert not any(p.name.startswith("tony-tensorboard-") for p in tmp_path.iterdir())  # ... and gone with it
+    # The history server serves the same kept files from HDFS, through its own route and token.
+    serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "history", "serve",
+                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        import requests
+        link = serve.stdout.readline().strip()
+        assert link.startswith("http://localhost:"), serve.stderr.read() if serve.poll() is not None else link
+        base, token = link.split("/?token=")
+        owner = {"Authorization": f"Bearer {token}"}
+        page = requests.get(f"{base}/jobs/{app_id}", headers=owner, timeout=60)
+        assert page.status_code == 200 and 'id="tensorboard"' in page.text and "hdfs://" in record["tensorboard_logs"]["uri"]
+        points = wait_for(lambda: (r := requests.get(f"{base}/jobs/{app_id}/tensorboard/data/plugin/scalars/scalars",
+                                                     params={"tag": "loss", "run": "."}, headers=owner, timeout=60))
+                          .status_code == 200 and len(r.json()) == 5 and r.json(), timeout=120, interval=1)
+        assert [p[1] for p in points] == [1, 2, 3, 4, 5]
+        assert any(p.name.startswith("tony-board-") for p in tmp_path.iterdir())  # copied out of HDFS ...
+    finally:
+        assert stopped(serve) == 0
+    assert not any(p.name.startswith("tony-board-") for p in tmp_path.iterdir())  # ... and gone with it

@@ -200,3 +200,16 @@ def test_a_task_not_yet_placed_shows_no_address():
     st = JobStatus(application_id="application_1_0001", state="RUNNING", tasks=[waiting, placed])
     assert _task_row(st, waiting).split() == ["worker:0", st.shown_state(waiting), "-"]
     assert _task_row(st, placed).split() == ["worker:1", "RUNNING", "node1:4711", "http://node1/logs"]
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["history", "serve", "--port", "0"], ["--port", "0"]),
+    (["--backend", "yarn", "history", "serve"], ["--backend", "yarn"]),
+    (["--backend=yarn", "history", "serve", "--tokens", "t"], ["--backend=yarn", "--tokens", "t"]),
+    (["history", "application_1_0001"], None),
+    (["history"], None),
+    (["--backend", "yarn"], None),
+])
+def test_history_serve_is_told_from_tony_history_app(argv, expected):
+    from tony_workflow.client.cli import _history_serve
+    assert _history_serve(argv) == expected

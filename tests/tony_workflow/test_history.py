@@ -223,6 +223,11 @@ def test_a_finished_jobs_tensorboard_comes_back_from_its_history(tony_home, tmp_
     record = json.loads(run_tony("history", h.app_id, "--json").stdout)
     kept = record["tensorboard_logs"]
     assert kept["files"] == 2 and kept["bytes"] > 0 and kept["uri"].endswith(f"{h.app_id}/tensorboard")
+    shown = run_tony("history", h.app_id).stdout
+    assert f"TensorBoard: tony tensorboard {h.app_id}  (2 event file(s) kept in {kept['uri']})" in shown
+    served = run_tony("history", h.app_id, env={"TONY_HISTORY_SERVER": "http://hs.example.com:19886"}).stdout
+    assert f"page: http://hs.example.com:19886/jobs/{h.app_id}" in served
+    assert f"TensorBoard: http://hs.example.com:19886/jobs/{h.app_id}/tensorboard/" in served
     assert run_tony("clean", h.app_id).returncode == 0  # the job's own directory is gone: the history serves
     port = _free_port()
     board = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "tensorboard", h.app_id, "--port",

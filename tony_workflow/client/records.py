@@ -8,10 +8,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..backends import history_server
 from ..context import FIELDS as CONTEXT_FIELDS
 from ..context import describe as describe_context
 from ..errors import UsageError
-from ..status import hanging
+from ..status import FINAL_STATES, hanging
 from . import TonyClient
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ def show_record(r: dict) -> None:
         print(f"  from: {describe_context(r['context'])}" + (f"  {r['context']['url']}" if r['context'].get("url") else ""))
     if r.get("diagnostics"):
         print(f"  diagnostics: {r['diagnostics']}")
+    kept = r.get("tensorboard_logs")
+    server = history_server() if r.get("state") in FINAL_STATES else None
+    if server:
+        print(f"  page: {server}/jobs/{r['application_id']}")
+    if kept:
+        where = f"{server}/jobs/{r['application_id']}/tensorboard/" if server else f"tony tensorboard {r['application_id']}"
+        print(f"  TensorBoard: {where}  ({kept.get('files')} event file(s) kept in {kept.get('uri')})")
     if r.get("progress"):
         print(f"  progress: {progress_text(r['progress'], metrics=8)}")
     for name, line in ((r.get("series") or {}).get("metrics") or {}).items():

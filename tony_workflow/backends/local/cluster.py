@@ -26,7 +26,7 @@ from ...errors import UnknownApplication
 from ...protocol import ATTEMPT_ENV, OWNER_ENV, RESULT_FILE
 from ...retention import clean_now_and_then
 from ...spec import JobSpec, LocalSettings, SpecError, local_settings
-from ...spec.site import is_tony_home
+from ...spec.site import is_tony_home, tony_home
 from ...status import JobState, JobStatus, check_application_id
 from ..base import (
     AMEndpoint,
@@ -336,7 +336,8 @@ class LocalBackend(Backend):
                                     "--app-dir", str(d)],
                                    cwd=d, stdout=subprocess.DEVNULL, stderr=err_fd, stdin=subprocess.DEVNULL,
                                    start_new_session=True, close_fds=True, umask=0o077,
-                                   env={**settings.inherited_env(os.environ), "TONY_APPLICATION_ID": app_id})
+                                   env={**settings.inherited_env(os.environ), **_cluster_env(),
+                                        "TONY_APPLICATION_ID": app_id})
         finally:
             os.close(err_fd)
         # Take the job's place in the queue now, so jobs are served in the order they were submitted.
@@ -475,3 +476,13 @@ def _json_or_none(path: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return doc
+
+
+def _cluster_env() -> dict[str, str]:
+    """Where this embedded cluster lives (its ``TONY_HOME``) and its site configuration
+    (``TONY_CONF_DIR``): its own jobs' supervisors and AMs keep their books, records and settings
+    there whatever ``tony.local.env-whitelist`` lets through of the submitter's environment."""
+    env = {"TONY_HOME": str(tony_home())}
+    if os.environ.get("TONY_CONF_DIR"):
+        env["TONY_CONF_DIR"] = os.environ["TONY_CONF_DIR"]
+    return env

@@ -8,6 +8,10 @@ as a link that logs in. A request carries it as ``Authorization: Bearer TOKEN``,
 the login sets (``?token=TOKEN`` on any page, or the login form). Tokens are compared in constant
 time; the file must not be readable by others, as a keytab must not.
 
+Where the cluster is Kerberized, the server can take its users' Kerberos logins instead, as the
+ResourceManager's and the NameNode's web UIs do (SPNEGO, :class:`Spnego`: ``--spnego-keytab``); the
+tokens still work beside them.
+
 A viewer may see a job when it is theirs (its user, or the submitter of a job run as another
 user), when its ``tony.application.view-acls`` names them or one of their groups (``*``: anyone),
 or when they administer the server (its owner and ``--admins``), as YARN's administrators see
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TokenBook", "TokenFileError", "Viewer", "groups_of", "may_view"]
+__all__ = ["Spnego", "SpnegoError", "TokenBook", "TokenFileError", "Viewer", "groups_of", "may_view"]
 
 
 class TokenFileError(ValueError):
@@ -72,6 +76,50 @@ def may_view(viewer: Viewer | None, summary: Mapping[str, Any],
         acls = acls_of() if acls_of else ((), ())
     users, groups = acls
     return "*" in users or viewer.name in users or bool(viewer.groups & set(groups))
+
+
+class SpnegoError(ValueError):
+    """A keytab or principal the server cannot accept logins with, and why."""
+
+
+class Spnego:
+    """Kerberos logins over HTTP (SPNEGO: ``Authorization: Negotiate ...``), as the cluster's own
+    web UIs take them: accepted with the service's key from ``keytab`` (``principal``, e.g.
+    ``HTTP/host@REALM``; None: any principal the keytab holds). The viewer is the client
+    principal's short name (``alice@REALM`` and ``alice/host@REALM`` are ``alice``)."""
+
+    def __init__(self, keytab: Path, principal: str | None = None):
+        import gssapi
+        from gssapi.raw.misc import GSSError
+
+        self.keytab, self.principal = Path(keytab), principal
+        if not self.keytab.is_file():
+            raise SpnegoError(f"the keytab {self.keytab} is not there")
+        try:
+            name = gssapi.Name(principal, gssapi.NameType.kerberos_principal) if principal else None
+            self._creds = gssapi.Credentials(name=name, usage="accept", store={"keytab": str(self.keytab)})
+        except GSSError as e:
+            raise SpnegoError(f"no key of {principal or 'any principal'} can be read from {self.keytab}: "
+                              f"{e.gen_message()}") from None
+
+    def accept(self, token: str) -> tuple[str, str | None] | None:
+        """The user a ``Negotiate`` token logs in, and the token to send back (None: none); None
+        when the token logs nobody in (a bad, replayed or foreign ticket)."""
+        import base64
+        import binascii
+
+        import gssapi
+        from gssapi.raw.misc import GSSError
+
+        try:
+            ctx = gssapi.SecurityContext(creds=self._creds, usage="accept")
+            out = ctx.step(base64.b64decode(token, validate=True))
+        except (GSSError, binascii.Error, ValueError):
+            return None
+        if not ctx.complete or ctx.initiator_name is None:
+            return None
+        user = str(ctx.initiator_name).split("@", 1)[0].split("/", 1)[0]
+        return user, base64.b64encode(out).decode() if out else None
 
 
 class TokenBook:
@@ -142,6 +190,8 @@ class TokenBook:
 
     def viewer(self, token: str | None) -> Viewer | None:
         user = self.user_of(token)
-        if user is None:
-            return None
+        return None if user is None else self.viewer_named(user)
+
+    def viewer_named(self, user: str) -> Viewer:
+        """``user`` as a viewer (however they logged in): their groups, whether they administer."""
         return Viewer(user, groups_of(user), user in self.admins)

@@ -22,8 +22,9 @@ from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
-from .access import TokenBook, TokenFileError, Viewer
+from .access import Spnego, SpnegoError, TokenBook, TokenFileError, Viewer
 from .boards import BoardKeeper
 from .pages import JobPages, render
 
@@ -44,8 +45,9 @@ def _token(request: Request) -> str | None:
 
 
 def create_server(client: TonyClient, book: TokenBook, keeper: BoardKeeper | None = None,
-                  index_ttl: float = 5.0) -> FastAPI:
-    """The history server's app over ``client``'s jobs and history, for the users ``book`` knows."""
+                  index_ttl: float = 5.0, spnego: Spnego | None = None) -> FastAPI:
+    """The history server's app over ``client``'s jobs and history, for the users ``book`` knows
+    (and, with ``spnego``, those Kerberos logs in)."""
     app = FastAPI(title="TonY history server", docs_url=None, redoc_url=None, openapi_url=None)
 
     def viewer_of(request: Request) -> Viewer | None:
@@ -63,12 +65,24 @@ def create_server(client: TonyClient, book: TokenBook, keeper: BoardKeeper | Non
             return opened
         token = _token(request)
         viewer = book.viewer(token)
+        answer_token = None
+        auth = request.headers.get("authorization") or ""
+        if viewer is None and spnego is not None and auth.lower().startswith("negotiate "):
+            accepted = await run_in_threadpool(spnego.accept, auth[10:].strip())
+            if accepted is not None:
+                viewer = book.viewer_named(accepted[0])
+                answer_token = accepted[1]
         if viewer is None:
-            if request.headers.get("authorization") or "text/html" not in request.headers.get("accept", "text/html"):
-                return Response("a valid token is needed (Authorization: Bearer TOKEN)\n", status_code=401,
-                                headers={"WWW-Authenticate": 'Bearer realm="tony"'})
+            challenge = {"WWW-Authenticate": 'Bearer realm="tony"'}
+            if spnego is not None:
+                challenge = {"WWW-Authenticate": "Negotiate"}
+            if auth or "text/html" not in request.headers.get("accept", "text/html"):
+                return Response("a valid token is needed (Authorization: Bearer TOKEN"
+                                + (", or a Kerberos login: Negotiate" if spnego else "") + ")\n",
+                                status_code=401, headers=challenge)
             page = render("login.html", next=_without_token(request), failed=bool(token))
             page.status_code = 401
+            page.headers.update(challenge)
             return page
         if request.query_params.get("token"):  # a link that logs in: keep the token in a cookie, drop it from the URL
             out = RedirectResponse(_without_token(request), status_code=303)
@@ -76,6 +90,8 @@ def create_server(client: TonyClient, book: TokenBook, keeper: BoardKeeper | Non
             return out
         request.state.viewer = viewer
         answer: Response = await call_next(request)
+        if answer_token:
+            answer.headers["WWW-Authenticate"] = f"Negotiate {answer_token}"
         return answer
 
     @app.post("/login", response_class=HTMLResponse)
@@ -123,6 +139,10 @@ def serve_parser(backend_help: str) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=19886, help="the port (default 19886; 0: any free one)")
     p.add_argument("--tokens", metavar="FILE", help="a file of 'user token' lines (mode 600): who else may sign in")
+    p.add_argument("--spnego-keytab", metavar="KEYTAB", help="also take Kerberos logins (SPNEGO), with the HTTP "
+                                                              "service's key from this keytab")
+    p.add_argument("--spnego-principal", metavar="PRINCIPAL", help="the HTTP service's principal in the keytab "
+                                                                    "(HTTP/host@REALM; default: any it holds)")
     p.add_argument("--admins", metavar="USERS", help="comma-separated users who see every job (the server's owner "
                                                      "always does)")
     p.add_argument("--board-idle", type=float, default=600.0, metavar="SECONDS",
@@ -143,12 +163,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         book = TokenBook(user_name(), Path(args.tokens) if args.tokens else None,
                          admins=[a for a in (args.admins or "").split(",") if a.strip()])
-    except TokenFileError as e:
+        spnego = Spnego(Path(args.spnego_keytab), args.spnego_principal) if args.spnego_keytab else None
+    except (TokenFileError, SpnegoError) as e:
         print(f"tony: {e}", file=sys.stderr)
+        return 2
+    if args.spnego_principal and not args.spnego_keytab:
+        print("tony: --spnego-principal names the key of --spnego-keytab: give the keytab too", file=sys.stderr)
         return 2
     client = TonyClient(args.backend)
     keeper = BoardKeeper(idle_s=args.board_idle, most=args.boards)
-    app = create_server(client, book, keeper)
+    app = create_server(client, book, keeper, spnego=spnego)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0") else args.host

@@ -497,3 +497,44 @@ def test_a_killed_worker_resumes_from_hdfs_on_the_secure_cluster(secure):
     listed = run_tony("--backend", "yarn", "history", "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert [r["state"] for r in json.loads(listed.stdout) if r["application_id"] == h.app_id] == ["SUCCEEDED"]
+
+
+def test_the_history_server_takes_kerberos_logins_and_shows_each_user_what_the_acls_let_them(secure, tmp_path,
+                                                                                            monkeypatch):
+    from requests_gssapi import HTTPSPNEGOAuth
+
+    from tests.conftest import stopped
+    from tony_workflow.minicluster.secure import SPNEGO_PRINCIPAL
+
+    spec = tmp_path / "seen.json"
+    spec.write_text(json.dumps(sleeper_job("seen-by-viewer", {"tony.application.view-acls": "viewer"}, seconds=1)))
+    done = run_tony("--backend", "yarn", "submit", str(spec), "--wait", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    app_id = done.stdout.split()[-2]
+    keytab = Path(secure["krb5_conf"]).parent / "hadoop.keytab"  # the HTTP service's key is there
+    bad = run_tony("--backend", "yarn", "history", "serve", "--spnego-keytab", str(tmp_path / "none.keytab"))
+    assert bad.returncode == 2 and "the keytab" in bad.stderr and "is not there" in bad.stderr, bad.stderr
+    serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "history", "serve",
+                              "--port", "0", "--spnego-keytab", str(keytab), "--spnego-principal", SPNEGO_PRINCIPAL],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        link = serve.stdout.readline().strip()
+        assert link.startswith("http://localhost:"), serve.stderr.read() if serve.poll() is not None else link
+        base = link.split("/?")[0]
+        unsigned = requests.get(f"{base}/jobs/{app_id}", headers={"Accept": "application/json"}, timeout=30)
+        assert unsigned.status_code == 401 and unsigned.headers["WWW-Authenticate"] == "Negotiate"
+
+        def as_user(name: str | None, path: str) -> requests.Response:
+            if name is not None:
+                monkeypatch.setenv("KRB5CCNAME", logged_in_as(secure, name, tmp_path)["KRB5CCNAME"])
+            return requests.get(base + path, auth=HTTPSPNEGOAuth(), timeout=60)
+
+        owner = as_user(None, "/")  # the submitting user, with the ticket of the cluster's login
+        assert owner.status_code == 200 and app_id in owner.text, owner.text[:500]
+        seen = as_user("viewer", f"/jobs/{app_id}")
+        assert seen.status_code == 200 and "signed in as viewer" in seen.text and "seen-by-viewer" in seen.text
+        refused = as_user("outsider", f"/jobs/{app_id}")
+        assert refused.status_code == 403 and "outsider may not see" in refused.text
+        assert app_id not in as_user("outsider", "/").text
+    finally:
+        assert stopped(serve) == 0

@@ -89,3 +89,9 @@ def test_an_acl_the_summary_lacks_is_read_only_when_needed():
 
 def test_groups_are_this_machines():
     assert "root" in groups_of("root") and groups_of("no-such-user-here") == frozenset()
+
+
+def test_a_kerberos_login_needs_a_keytab_that_is_there(tmp_path):
+    from tony_workflow.web.access import Spnego, SpnegoError
+    with pytest.raises(SpnegoError, match=f"the keytab {tmp_path}/none.keytab is not there"):
+        Spnego(tmp_path / "none.keytab", "HTTP/localhost@EXAMPLE.COM")

@@ -1,6 +1,7 @@
 """Fixtures of the runtime's tests."""
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -58,3 +59,13 @@ def fake_nvml(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(d))
     monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     return d
+
+
+@pytest.fixture
+def fake_gpu_machine(fake_nvml, local_site, monkeypatch):
+    """The embedded cluster of a machine with four GPUs (0 to 3), whose NVIDIA library is the
+    stand-in above, on the executors' path (this machine has neither): its jobs are real, their
+    GPU figures the stand-in's."""
+    local_site({"tony.local.gpus": "0,1,2,3", "tony.local.env-whitelist": "PYTHONPATH"})
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake_nvml), os.environ.get("PYTHONPATH", "")]))
+    return fake_nvml

@@ -223,19 +223,13 @@ def test_a_long_wait_for_the_gang_on_a_real_job(tony_home, tmp_path, local_site)
 
 
 @pytest.mark.job
-def test_gpus_asked_against_their_use_on_a_real_job(tony_home, tmp_path, local_site, fake_nvml):
+def test_gpus_asked_against_their_use_on_a_real_job(tony_home, tmp_path, fake_gpu_machine):
     # This machine has no GPU: a stand-in for NVIDIA's library on the executor's path reports its
     # GPUs 0 and 1 at 10 % and 20 % busy. The executor, the allocation, the figures, the record
     # and the advice are the real ones.
-    import os
-    local_site({"tony.local.gpus": "0,1,2,3", "tony.local.env-whitelist": "PYTHONPATH"})
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_nvml), os.environ.get("PYTHONPATH", "")])
-    try:
-        h = submit(tmp_path, "sleep 6", {"worker": {"instances": 1, "gpus": 2}},
-                   conf={"tony.task.metrics-interval-ms": 200, "tony.task.heartbeat-interval-ms": 200})
-        assert h.wait(poll_interval=0.5, timeout=120).state == "SUCCEEDED"
-    finally:
-        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    h = submit(tmp_path, "sleep 6", {"worker": {"instances": 1, "gpus": 2}},
+               conf={"tony.task.metrics-interval-ms": 200, "tony.task.heartbeat-interval-ms": 200})
+    assert h.wait(poll_interval=0.5, timeout=120).state == "SUCCEEDED"
     # The record is in this cluster's history, though the whitelist lets only PYTHONPATH through.
     out = run_tony("advise", h.app_id, "--json")
     assert out.returncode == 0, out.stderr

@@ -6,7 +6,6 @@ GPU), which says so where it is used."""
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import psutil
@@ -134,18 +133,13 @@ def test_a_user_process_frozen_after_reporting_is_lost_and_the_job_recovers(tony
 
 
 @pytest.mark.job
-def test_a_gpu_task_reports_its_own_gpus_figures(tony_home, tmp_path, local_site, fake_nvml):
+def test_a_gpu_task_reports_its_own_gpus_figures(tony_home, tmp_path, fake_gpu_machine):
     # Fake NVML (no GPU here): the real executor, allocation and CUDA_VISIBLE_DEVICES pinning, with
     # a stand-in for the NVIDIA library on the executor's path.
-    local_site({"tony.local.gpus": "0,1,2,3", "tony.local.env-whitelist": "PYTHONPATH"})
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_nvml), os.environ.get("PYTHONPATH", "")])
-    try:
-        h = submit(tmp_path, "sleep 20", {"worker": {"instances": 2, "gpus": 2}},
-                   conf={"tony.task.metrics-interval-ms": 200, "tony.task.heartbeat-interval-ms": 200})
-        st = wait_for(lambda: (s := h.status()).tasks and all("gpu_util_percent" in t.metrics for t in s.tasks) and s,
-                      timeout=60)
-    finally:
-        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    h = submit(tmp_path, "sleep 20", {"worker": {"instances": 2, "gpus": 2}},
+               conf={"tony.task.metrics-interval-ms": 200, "tony.task.heartbeat-interval-ms": 200})
+    st = wait_for(lambda: (s := h.status()).tasks and all("gpu_util_percent" in t.metrics for t in s.tasks) and s,
+                  timeout=60)
     by_task = {t.task_id: t.metrics for t in st.tasks}
     # worker:0 holds GPUs 0 and 1 (10 % and 20 %, 1000 and 2000 MiB), worker:1 GPUs 2 and 3.
     assert by_task["worker:0"]["gpu_util_percent"] == 15.0 and by_task["worker:0"]["gpu_mem_mb"] == 3000.0

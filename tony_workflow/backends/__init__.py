@@ -39,6 +39,7 @@ __all__ = [
     "NeverFits",
     "Wait",
     "check_fits",
+    "client_setting",
     "default_backend",
     "gang_requests",
     "get_backend",
@@ -50,19 +51,25 @@ __all__ = [
 BACKENDS = ("local", "yarn")
 
 
+def client_setting(variable: str, key: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """A setting of the machine's ``tony`` command: the environment ``variable``, else ``key`` in
+    tony-site.xml (``CLIENT_DEFAULTS`` when neither), with where it was read, for errors."""
+    from ..spec.keys import CLIENT_DEFAULTS
+    from ..spec.loading import site_conf, site_path
+
+    env = os.environ if environ is None else environ
+    if env.get(variable, "").strip():
+        return env[variable].strip(), variable
+    conf_dir = env.get("TONY_CONF_DIR")
+    value = ((site_conf(conf_dir) if conf_dir else {}).get(key) or CLIENT_DEFAULTS[key]).strip()
+    return value, f"{key} in {site_path(conf_dir)}"
+
+
 def history_server(environ: Mapping[str, str] | None = None) -> str | None:
     """The history server's address (``$TONY_HISTORY_SERVER``, else tony-site.xml's
     ``tony.history.server-url``), without its trailing slash; None when neither says one.
     ConfigError naming where it came from when it is no http(s) address."""
-    from ..spec.loading import site_conf, site_path
-
-    env = os.environ if environ is None else environ
-    if env.get("TONY_HISTORY_SERVER", "").strip():
-        value, where = env["TONY_HISTORY_SERVER"].strip(), "TONY_HISTORY_SERVER"
-    else:
-        conf_dir = env.get("TONY_CONF_DIR")
-        value = ((site_conf(conf_dir) if conf_dir else {}).get("tony.history.server-url") or "").strip()
-        where = f"tony.history.server-url in {site_path(conf_dir)}"
+    value, where = client_setting("TONY_HISTORY_SERVER", "tony.history.server-url", environ)
     if not value:
         return None
     if not value.startswith(("http://", "https://")) or len(value.split("/")) < 3 or not value.split("/")[2]:
@@ -74,15 +81,7 @@ def default_backend(environ: Mapping[str, str] | None = None) -> str:
     """The backend a client uses when none is named: ``$TONY_BACKEND``, else tony-site.xml's
     ``tony.client.backend``, else the embedded cluster. ConfigError naming where the value came
     from when it names no backend."""
-    from ..spec.loading import site_conf, site_path
-
-    env = os.environ if environ is None else environ
-    if env.get("TONY_BACKEND", "").strip():
-        value, where = env["TONY_BACKEND"].strip(), "TONY_BACKEND"
-    else:
-        conf_dir = env.get("TONY_CONF_DIR")
-        value = ((site_conf(conf_dir) if conf_dir else {}).get("tony.client.backend") or "local").strip()
-        where = f"tony.client.backend in {site_path(conf_dir)}"
+    value, where = client_setting("TONY_BACKEND", "tony.client.backend", environ)
     if value not in BACKENDS:
         raise ConfigError(f"{where}={value!r} names no backend: allowed are 'local' and 'yarn'")
     return value

@@ -162,7 +162,10 @@ class JobPages:
         def visible(s: Mapping[str, Any]) -> bool:
             def acls() -> tuple[tuple[str, ...], tuple[str, ...]]:
                 record = index.record(s["application_id"]) or {}
-                return parse_acl(str((record.get("conf") or {}).get("tony.application.view-acls") or ""))
+                found = parse_acl(str((record.get("conf") or {}).get("tony.application.view-acls") or ""))
+                if isinstance(s, dict):
+                    s["view_acls"] = found  # a record written before summaries held it: read once
+                return found
             return may_view(viewer, s, acls)
         return visible
 

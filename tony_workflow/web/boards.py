@@ -187,6 +187,7 @@ class BoardKeeper:
     def stop(self) -> None:
         """Stops every board and the keeper's thread."""
         self._stopped.set()
+        self._work.put(None)  # wakes the thread now, not at its next look for idle boards
         with self._lock:
             boards, self._boards = list(self._boards.values()), {}
         for b in boards:

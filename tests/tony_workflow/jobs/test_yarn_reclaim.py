@@ -211,6 +211,14 @@ def test_workers_run_on_their_labelled_nodes_and_one_lost_with_its_node_is_relau
     wait_for(lambda: not app_processes(h.app_id), timeout=120)
 
 
+def _env(p) -> dict:
+    import psutil
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}
+
+
 def am_node(info: dict, app_id: str) -> set[int]:
     """The NodeManagers whose containers run the job's supervisor (its AM container)."""
     return {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
@@ -233,7 +241,10 @@ def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_at
     # The AM copies its events to HDFS on a thread as a session starts, and the executors may run
     # before that copy lands: the node goes once it has (a node lost sooner loses that history).
     wait_for(lambda: "session_started" in events_copy(yarn, h.app_id), timeout=120)
-    before = {p.pid for p in app_processes(h.app_id)}
+    # The worker's processes (skein's own master, on node 0, lives as long as the application).
+    worker = st.tasks[0].container_id
+    before = {p.pid for p in app_processes(h.app_id) if _env(p).get("TONY_CONTAINER_ID") == worker}
+    assert before
     minicluster.stop_nodemanager(info["dir"], lost)
     # YARN declares the node lost, skein starts the AM's service on the other labelled node, and
     # the new attempt kills the old worker and starts the next session.

@@ -193,6 +193,15 @@ def test_a_failed_application_fails_the_job(tony_home, tmp_path):
     assert "Diagnostics: " in run.log
 
 
+def test_with_a_history_server_the_output_links_to_the_finished_jobs_page_there(tony_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("TONY_HISTORY_SERVER", "http://hs.example.com:19886")
+    project = script_project(tmp_path / "project", "print('done')\n")
+    run = Execution(project, "job", job_props(project))
+    assert run.wait() == 0, run.log
+    output = run.output()
+    assert output["tony.tracking.url"] == f"http://hs.example.com:19886/jobs/{output['tony.application.id']}"
+
+
 def test_a_job_that_waits_for_room_says_why_in_the_job_log(tony_home, tmp_path, local_site):
     local_site({"tony.local.memory": "1g"})
     from tony_workflow.client import TonyClient, load_job

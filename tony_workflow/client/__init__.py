@@ -238,7 +238,7 @@ class JobHandle:
         while not self.backend.am_gone(self.app_id) and time.monotonic() < grace:
             time.sleep(min(poll_interval, 0.5))
         try:
-            stored = self.backend.stored_status(self.app_id)
+            stored = _links_after_the_end(self.backend.stored_status(self.app_id))
         except UnknownApplication:
             return st
         return stored if stored.is_final else st
@@ -260,7 +260,7 @@ class JobHandle:
         st = self.backend.stored_status(self.app_id)
         if not st.is_final:
             self.backend.force_kill(self.app_id)
-        return self.backend.stored_status(self.app_id)
+        return _links_after_the_end(self.backend.stored_status(self.app_id))
 
     def logs(self, task: str | None = None, into: Path | None = None) -> dict[str, Path]:
         """The log files of ``task``, or of every task and the AM, by name (``worker:0/stdout``).

@@ -184,7 +184,12 @@ class JobPages:
             raise HTTPException(404, str(e)) from None
         client = self.client_of(request)
         index = self.index(client)
-        record = index.record(app_id) or client.record(app_id)
+        from ..errors import TonyError
+
+        try:
+            record = index.record(app_id) or client.record(app_id)
+        except TonyError as e:  # the cluster refuses to say (its own ACLs), or cannot be reached
+            raise HTTPException(404, f"{app_id}: {e}") from None
         if record is None:
             raise HTTPException(404, f"no TonY application {app_id} on this cluster or in its history")
         viewer = self.viewer_of(request)
@@ -219,7 +224,13 @@ class JobPages:
         client = self.client_of(request)
         index = self.index(client)
         viewer = self.viewer_of(request)
-        running = [s for s in client.list() if s.state not in FINAL_STATES]
+        from ..errors import TonyError
+
+        cluster_error = None
+        try:
+            running = [s for s in client.list() if s.state not in FINAL_STATES]
+        except TonyError as e:  # the cluster is away: the history is still there to show
+            running, cluster_error = [], str(e)
         if filters.context or filters.name or filters.since or filters.until:
             running = [s for s in running if Filters(context=filters.context, name=filters.name,
                                                         since=filters.since, until=filters.until).admits(s.to_dict())]
@@ -236,7 +247,8 @@ class JobPages:
         def at(off: int | None) -> str | None:
             return None if off is None else f"{base}/?{urlencode({**asked, **keep, 'offset': off})}"
 
-        return render("jobs.html", title=self.title, running=running, page=page, base=base, q=_q(keep),
+        return render("jobs.html", title=self.title, running=running, cluster_error=cluster_error, page=page,
+                      base=base, q=_q(keep),
                       keep=keep, asked=asked, states=STATES, filters=CONTEXT_FILTERS, viewer=viewer,
                       progress_text=progress_text, newer=at(page.previous_offset), older=at(page.next_offset))
 

@@ -207,3 +207,24 @@ def test_tony_history_serve_shows_a_finished_job_and_its_tensorboard(tony_home, 
     wait_for(lambda: not [p for p in boards() if p.pid not in before], timeout=30)
     assert not list(tmp_path.glob("tony-board-*"))  # its copy of the event files went with it
     assert json.loads(run_tony("history", h.app_id, "--json").stdout)["tensorboard_logs"]["files"] == 2
+
+
+def test_with_the_cluster_away_the_list_still_shows_the_history_and_says_so(tony_home):
+    from starlette.testclient import TestClient
+
+    from tony_workflow.client import TonyClient
+    from tony_workflow.errors import ClusterError
+    from tony_workflow.web.access import TokenBook
+    from tony_workflow.web.server import create_server
+
+    class Away(TonyClient):  # a cluster whose ResourceManager does not answer (the history is a directory)
+        def list(self, context=None, tags=()):
+            raise ClusterError("the ResourceManager at rm:8032 did not answer")
+
+    JobHistory(LocalStorage(tony_home / "history"), retention_s=0).write(record(1))
+    app = create_server(Away("local"), TokenBook("svc", None, owner_token=OWNER), index_ttl=0)
+    with TestClient(app) as c:
+        page = c.get("/", headers={"authorization": f"Bearer {OWNER}"})
+    app.state.pages.keeper.stop()
+    assert page.status_code == 200 and "cannot be read now: the ResourceManager at rm:8032 did not answer" in page.text
+    assert listed(page.text) == ["application_1_0001"]

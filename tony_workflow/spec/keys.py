@@ -186,8 +186,8 @@ CLIENT_DOCS: dict[str, str] = {
                                "the Airflow links and the Azkaban output properties (`TONY_HISTORY_SERVER` wins)",
 }
 
-CLIENT_KEY_REASON = ("is a setting of the machine's tony command, not of a job (it says which cluster a command "
-                     "means when it names none): set it in $TONY_CONF_DIR/tony-site.xml")
+CLIENT_KEY_REASON = ("is a setting of the machine's tony command, not of a job (which cluster a command means "
+                     "when it names none, where the history server is): set it in $TONY_CONF_DIR/tony-site.xml")
 
 LOCAL_KEY_REASON = ("is a setting of the local cluster, not of a job (a job cannot size the machine it runs on): "
                     "set it in $TONY_CONF_DIR/tony-site.xml")

@@ -16,7 +16,7 @@ from typing import Any
 
 from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
 from .errors import error
-from .keys import LOCAL_CLUSTER_DEFAULTS
+from .keys import CLIENT_DEFAULTS, LOCAL_CLUSTER_DEFAULTS
 from .model import JobSpec
 from .render import render_template
 from .resources import absolute
@@ -158,9 +158,11 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
     else:
         loaded = load_spec(spec, overrides=conf, variables=variables, overrides_origin=conf_origin)
     # The site's job settings apply to every job; its tony.local.* keys are the local cluster's
-    # own (spec.site reads them) and its tony.client.* keys the tony command's, not the job's.
+    # own (spec.site reads them) and its client settings (tony.client.*, the history server's
+    # address) the tony command's, not the job's.
     site = {k: v for k, v in site_conf().items()
-            if k not in LOCAL_CLUSTER_DEFAULTS and not k.startswith(("tony.local.", "tony.client."))}
+            if k not in LOCAL_CLUSTER_DEFAULTS and k not in CLIENT_DEFAULTS
+            and not k.startswith(("tony.local.", "tony.client."))}
     if site:
         loaded = dataclasses.replace(loaded, conf={**loaded.conf, **site})
     # JobSpec's fields by name; dataclasses.replace and JobSpec's own checks judge the values.

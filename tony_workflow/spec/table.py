@@ -340,7 +340,7 @@ def unknown_key(key: str, declared_types: set[str]) -> str | None:
         return None
     if key.startswith("tony.local."):
         return LOCAL_KEY_REASON
-    if key.startswith("tony.client."):
+    if key.startswith("tony.client.") or key in CLIENT_DEFAULTS:
         return CLIENT_KEY_REASON
     if not key.startswith("tony."):
         return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"

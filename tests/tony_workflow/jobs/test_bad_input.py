@@ -134,6 +134,8 @@ CASES = {
                                                "tony.local.anything: a job may not set this key"),
     "a job that picks the cluster commands mean": ("client.yaml", _yaml(), ["--conf", "tony.client.backend=yarn"],
                                                    "tony.client.backend: a job may not set this key"),
+    "a job that names the history server": ("hs.yaml", _yaml(), ["--conf", "tony.history.server-url=http://hs:1"],
+                                            "tony.history.server-url: a job may not set this key"),
     "docker without an image": ("docker.yaml", _yaml(conf={"tony.docker.enabled": "true"}), [],
                                 "needs an image for the 'am' containers"),
     "a docker mount without a mode": ("mount.yaml", _yaml(conf={"tony.docker.enabled": "true",

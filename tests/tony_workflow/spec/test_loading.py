@@ -44,11 +44,12 @@ def test_the_sites_local_cluster_keys_stay_out_of_jobs(tmp_path, local_site):
     from tony_workflow.spec import LocalSettings, load_job, local_settings
 
     conf_dir = local_site({"tony.local.memory": "3g", "tony.local.gpus": "2", "tony.am.retry-count": "4",
-                           "tony.local.env-whitelist": "PATH,TEAM_*", "tony.client.backend": "local"})
+                           "tony.local.env-whitelist": "PATH,TEAM_*", "tony.client.backend": "local",
+                           "tony.history.server-url": "http://hs:19886"})
     spec = load_job({"name": "s", "command": "true", "tasks": {"worker": {}}})
     spec.validate()  # the site's local and client keys do not make its jobs invalid...
     assert "tony.local.memory" not in spec.conf and spec.retry_count == 4  # ... nor become theirs
-    assert "tony.client.backend" not in spec.conf
+    assert "tony.client.backend" not in spec.conf and "tony.history.server-url" not in spec.conf
     settings = local_settings()
     assert (settings.capacity.memory_mb, settings.capacity.gpus) == (3072, (0, 1))
     assert settings.capacity.vcores is None and settings.capacity.oversubscription == 4.0  # defaults

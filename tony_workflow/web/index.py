@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,10 +191,10 @@ class HistoryIndex:
         found = self._where.get(app_id)
         return (found[0].history, found[1]) if found else None
 
-    def runs_like(self, context: Mapping[str, str], fields: Sequence[str]) -> list[str]:
-        """The application ids of the records whose context has the same ``fields`` as ``context``."""
+    def list(self, context: Mapping[str, str] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Whole records, newest first, of the jobs whose context has the fields of ``context``
+        (as :meth:`JobHistory.list` gives them, for :func:`~tony_workflow.advice.runs_of`),
+        ``limit`` at most; only those records are read."""
         self.refresh()
-        wanted = {f: context[f] for f in fields if context.get(f)}
-        if not wanted:
-            return []
-        return [s["application_id"] for s in self._ordered if matches(s.get("context"), wanted)]
+        found = [s["application_id"] for s in self._ordered if matches(s.get("context"), context or {})]
+        return [r for a in found[:limit] if (r := self.record(a)) is not None]

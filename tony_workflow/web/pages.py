@@ -32,7 +32,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from ..advice import advise
+from ..advice import advise, runs_of
 from ..context import FIELDS
 from ..context import describe as describe_context
 from ..spec.values import parse_acl
@@ -255,7 +255,7 @@ class JobPages:
     def job(self, request: Request, app_id: str) -> HTMLResponse:
         record, index = self._record(request, app_id)
         live = record["state"] not in FINAL_STATES
-        advice = [] if live else advise(self._runs_of(index, record))
+        advice = [] if live else advise(runs_of(index, record))
         base = str(request.url_for("jobs")).rstrip("/")
         keep = self.query_of(request)
         board = f"{base}/jobs/{app_id}/tensorboard/{_q(keep)}" if not live and record.get("tensorboard_logs") else None
@@ -263,17 +263,6 @@ class JobPages:
                       progress=progress_text(record["progress"], metrics=8) if record.get("progress") else "",
                       base=base, q=_q(keep), board=board, viewer=self.viewer_of(request),
                       events=f"{base}/jobs/{app_id}/events{_q(keep)}" if not live else None)
-
-    @staticmethod
-    def _runs_of(index: HistoryIndex, record: dict[str, Any]) -> list[dict[str, Any]]:
-        """The record and the earlier runs of the same workflow task (newest first, at most 10)."""
-        from ..advice import workflow_task
-
-        wanted = workflow_task(record.get("context"))
-        if not wanted:
-            return [record]
-        ids = [a for a in index.runs_like(wanted, list(wanted)) if a != record["application_id"]][:9]
-        return [record, *(r for a in ids if (r := index.record(a)))]
 
     def events(self, request: Request, app_id: str) -> PlainTextResponse:
         _, index = self._record(request, app_id)

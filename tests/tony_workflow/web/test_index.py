@@ -107,9 +107,10 @@ def test_runs_of_the_same_workflow_task(tmp_path):
     records = [record(1, context=airflow("d", "train", "r1")), record(2, context=airflow("d", "train", "r2")),
                record(3, context=airflow("d", "eval", "r2")), record(4)]
     index = HistoryIndex(history_with(tmp_path, records))
-    assert index.runs_like({"dag_id": "d", "task_id": "train"}, ["dag_id", "task_id"]) == [
-        "application_1_0002", "application_1_0001"]
-    assert index.runs_like({}, ["dag_id"]) == []
+    runs = index.list(context={"dag_id": "d", "task_id": "train"}, limit=5)
+    assert [r["application_id"] for r in runs] == ["application_1_0002", "application_1_0001"]
+    assert all("conf" in r and r["tasks"] for r in runs)  # whole records, as the advice reads them
+    assert [r["application_id"] for r in index.list(limit=2)] == ["application_1_0004", "application_1_0003"]
 
 
 @pytest.mark.parametrize("acls,expected", [("", ((), ())), ("*", (("*",), ())), ("bob ml", (("bob",), ("ml",)))])

@@ -432,7 +432,7 @@ def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | No
                 c.kill()
         stop_server(d, server)
     specs = [r["t_spec"] for r in results if "t_spec" in r]
-    regs = [r["t_registered"] for r in results]
+    regs = [r["t_registered"] for r in results if "t_registered" in r]
     beats = [t for r in results for t in r["heartbeats"] if wa <= t <= wb]
     lat = sorted(x for r in results for t, x in zip(r["heartbeats"], r["hb_latency"]) if wa <= t <= wb)
     failures = sorted({r["failure"] for r in results if "failure" in r})
@@ -443,7 +443,7 @@ def measure(kind: str, n: int, procs: int, window: float, profile_out: Path | No
         "errors": sum(r["errors"] for r in results), "error_samples": samples[:2],
         "spec_all_s": rnd(max(specs) - t0) if len(specs) == n else None,
         "spec_median_s": rnd(sorted(specs)[len(specs) // 2] - t0) if specs else None,
-        "registered_all_s": rnd(max(regs) - t0),
+        "registered_all_s": rnd(max(regs) - t0) if len(regs) == n else None,
         "burst_cpu_share": rnd((cpu1 - cpu0) / max(1e-6, t_seen - t0)),
         "steady_cpu_share": rnd((cb - ca) / (wb - wa)),
         "steady_window_s": rnd(wb - wa, 1),

@@ -220,9 +220,18 @@ def _env(p) -> dict:
 
 
 def am_node(info: dict, app_id: str) -> set[int]:
-    """The NodeManagers whose containers run the job's supervisor (its AM container)."""
-    return {minicluster.nodemanager_of(info, f"{p.environ()['NM_HOST']}:{p.environ()['NM_HTTP_PORT']}")
-            for p in app_processes(app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())}
+    """The NodeManagers whose containers run the job's supervisor (its AM container). A process
+    that ends while it is looked at (the lost attempt's) is passed over."""
+    import psutil
+    nodes = set()
+    for p in app_processes(app_id):
+        try:
+            if "tony_workflow.am.supervisor" in " ".join(p.cmdline()):
+                env = p.environ()
+                nodes.add(minicluster.nodemanager_of(info, f"{env['NM_HOST']}:{env['NM_HTTP_PORT']}"))
+        except (psutil.Error, KeyError):
+            continue
+    return nodes
 
 
 def test_an_am_lost_with_its_node_starts_again_on_another_without_spending_an_attempt(clusters, tmp_path):

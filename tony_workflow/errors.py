@@ -23,6 +23,9 @@ them, a job log line). The user-facing kinds:
   missing or wrong: an unknown backend, no ResourceManager address, a storage location that
   names no file system. Also a :class:`ValueError`.
 - :class:`UsageError`: a command's own arguments are wrong. Also a :class:`ValueError`.
+- :class:`DataError`: a job's input cannot be read as declared (no such path, an unknown format,
+  a damaged file, schemas that differ, a column that is not there), naming the input and the
+  file. Also a :class:`ValueError`.
 
 The Python base classes are kept beside the root so that code written against the older,
 scattered exceptions (``except ValueError`` around a spec, ``except OSError`` around a store)
@@ -39,6 +42,7 @@ __all__ = [
     "AccessDenied",
     "ClusterError",
     "ConfigError",
+    "DataError",
     "LoginError",
     "NotAnApplicationId",
     "SpecError",
@@ -128,3 +132,18 @@ class ConfigError(TonyError, ValueError):
 
 class UsageError(TonyError, ValueError):
     """A command's own arguments are wrong (not a job's spec)."""
+
+
+class DataError(TonyError, ValueError):
+    """An input of the job cannot be read as declared: ``input`` is its name, ``path`` the file
+    (or path) at fault, when one is."""
+
+    def __init__(self, message: str, input: str | None = None, path: str | None = None):
+        super().__init__(message)
+        self.input, self.path, self.message = input, path, message
+
+    def __str__(self) -> str:
+        where = [f"input {self.input!r}"] if self.input else []
+        if self.path:
+            where.append(self.path)
+        return ": ".join([*where, self.message])

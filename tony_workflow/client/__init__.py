@@ -28,6 +28,7 @@ from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..spec.keys import task_key
 from ..spec.resources import resource_issues
 from ..status import JobStatus, check_application_id
+from .data import planned
 from .follow import Follower, JobUpdate
 
 if TYPE_CHECKING:
@@ -281,6 +282,7 @@ class TonyClient:
         to change, otherwise), and starts the application."""
         spec.validate()
         check_paths(spec, self.backend.name)
+        spec = planned(spec, self.backend.name, reads_cluster_files(self.backend.name))
         app_id = self.backend.submit(spec)
         handle = JobHandle(app_id, self.backend)
         # Return once the AM answers, so callers can show the tracking URL straight away.

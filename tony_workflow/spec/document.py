@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from .data import DATA_FIELDS, DATA_NAME
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .model import JobSpec
 from .table import TASK_KEYS, TONY_DEFAULTS
@@ -48,7 +49,7 @@ _TOP_LEVEL_CONF = {
     "timeout": "tony.application.timeout",
 }
 _TOP_LEVEL_ARGS = ("executes", "task_params", "python_binary_path", "python_venv", "src_dir")
-_TOP_LEVEL = (*_TOP_LEVEL_CONF, *_TOP_LEVEL_ARGS, "shell_env", "am", "tasks", "conf")
+_TOP_LEVEL = (*_TOP_LEVEL_CONF, *_TOP_LEVEL_ARGS, "shell_env", "am", "tasks", "data", "conf")
 _AM_FIELDS = ("memory", "vcores", "gpus")
 #: A task's fields in YAML: the per-type table's YAML names, and its docker image (tony.docker.<type>.image).
 _TASK_FIELDS: dict[str, str | None] = {**{k.yaml: k.name for k in TASK_KEYS if k.yaml}, "docker_image": None}
@@ -114,6 +115,8 @@ class DocumentReader:
                 self.read_conf(value)
             elif key == "am":
                 self.read_am(value)
+            elif key == "data":
+                self.read_data(value)
             elif key == "tasks":
                 self.read_tasks(value, explicit=self.flat_keys(data))
             else:
@@ -141,6 +144,30 @@ class DocumentReader:
                 self.set(f"tony.am.{name}", item, f"am.{name}")
             else:
                 self.problem(f"am.{name}", None, unknown_message(str(name), _AM_FIELDS, "am field"))
+
+    def read_data(self, value: object) -> None:
+        """``data: {train: {path: ..., format: ..., columns: [...], filter: ..., remainder: ...}}``: the
+        job's inputs, as ``tony.data.<input>.<field>`` keys (lists joined with commas)."""
+        inputs = self.mapping(value, "data")
+        for name, fields in (inputs or {}).items():
+            where = f"data.{name}"
+            if not isinstance(name, str) or not DATA_NAME.match(name):
+                self.problem(where, name, "an input's name is letters, digits, - and _, starting with a letter")
+                continue
+            if isinstance(fields, (str, list)):  # data: {train: hdfs:///path}
+                fields = {"path": fields}
+            fields = self.mapping(fields, where)
+            for field, item in (fields or {}).items():
+                if field not in DATA_FIELDS:
+                    self.problem(f"{where}.{field}", None, unknown_message(str(field), tuple(DATA_FIELDS),
+                                                                          "field of an input"))
+                    continue
+                if isinstance(item, (list, tuple)):
+                    if not all(isinstance(v, str) for v in item):
+                        self.problem(f"{where}.{field}", item, "a list of strings")
+                        continue
+                    item = ",".join(item)
+                self.set(f"tony.data.{name}.{field}", item, f"{where}.{field}")
 
     def read_tasks(self, value: object, explicit: builtins.set[str]) -> None:
         tasks = self.mapping(value, "tasks")

@@ -148,7 +148,7 @@ INSTANCES_KEY = re.compile(r"^tony\.(.+)\.instances$")
 RESERVED_TYPES = frozenset({
     "am", "application", "task", "container", "containers", "docker", "execution", "history", "yarn",
     "http", "https", "keytab", "portal", "secret", "other", "version-info", "horovod", "local",
-    "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic", "context", "lineage",
+    "checkpoint", "python-exec-path", "gpu-exec-path", "gang", "elastic", "context", "lineage", "data",
 })
 
 #: The task types TonY's frameworks give a meaning (TensorFlow's, PyTorch's, Horovod's and MXNet's

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from . import table, unhonoured, validation
+from .data import DataInput, inputs_of
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .horovod import implied_keys
 from .keys import INSTANCES_KEY, task_key
@@ -358,6 +359,11 @@ class JobSpec:
     docker_mounts = field_of(table.DOCKER_MOUNTS)
     lineage_inputs = field_of(table.LINEAGE_INPUTS)
     lineage_outputs = field_of(table.LINEAGE_OUTPUTS)
+
+    @property
+    def data_inputs(self) -> dict[str, DataInput]:
+        """The job's named inputs (``tony.data.<input>.*``), those without problems."""
+        return inputs_of(self.conf)[0]
 
     docker_enabled = field_of(table.DOCKER_ENABLED)
 

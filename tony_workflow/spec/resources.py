@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .data import MANIFEST_KEY, MANIFEST_NAME
 from .errors import SpecIssue
 
 __all__ = ["ARCHIVE_SUFFIXES", "RESERVED_NAMES", "Resource", "absolute", "parse", "resource_issues",
@@ -33,7 +34,7 @@ ARCHIVE_SUFFIXES = (".zip", ".jar", ".tar", ".tar.gz", ".tgz")
 #: Names a container's directory already uses for what the runtime ships: a resource may not take one.
 RESERVED_NAMES = frozenset({"src", "venv", "hadoop-conf", "spec.json", "runtime", "environment",
                             "checkpoint", "tensorboard", "handoff", "work", ".tony-bin", "stdout", "stderr", "tmp",
-                            "launch_container.sh", "container_tokens"})
+                            "launch_container.sh", "container_tokens", MANIFEST_NAME})
 _CONTAINERS_KEY = "tony.containers.resources"
 _TYPE_KEY = re.compile(r"^tony\.([A-Za-z0-9_-]+)\.resources$")
 _ARCHIVE = "#archive"
@@ -95,8 +96,13 @@ def _keys(conf: dict[str, str]) -> list[tuple[str | None, str]]:
 
 def resources_by_type(conf: dict[str, str]) -> dict[str | None, list[Resource]]:
     """Every resources key's entries: None's are every container's, a type's its own. Raises
-    ValueError for an entry that cannot be read (:func:`resource_issues` reports it first)."""
-    return {owner: parse(key, conf[key]) for owner, key in _keys(conf) if _split(conf[key] or "")}
+    ValueError for an entry that cannot be read (:func:`resource_issues` reports it first). The
+    plan of the job's inputs (``tony.data.manifest``, set by the client) is every container's
+    ``tony-data.json``."""
+    out = {owner: parse(key, conf[key]) for owner, key in _keys(conf) if _split(conf[key] or "")}
+    if conf.get(MANIFEST_KEY):
+        out.setdefault(None, []).append(Resource(conf[MANIFEST_KEY], MANIFEST_NAME, False, MANIFEST_KEY))
+    return out
 
 
 def resources_of(conf: dict[str, str], task_type: str | None) -> list[Resource]:

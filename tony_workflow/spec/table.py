@@ -24,6 +24,8 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from ..context import FIELDS as CONTEXT_FIELDS
+from .data import DATA_FIELDS
+from .data import key_problem as data_key_problem
 from .groups import DEPENDENCY_KEY, GROUP_KEY
 from .keys import (
     CLIENT_DEFAULTS,
@@ -342,6 +344,8 @@ def unknown_key(key: str, declared_types: set[str]) -> str | None:
         return LOCAL_KEY_REASON
     if key.startswith("tony.client.") or key in CLIENT_DEFAULTS:
         return CLIENT_KEY_REASON
+    if key.startswith("tony.data."):
+        return data_key_problem(key)
     if not key.startswith("tony."):
         return "is not a TonY key (they start with 'tony.'); keys of other systems do not belong in a job's configuration"
     docker = _DOCKER_IMAGE_KEY.match(key)
@@ -395,6 +399,10 @@ def reference_markdown() -> str:
         allowed = t.kind + (f" ≥ {t.minimum}" if t.minimum is not None and t.kind == "integer" else "")
         lines.append(f"| `{t.name}` | {f'`{t.yaml}`' if t.yaml else '—'} | {_shown(t.default)} | {allowed} | "
                      f"{_cell(t.doc)} |")
+    lines += ["", ("A job's inputs (`tony.data.<input>.<field>`, `data.<input>.<field>` in YAML; read in a task "
+                   "with `tony_workflow.data.dataset(\"<input>\")`) have these fields:"), "",
+              "| field | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {_cell(doc)} |" for name, doc in DATA_FIELDS.items()]
     local = ", ".join(f"`{name}`" for name in LOCAL_CLUSTER_DEFAULTS)
     lines.append("")
     lines.append(f"The embedded cluster's own settings ({local}) are read from `$TONY_CONF_DIR/tony-site.xml` "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..frameworks import RANKED_TYPES
+from .data import inputs_of
 from .errors import SpecIssue
 from .groups import problems as group_problems
 from .keys import (
@@ -68,6 +69,7 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
     issues.extend(_unknown_keys(spec))
     issues.extend(spec.issue(key, value, why) for key, value, why in refusals(spec.conf))
     issues.extend(spec.issue(key, value, why) for key, value, why in group_problems(spec.conf, spec.declared_types()))
+    issues.extend(spec.issue(key, value, why) for key, value, why in inputs_of(spec.conf)[1])
     framework = check("tony.application.framework", parse_framework)
     for k in KEYS:  # every key of the table, with its own parser and bound
         check(k.name, k.parse)

@@ -29,6 +29,7 @@ from ..process import kill_tree  # imports psutil on first use: a container star
 from ..protocol import BOARD_STORE_ENV, RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
+from ..spec.data import MANIFEST_ENV, MANIFEST_NAME
 from .handoff import HANDOFF_ENV, serve
 from .horovod import announced, driver_env
 from .metrics import GpuSampler, TaskSampler, visible_gpus
@@ -281,6 +282,9 @@ class TaskExecutor:
             "TONY_LOG_DIR": self.env.get("TONY_LOG_DIR", str(self.workdir / "tensorboard")),
             "PYTHONUNBUFFERED": "1",
         })
+        manifest = self.workdir / MANIFEST_NAME
+        if manifest.exists():  # the plan of the job's inputs, for tony_workflow.data
+            env[MANIFEST_ENV] = str(manifest)
         if tb_port:
             env["TB_PORT"] = str(tb_port)
         if spec.tensorboard_log_dir:

@@ -1,0 +1,218 @@
+"""The reader over real files: each rank's share, the epoch's order, the saved state, filters,
+projection, bad inputs, and the torch and TensorFlow adapters."""
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
+import pytest
+
+from tony_workflow.data import dataset
+from tony_workflow.data.reader import Dataset
+from tony_workflow.errors import DataError
+
+SIZES = [1000, 333, 2500, 17, 150]  # rows per file: no multiple of anything
+N = sum(SIZES)
+
+
+def write(directory, fmt="parquet", sizes=SIZES):
+    """Files of ``fmt`` with an ``id`` column numbering every row of the dataset, and ``x``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for i, n in enumerate(sizes):
+        ids = np.arange(start, start + n)
+        table = pa.table({"id": ids, "x": (ids % 10).astype(np.float32), "label": ids % 3})
+        if fmt == "parquet":
+            pq.write_table(table, directory / f"part-{i:03d}.parquet", row_group_size=256)
+        elif fmt == "orc":
+            orc.write_table(table, directory / f"part-{i:03d}.orc", stripe_size=4096)
+        elif fmt == "avro":
+            import fastavro
+            schema = {"type": "record", "name": "row", "fields": [{"name": "id", "type": "long"},
+                                                                  {"name": "x", "type": "float"},
+                                                                  {"name": "label", "type": "long"}]}
+            with open(directory / f"part-{i:03d}.avro", "wb") as f:
+                fastavro.writer(f, schema, table.to_pylist(), codec="deflate", sync_interval=2048)
+        start += n
+    return directory
+
+
+def ranks(path, world, batch=64, **options):
+    return [dataset(path=str(path), batch_size=batch, rank=r, world=world, **options) for r in range(world)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "orc", "avro"])
+def test_uneven_files_on_three_ranks_give_equal_steps_and_every_row_once(tmp_path, fmt):
+    data = write(tmp_path / fmt, fmt)
+    seen, steps = collections.Counter(), []
+    for ds in ranks(data, 3, remainder="partial", shuffle=True, seed=4):
+        batches = [b["id"] for b in ds]
+        steps.append(len(batches))
+        seen.update(i for b in batches for i in b.tolist())
+    assert len(set(steps)) == 1
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+
+
+def test_with_drop_every_step_is_whole_and_what_is_dropped_is_less_than_one_step(tmp_path):
+    data = write(tmp_path / "d")
+    seen = collections.Counter()
+    for ds in ranks(data, 3):
+        for b in ds:
+            assert len(b["id"]) == 64
+            seen.update(b["id"].tolist())
+    assert max(seen.values()) == 1 and N - len(seen) < 3 * 64
+
+
+def test_the_order_of_an_epoch_does_not_depend_on_the_number_of_ranks(tmp_path):
+    data = write(tmp_path / "d")
+
+    def sequence(world):
+        return [i for ds in ranks(data, world, batch=10, shuffle=True, seed=9) for b in ds for i in b["id"].tolist()]
+
+    alone = sequence(1)
+    for world in (2, 4):
+        together = sequence(world)  # the ranks' pieces laid end to end: the same sequence, less the dropped tail
+        assert together == alone[:len(together)] and len(alone) - len(together) < world * 10
+    assert sequence(1) == alone
+
+
+def test_each_epoch_has_its_own_order_and_the_epoch_can_be_set(tmp_path):
+    data = write(tmp_path / "d")
+    ds = dataset(path=str(data), batch_size=100, shuffle=True, seed=1)
+    first = [b["id"].tolist() for b in ds]
+    assert ds.epoch == 1
+    second = [b["id"].tolist() for b in ds]
+    assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))
+    ds.epoch = 0
+    assert [b["id"].tolist() for b in ds] == first
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
+def test_a_saved_state_resumes_the_very_next_batch(tmp_path, fraction):
+    data = write(tmp_path / "d")
+    whole = [b["id"].tolist() for b in dataset(path=str(data), batch_size=50, shuffle=True, seed=3)]
+    ds = dataset(path=str(data), batch_size=50, shuffle=True, seed=3)
+    at = int(len(whole) * fraction)
+    it = iter(ds)
+    for _ in range(at):
+        next(it)
+    state = json.loads(json.dumps(ds.state_dict()))  # as a checkpoint keeps it
+    assert len(json.dumps(state)) < 1024
+    again = dataset(path=str(data), batch_size=50, shuffle=True, seed=3)
+    again.load_state_dict(state)
+    assert [b["id"].tolist() for b in again] == whole[at:]
+
+
+def test_four_ranks_then_three_then_four_within_one_epoch_read_every_row_once(tmp_path):
+    data = write(tmp_path / "d")
+    seen = collections.Counter()
+    state = None
+    for world, steps in ((4, 5), (3, 4), (4, None)):
+        group = ranks(data, world, batch=40, remainder="partial", shuffle=True, seed=2)
+        for ds in group:
+            if state:
+                ds.load_state_dict(state)
+            for b in itertools.islice(ds, steps):
+                seen.update(b["id"].tolist())
+        state = json.loads(json.dumps(group[0].state_dict()))  # rank 0's alone says what every rank took
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+
+
+def test_after_commit_the_state_is_the_last_committed_step(tmp_path):
+    data = write(tmp_path / "d")
+    ds = dataset(path=str(data), batch_size=10)
+    it = iter(ds)
+    next(it)
+    next(it)
+    ds.commit()
+    next(it)  # handed out, its step never finished
+    assert ds.state_dict()["steps"] == 2
+
+
+def test_a_state_of_other_data_or_another_order_is_refused(tmp_path):
+    data = write(tmp_path / "d")
+    state = dataset(path=str(data), batch_size=10, seed=1, shuffle=True).state_dict()
+    other = write(tmp_path / "e", sizes=[10, 20])
+    with pytest.raises(DataError, match="other data"):
+        dataset(path=str(other), batch_size=10, seed=1, shuffle=True).load_state_dict(state)
+    with pytest.raises(DataError, match="seed"):
+        dataset(path=str(data), batch_size=10, seed=2, shuffle=True).load_state_dict(state)
+
+
+def test_a_filter_skips_row_groups_its_statistics_rule_out_and_the_rest_row_by_row(tmp_path):
+    data = write(tmp_path / "d")
+    ds = dataset(path=str(data), batch_size=1000, remainder="partial", filter="id < 1200 and label != 1")
+    got = sorted(i for b in ds for i in b["id"].tolist())
+    assert got == [i for i in range(N) if i < 1200 and i % 3 != 1]
+    counted = [rows for _, _, rows in ds.plan.units]
+    assert len(counted) < sum(f.info.units.__len__() for f in ds.plan.files)  # whole row groups left out
+    assert dataset(path=str(write(tmp_path / "a", "avro")), batch_size=7, remainder="partial",
+                   filter="x in (1, 2)").rows == sum(1 for i in range(N) if i % 10 in (1, 2))
+
+
+def test_columns_are_projected(tmp_path):
+    data = write(tmp_path / "d")
+    batch = next(iter(dataset(path=str(data), batch_size=5, columns=["label"])))
+    assert list(batch) == ["label"]
+
+
+def test_bad_inputs_are_named_with_the_file_and_the_reason(tmp_path):
+    good = write(tmp_path / "good", sizes=[10])
+    cases = {
+        "nothing": (str(tmp_path / "missing"), "no such file or directory"),
+        "unknown format": (str(tmp_path / "x.csv"), "does not say its format"),
+        "corrupt": (str(tmp_path / "bad.parquet"), "not a readable Parquet file"),
+    }
+    (tmp_path / "x.csv").write_text("a,b\n")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 but not really")
+    for name, (path, why) in cases.items():
+        with pytest.raises(DataError) as e:
+            dataset("train", path=path)
+        assert why in str(e.value) and "input 'train'" in str(e.value), name
+    pq.write_table(pa.table({"id": [1], "y": ["a"]}), tmp_path / "good" / "other.parquet")
+    with pytest.raises(DataError, match="part-000.parquet: its schema differs from .*other.parquet's: it lacks y and adds x, label"):
+        dataset(path=str(good))
+    with pytest.raises(DataError, match="has no column lable .*did you mean label"):
+        dataset(path=str(write(tmp_path / "g2", sizes=[5])), columns=["lable"])
+
+
+def test_the_torch_loader_splits_batches_among_its_workers_in_the_ranks_order(tmp_path):
+    pytest.importorskip("torch")
+    data = write(tmp_path / "d")
+    expected = [b["id"].tolist() for b in dataset(path=str(data), batch_size=32, shuffle=True, seed=5, rank=1, world=2)]
+    ds = dataset(path=str(data), batch_size=32, shuffle=True, seed=5, rank=1, world=2)
+    got = []
+    for k, batch in enumerate(ds.loader(num_workers=2)):
+        got.append(batch["id"].tolist())
+        if k == 9:
+            assert ds.state_dict()["steps"] == 10
+    assert got == expected and ds.epoch == 1
+
+
+@pytest.mark.tf
+def test_keras_fit_takes_the_rank_s_batches_and_its_callback_resumes_at_kerass_step(tmp_path):
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tf_keras as keras
+    data = write(tmp_path / "d")
+    ds = dataset(path=str(data), batch_size=64, shuffle=True, seed=1)
+    tf_data = ds.as_tf(map_fn=lambda b: (b["x"][:, None], b["label"]))
+    model = keras.Sequential([keras.layers.Dense(3)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(tf_data, epochs=2, callbacks=[ds.keras_callback(keras)], verbose=0)
+    assert len(history.history["loss"]) == 2 and ds.epoch == 2
+    # Keras restored at epoch 1, step 5: the dataset starts there, at the batch that step had.
+    ds2 = Dataset(ds.plan, 64, shuffle=True, seed=1, rank=0, world=1)
+    ds2.epoch = 1
+    whole = [b["id"].tolist() for b in ds2]
+    ds3 = Dataset(ds.plan, 64, shuffle=True, seed=1, rank=0, world=1)
+    callback = ds3.keras_callback(keras)
+    callback.on_epoch_begin(1)
+    callback.on_train_batch_begin(5)
+    ids = [b["id"].numpy().tolist() for b in ds3.as_tf()]
+    assert ids == whole[5:]

@@ -1,0 +1,159 @@
+"""A reader's share as a ``tf.data.Dataset``, for Keras ``fit`` and custom loops.
+
+Each rank reads its own share already, so TensorFlow must neither shard the data again nor split
+each batch among the workers: under MultiWorkerMirroredStrategy the dataset is handed over through
+``strategy.distribute_datasets_from_function`` (each worker's replica takes its rank's batch as
+it is, the global batch being the ranks' batches together), and auto-sharding is off. Without a
+strategy of several workers it is a plain dataset. Under ParameterServerStrategy only the
+coordinator runs Python, so it reads the whole input (the reader's group is one) and
+``coordinator.create_per_worker_dataset`` cannot take it; feed steps from it in the training loop.
+
+**Resuming with Keras.** Keras's ``BackupAndRestore`` restores the epoch and the step within it,
+but starts the dataset's iterator again from its beginning. :func:`keras_callback` keeps the
+reader at Keras's place: at each epoch's first step it sets the reader's epoch and position to
+Keras's, and the dataset's generator waits for that before it reads, so the step a restored run
+starts at gets the very batch the lost run would have had.
+"""
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import DataError
+from .arrays import flat_fields
+
+if TYPE_CHECKING:
+    from .reader import Dataset
+
+__all__ = ["as_tf", "keras_callback", "signature"]
+
+#: How long the dataset's generator waits for the Keras callback to say where an epoch starts.
+GATE_S = 300.0
+
+
+def _tf_dtype(tf: Any, kind: pa.DataType, column: str) -> tuple[Any, tuple[int | None, ...]]:
+    if pa.types.is_fixed_size_list(kind):
+        inner, shape = _tf_dtype(tf, kind.value_type, column)
+        return inner, (kind.list_size, *shape)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        inner, shape = _tf_dtype(tf, kind.value_type, column)
+        return inner, (None, *shape)
+    if pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind) \
+            or pa.types.is_fixed_size_binary(kind):
+        return tf.string, ()
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind) or pa.types.is_time(kind):
+        return tf.int64, ()
+    if pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return tf.as_dtype(kind.to_pandas_dtype()), ()
+    raise DataError(f"column {column} is {kind}, which has no tensor type: leave it out with columns")
+
+
+def signature(ds: Dataset) -> dict[str, Any]:
+    """The ``tf.TensorSpec`` of each column of a batch."""
+    import tensorflow as tf
+    out = {}
+    for name, kind in flat_fields(ds.plan.schema, ds.columns):
+        dtype, shape = _tf_dtype(tf, kind, name)
+        out[name] = tf.TensorSpec(shape=(None, *shape), dtype=dtype)
+    return out
+
+
+def _tensorable(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, values in batch.items():
+        if values.dtype.kind in "mM":  # dates and times as their integer count
+            values = values.astype(np.int64)
+        out[name] = values
+    return out
+
+
+def _generate(ds: Dataset) -> Any:
+    gate: threading.Event | None = getattr(ds, "_keras_gate", None)
+    if gate is not None:
+        if not gate.wait(GATE_S):
+            raise DataError(f"Keras did not start the epoch within {GATE_S:.0f} s of the dataset being read: pass "
+                            "ds.keras_callback() in fit's callbacks", ds.name)
+        gate.clear()
+    for batch in ds:
+        yield _tensorable(batch)
+
+
+def _workers(strategy: Any) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return len(spec.get("chief", [])) + len(spec.get("worker", []))
+
+
+def as_tf(ds: Dataset, strategy: Any = None, map_fn: Any = None) -> Any:
+    """``ds`` as a ``tf.data.Dataset`` of dicts of tensors (or what ``map_fn`` makes of each,
+    ``(features, label)`` for Keras); under a MultiWorkerMirroredStrategy of several workers (the
+    ``strategy`` given, or the one whose scope this is called in), a distributed dataset for
+    ``fit`` (see the module's docstring)."""
+    import tensorflow as tf
+
+    output = signature(ds)
+
+    def make(_: Any = None) -> Any:
+        data = tf.data.Dataset.from_generator(lambda: _generate(ds), output_signature=output)
+        if map_fn is not None:
+            data = data.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return data.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return make()
+    if _workers(strategy) > 1:
+        return strategy.distribute_datasets_from_function(make)
+    rank, world = ds.group()
+    if world > 1 and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise DataError(f"this task is rank {rank} of {world}, and no MultiWorkerMirroredStrategy is given: call "
+                        "ds.as_tf(strategy), or ds.as_tf() inside strategy.scope(), so that TensorFlow does not "
+                        "split the rank's batches again", ds.name)
+    return make()
+
+
+def _keras() -> Any:
+    """The Keras that runs under several workers (tf_keras), else Keras."""
+    try:
+        import tf_keras
+        return tf_keras
+    except ImportError:
+        import keras
+        return keras
+
+
+def keras_callback(ds: Dataset, keras: Any = None) -> Any:
+    """A Keras callback (of ``keras``, default ``tf_keras`` else ``keras``) that puts ``ds`` at
+    Keras's epoch and step as each epoch starts (see the module's docstring). Give it to ``fit``
+    after ``BackupAndRestore``."""
+    keras = keras if keras is not None else _keras()
+    gate = threading.Event()
+    ds._keras_gate = gate  # type: ignore[attr-defined]
+
+    class DataPosition(keras.callbacks.Callback):  # type: ignore[misc]
+        """Puts the reader at Keras's epoch and step at each epoch's first step."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._epoch: int | None = None
+            self._started = False
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch, self._started = epoch, False
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self._started:
+                return
+            self._started = True
+            ds.epoch = self._epoch if self._epoch is not None else ds.epoch
+            ds.seek(batch)
+            gate.set()
+
+    return DataPosition()

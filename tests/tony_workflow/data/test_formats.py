@@ -68,7 +68,8 @@ def orc_time(ns: int) -> str:
 @pytest.mark.parametrize("name", ["TestOrcFile.test1", "TestOrcFile.testDate1900", "TestOrcFile.testPredicatePushdown",
                                   "decimal", "orc_split_elim_new"])
 def test_orc_files_read_as_orcs_own_expected_rows(fixture_data, name):
-    expected = [flat(json.loads(line)) for line in gzip.open(fixture_data / "orc" / "expected" / f"{name}.jsn.gz", "rt")]
+    with gzip.open(fixture_data / "orc" / "expected" / f"{name}.jsn.gz", "rt") as f:
+        expected = [flat(json.loads(line)) for line in f]
     got = read_all(fixture_data / "orc" / f"{name}.orc")
     assert len(next(iter(got.values()))) == len(expected)
     for column, values in got.items():

@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.orc as orc
 import pyarrow.parquet as pq
 import pytest
+from pyarrow import orc
 
 from tony_workflow.data import dataset
 from tony_workflow.data.reader import Dataset
@@ -87,7 +87,7 @@ def test_each_epoch_has_its_own_order_and_the_epoch_can_be_set(tmp_path):
     first = [b["id"].tolist() for b in ds]
     assert ds.epoch == 1
     second = [b["id"].tolist() for b in ds]
-    assert first != second and sorted(sum(first, [])) == sorted(sum(second, []))
+    assert first != second and sorted(itertools.chain(*first)) == sorted(itertools.chain(*second))
     ds.epoch = 0
     assert [b["id"].tolist() for b in ds] == first
 

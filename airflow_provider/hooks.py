@@ -98,6 +98,12 @@ class TonyHook(BaseHook):
         conf_dir = getattr(self.get_conn().backend, "conf_dir", None) if self.backend == "yarn" else None
         return qualified(location, conf_dir)
 
+    def stage_data(self, local: str | Path, name: str) -> str:
+        """Where this connection's jobs read the local directory ``local`` from: the directory
+        itself on the embedded cluster, a copy in the user's HDFS home on YARN (its URI)."""
+        from tony_workflow.client.data import stage_input
+        return stage_input(local, self.get_conn().backend, name)
+
     def deployment(self) -> tuple[bytes | None, str]:
         """(key, server): what names this deployment's task runs in the identity of their jobs
         (:func:`tony_workflow.context.identity`). The key is the connection's ``reattach_key``, else

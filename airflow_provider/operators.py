@@ -251,6 +251,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         except TonyError as e:
             raise airflow_error(e) from None
         self.application_id = handle.app_id
+        if handle.spec is not None:  # as submitted: its inputs planned, for their lineage
+            self._spec = handle.spec
         self.log.info("Submitted application %s", handle.app_id)
         # Returned at once: the id is recorded for a retry to reattach to only after this returns,
         # so nothing else may stand between the submission and the record. The links follow.

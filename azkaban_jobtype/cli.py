@@ -75,6 +75,9 @@ def validate_project(project: Project, params: dict[str, str] | None = None) -> 
         entry["errors"] = [str(issue) for issue in issues]
         if spec is not None and not issues:
             entry["errors"] += _never_fits(spec, instance, backends, warnings)
+            inputs, input_errors = _inputs(spec, instance)
+            entry["inputs"] = inputs
+            entry["errors"] += input_errors
         errors.extend(entry["errors"])
         jobs.append(entry)
     # A Flow 1.0 job in several flows has the same problems in each; say them once.
@@ -105,6 +108,16 @@ def _never_fits(spec: JobSpec, instance: JobInstance, backends: dict[str, Backen
     return []
 
 
+def _inputs(spec: JobSpec, instance: JobInstance) -> tuple[dict[str, dict], list[str]]:
+    """The job's inputs as a submission plans them (files, schema, rows), and what it would refuse."""
+    from tony_workflow.client import reads_cluster_files
+    from tony_workflow.client.data import data_issues, inspect_summary
+    name = backend_name(instance.props)
+    issues, plans = data_issues(spec, name, reads_cluster_files(name))
+    return ({n: inspect_summary(p) for n, p in plans.items()},
+            [str(issue) for issue in issues])
+
+
 def _spec_of(instance: JobInstance, project: Project, warnings: list[str]) -> JobSpec:
     props = instance.props
     resolved = resolve(props)
@@ -126,6 +139,10 @@ def _print_report(report: dict) -> None:
         print(f"\n{job['job']}  (type {job['type']}, {job['file']})")
         for line in job.get("describe", ()):
             print(line)
+        for name, data in job.get("inputs", {}).items():
+            columns = ", ".join(f"{c['name']} {c['type']}" for c in data["schema"])
+            print(f"  input {name}: {data['format']}, {len(data['files'])} files, {data['rows']:,} rows, "
+                  f"{data['bytes']:,} bytes, {data['units']} {data['unit']}: {columns}")
         if job["errors"]:
             count = len(job["errors"])
             print(f"  cannot be submitted: {count} error{'s' if count > 1 else ''} (listed on stderr)")

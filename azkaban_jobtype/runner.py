@@ -167,6 +167,7 @@ def run(out: TextIO | None = None) -> int:
 
     # Its own line, the id its own whitespace-separated token: what Azkaban's log scanner looks for.
     say(f"Submitted application {handle.app_id}")
+    spec = handle.spec or spec  # as submitted: its inputs planned, for their lineage
     lineage = _lineage(spec, client, say)
     linked = lineage.output_props() if lineage else {}
     if lineage:

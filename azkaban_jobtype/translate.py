@@ -35,6 +35,7 @@ from pathlib import Path
 
 from tony_workflow.client import executes_problem, reads_cluster_files, venv_problem
 from tony_workflow.spec import TONY_DEFAULTS, JobSpec, SpecError, SpecIssue, apply_overrides
+from tony_workflow.spec.loading import located_paths
 from tony_workflow.spec.resources import absolute, resource_issues, resources_by_type
 from tony_workflow.status import counted
 
@@ -141,8 +142,8 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
         for name in ("src_dir", "python_venv"):
             if fields[name] and "://" not in fields[name] and not os.path.isabs(fields[name]):
                 fields[name] = str(Path(base_dir) / fields[name])
-        # TonY's resources: a relative local path starts at the job's working directory too.
-        conf = {k: absolute(v, Path(base_dir)) if k.endswith(".resources") and v else v for k, v in conf.items()}
+        # TonY's resources and the inputs: a relative local path starts at the job's working directory too.
+        conf = {k: absolute(v, Path(base_dir)) if located_paths(k) and v else v for k, v in conf.items()}
 
     no_executes = not fields["executes"] and not _every_type_has_command(conf)
     if no_executes:

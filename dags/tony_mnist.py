@@ -1,5 +1,9 @@
 """Prepare data, train MNIST with MultiWorkerMirroredStrategy under TonY, evaluate the checkpoint.
 
+The data step writes the training set as Parquet files; the job names them as its ``train`` input,
+and each worker reads its own share through ``tony_workflow.data`` (on YARN the step copies them
+to HDFS first, where the nodes read them).
+
 The trained model is the asset ``tony_mnist_model``: each successful training publishes it, with
 the application, the checkpoints' location and the final metrics, and ``tony_mnist_deploy``
 (scheduled on the asset) deploys it.
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Asset, task
 
+from airflow_provider.hooks import TonyHook
 from airflow_provider.operators import TonyOperator
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -43,12 +48,13 @@ with DAG(
 ) as dag:
 
     @task
-    def prepare_data(run_id: str | None = None) -> str:
+    def prepare_data(run_id: str | None = None) -> dict:
         out = run_dir(run_id or "manual")
-        out.mkdir(parents=True, exist_ok=True)
         sys.path.insert(0, str(MNIST))
         import synthetic_mnist
-        return str(synthetic_mnist.save(out / "mnist.npz"))
+        train = synthetic_mnist.save_parquet(out / "train")
+        name = f"tony_mnist-{out.name}"
+        return {"train": TonyHook().stage_data(train, name), "checkpoints": str(out / "checkpoints")}
 
     data = prepare_data()
 
@@ -56,10 +62,12 @@ with DAG(
         task_id="train",
         job_spec="mnist_mwms/mnist_mwms.yaml",
         src_dir=str(MNIST),
-        task_params="--epochs 3 --steps-per-epoch 40 --data {{ ti.xcom_pull(task_ids='prepare_data') }}",
+        task_params="--epochs 3",
         conf={
+            # each worker reads its share of these Parquet files
+            "tony.data.train.path": "{{ ti.xcom_pull(task_ids='prepare_data')['train'] }}",
             # the evaluate step reads the final checkpoint from here
-            "tony.checkpoint.location": "{{ ti.xcom_pull(task_ids='prepare_data') | replace('mnist.npz', 'checkpoints') }}",
+            "tony.checkpoint.location": "{{ ti.xcom_pull(task_ids='prepare_data')['checkpoints'] }}",
             "tony.am.memory": "512m",
         },
         poll_interval=2,
@@ -67,8 +75,8 @@ with DAG(
     )
 
     @task
-    def evaluate(data_path: str) -> dict:
-        checkpoints = Path(data_path).with_name("checkpoints")
+    def evaluate(prepared: dict) -> dict:
+        checkpoints = Path(prepared["checkpoints"])
         done = subprocess.run([sys.executable, str(MNIST / "evaluate.py"), "--checkpoint-dir", str(checkpoints)],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:

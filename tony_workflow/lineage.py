@@ -2,7 +2,8 @@
 Airflow operator's hooks (:mod:`airflow_provider.lineage`) and the Azkaban job type's own events
 (:mod:`azkaban_jobtype.lineage`).
 
-- **Inputs**: the spec's ``tony.lineage.inputs`` (and the Airflow operator's ``inlets``).
+- **Inputs**: the spec's ``tony.lineage.inputs``, its declared inputs' paths (``tony.data.<input>.path``,
+  with the columns read as a schema facet once planned), and the Airflow operator's ``inlets``.
 - **Outputs**: the job's checkpoint directory, its model (known at the start only when
   ``tony.checkpoint.location`` names it; once the job runs, from its status), the spec's
   ``tony.lineage.outputs`` (and the Airflow operator's ``outlets``).
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 import attr
 from openlineage.client.event_v2 import Dataset
-from openlineage.client.facet_v2 import JobFacet, RunFacet, error_message_run
+from openlineage.client.facet_v2 import JobFacet, RunFacet, error_message_run, schema_dataset
 
 from .spec import JobSpec
 from .status import JobStatus
@@ -128,12 +129,50 @@ def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
     return out
 
 
+def _schemas(spec: JobSpec) -> dict[str, list[tuple[str, str]]]:
+    """Each planned input's columns (name, type), from the manifest the client wrote at submission."""
+    import json
+
+    from .spec.data import MANIFEST_KEY
+    path = spec.get(MANIFEST_KEY)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            inputs = json.load(f)["inputs"]
+        from .data.manifest import Plan
+    except (OSError, ValueError, KeyError, ImportError):
+        return {}
+    out = {}
+    for name, data in inputs.items():
+        plan = Plan.from_dict(data)
+        out[name] = [(f.name, str(f.type)) for f in plan.schema if f.name in plan.columns]
+    return out
+
+
+def data_datasets(spec: JobSpec, qualify: Callable[[str], str]) -> list[Dataset]:
+    """The job's declared inputs (``tony.data.<input>.path``), each path a dataset, with the
+    columns read as its schema facet once the inputs are planned."""
+    schemas = _schemas(spec)
+    out = []
+    for name, inp in spec.data_inputs.items():
+        facets: dict[str, Any] = {}
+        if name in schemas:
+            facets["schema"] = schema_dataset.SchemaDatasetFacet(
+                fields=[schema_dataset.SchemaDatasetFacetFields(name=c, type=t) for c, t in schemas[name]])
+        for path in inp.paths:
+            d = dataset(qualify(path))
+            out.append(Dataset(namespace=d.namespace, name=d.name, facets=facets))
+    return out
+
+
 def datasets(spec: JobSpec | None, status: JobStatus | None, qualify: Callable[[str], str],
              inputs: Iterable[str] = (), outputs: Iterable[str] = ()) -> tuple[list[Dataset], list[Dataset]]:
     """(inputs, outputs) of a job: ``spec`` (None: it could not be read), its ``status`` once it
     has one, ``qualify`` turning a location into a full URI on the job's cluster, and more
     ``inputs`` and ``outputs`` (URIs) from the workflow."""
     read = [dataset(qualify(x)) for x in (spec.lineage_inputs if spec else [])]
+    read += data_datasets(spec, qualify) if spec else []
     read += [dataset(x) for x in inputs]
     written = []
     checkpoints = (status.checkpoint_location if status else None) or (spec.checkpoint_location if spec else None)

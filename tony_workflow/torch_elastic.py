@@ -119,7 +119,11 @@ class State:
     def commit(self) -> None:
         """A point where a change of membership may take effect: raises :class:`Regroup` on every
         member when some member has heard of one (a replacement waiting, a member gone). Costs one
-        all-reduce of one number in an in-place elastic job; nothing otherwise."""
+        all-reduce of one number in an in-place elastic job; nothing otherwise. The data readers the
+        state holds (:mod:`tony_workflow.data`) are committed first: a change finds them at this step."""
+        for value in self._values.values():
+            if hasattr(value, "state_dict") and callable(getattr(value, "commit", None)):
+                value.commit()
         group, coordinator = self._group, self._coordinator
         if group is None or coordinator is None:
             return

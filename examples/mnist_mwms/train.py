@@ -5,6 +5,13 @@ cluster. Training state is backed up every few steps into
 $TONY_CHECKPOINT_DIR, so when the runtime relaunches the job session after a
 failure, all workers pick up from the last backup instead of step 0.
 
+When the job declares an input named ``train`` (``data: train: {path: ...}``,
+Parquet files of ``image`` and ``label`` as synthetic_mnist.save_parquet
+writes them), every worker reads its own share of it through
+tony_workflow.data, and a relaunch resumes the input at the very step the
+backup restores. Otherwise the data is generated in memory (or read from an
+.npz given with --data).
+
 Without TF_CONFIG the script trains as a single local worker.
 """
 
@@ -41,7 +48,9 @@ LOG_EVERY_STEPS = 10
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--steps-per-epoch", type=int, default=40)
+    parser.add_argument(
+        "--steps-per-epoch", type=int, default=40,
+        help="steps of an epoch on in-memory data (the job's input has its own)")
     parser.add_argument(
         "--batch-size", type=int, default=64,
         help="global batch size, split evenly across workers")
@@ -79,6 +88,29 @@ def task_identity():
 def log(message):
     # Flushed at once: the runtime tails these lines while the task runs.
     print(f"{TAG} {message}", flush=True)
+
+
+def job_input():
+    """The job's ``train`` input, or None when it declares none."""
+    if not os.environ.get("TONY_DATA_MANIFEST"):
+        return None
+    from tony_workflow.data.manifest import load_manifest
+    return "train" if "train" in load_manifest() else None
+
+
+def input_dataset(strategy, global_batch):
+    """This worker's share of the job's ``train`` input, as Keras takes it, and
+    the reader (whose Keras callback keeps it at Keras's epoch and step)."""
+    from tony_workflow.data import dataset
+
+    workers = max(1, strategy.num_replicas_in_sync)
+    reader = dataset("train", batch_size=global_batch // workers,
+                     shuffle=True, seed=SEED, columns=["image", "label"])
+
+    def features(batch):
+        return tf.reshape(batch["image"], (-1,) + synthetic_mnist.IMAGE_SHAPE), batch["label"]
+
+    return reader.as_tf(strategy, map_fn=features), reader
 
 
 def make_dataset(images, labels, batch_size, repeat):
@@ -155,7 +187,12 @@ def main(argv=None):
     # Same seed everywhere: workers must agree on initial weights and on the
     # shuffling order that the data sharding is applied to.
     keras.utils.set_random_seed(SEED)
-    if args.data:
+    reader = None
+    if job_input():
+        train_data, reader = input_dataset(strategy, args.batch_size)
+        val_images, val_labels = synthetic_mnist.make_arrays(
+            VALIDATION_EXAMPLES, synthetic_mnist.VALIDATION_SEED)
+    elif args.data:
         (train_images, train_labels), (val_images, val_labels) = \
             synthetic_mnist.load(args.data)
     else:
@@ -163,8 +200,9 @@ def main(argv=None):
             TRAIN_EXAMPLES, synthetic_mnist.TRAIN_SEED)
         val_images, val_labels = synthetic_mnist.make_arrays(
             VALIDATION_EXAMPLES, synthetic_mnist.VALIDATION_SEED)
-    train_data = make_dataset(
-        train_images, train_labels, args.batch_size, repeat=True)
+    if reader is None:
+        train_data = make_dataset(
+            train_images, train_labels, args.batch_size, repeat=True)
     val_data = make_dataset(
         val_images, val_labels, args.batch_size, repeat=False)
 
@@ -197,6 +235,11 @@ def main(argv=None):
             log_dir=tensorboard_dir, update_freq="epoch",
             write_graph=False, profile_batch=0),
     ]
+    if reader is not None:
+        # After BackupAndRestore: the input starts each epoch at the step
+        # Keras starts it at, so a restored run sees the batches the lost one
+        # would have, none twice and none skipped.
+        callbacks.append(reader.keras_callback(keras))
     if args.step_sleep > 0:
         callbacks.append(StepSleeper(args.step_sleep))
     if ProgressCallback is not None:
@@ -205,7 +248,7 @@ def main(argv=None):
     model.fit(
         train_data,
         epochs=args.epochs,
-        steps_per_epoch=args.steps_per_epoch,
+        steps_per_epoch=len(reader) if reader is not None else args.steps_per_epoch,
         callbacks=callbacks,
         verbose=0,
     )

@@ -22,6 +22,13 @@ test set and writes final/model.pt and final/metrics.json (rank 0 prints the
 evaluation); every rank prints a digest of its parameters, which are identical
 across replicas.
 
+When the job declares an input named ``train`` (``data: train: {path: ...}``:
+Parquet of ``pixels`` and ``label``, as digits.save_parquet writes them), every
+rank reads its own share of it through tony_workflow.data; the reader is part of
+the state, so a relaunch or a regroup takes up the epoch exactly where the group
+left it, whatever its new size. Otherwise every rank loads scikit-learn's arrays
+and shards them with a DistributedSampler.
+
 The same script runs unchanged in a fixed job and in an elastic one
 (tony.worker.min-instances): its --batch-size must then divide by every world
 size the group may have.
@@ -128,6 +135,17 @@ def digest(model):
     return h.hexdigest()[:16]
 
 
+def job_input(batch_size):
+    """The reader of the job's ``train`` input, or None when it declares none."""
+    if not os.environ.get("TONY_DATA_MANIFEST"):
+        return None
+    from tony_workflow.data import dataset
+    from tony_workflow.data.manifest import load_manifest
+    if "train" not in load_manifest():
+        return None
+    return dataset("train", batch_size=batch_size, shuffle=True, seed=SEED, columns=["pixels", "label"])
+
+
 def main(argv=None):
     args = parse_args(argv)
     session = os.environ.get("SESSION_ID", "0")
@@ -138,12 +156,13 @@ def main(argv=None):
 
     (train_x, train_y), (test_x, test_y) = digits.arrays()
     dataset = TensorDataset(torch.from_numpy(train_x), torch.from_numpy(train_y))
+    reader = job_input(args.batch_size)
     device = device_of_process()
     # The same seed everywhere: every rank starts from the same weights (DDP checks).
     torch.manual_seed(SEED)
     model = digits.build_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    state = State(model=model, optimizer=optimizer, step=0)
+    state = State(model=model, optimizer=optimizer, step=0, **({"data": reader} if reader else {}))
     if os.path.exists(checkpoint):
         # This container's copy; the group hands every rank the newest copy any rank has.
         state.load_state_dict(torch.load(checkpoint, map_location=device, weights_only=False))
@@ -168,32 +187,49 @@ def main(argv=None):
             # Rank 0 writes TensorBoard summaries. The writer's import pulls in TensorFlow when
             # that is installed (seconds), so it is opened beside training rather than before it.
             summaries = Summaries(os.environ.get("TONY_LOG_DIR"))
+
+        def step_on(x, y):
+            x, y = x.to(device), y.to(device)
+            state.optimizer.zero_grad()
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            state.optimizer.step()
+            state.step += 1
+            step = state.step
+            if rank == 0:
+                value = loss.item()
+                report(step=step, total=total, loss=value)
+                if step % 10 == 0:
+                    log(f"session={session} step={step} loss={value:.4f}")
+                    if summaries is not None:
+                        summaries.scalar("loss", value, step)
+            if step % args.save_every == 0:
+                save_atomically(state.state_dict(), checkpoint)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            # Where a change of the group (an elastic job's) takes effect.
+            state.commit()
+
+        if reader is not None:
+            # This rank's share of what the group left of the epoch, in steps of its part of
+            # the global batch.
+            reader.set_group(rank, world)
+            reader.batch_size = args.batch_size // world
+            total = state.step + sum(reader.steps() if e == reader.epoch else len(reader)
+                                     for e in range(reader.epoch, args.epochs))
+            while reader.epoch < args.epochs:
+                for batch in reader.loader():
+                    step_on(batch["pixels"], batch["label"])
+            save_atomically(state.state_dict(), checkpoint)
+            return rank, world
         while state.step < total:
             epoch, skip = divmod(state.step, steps_per_epoch)
             sampler.set_epoch(epoch)
             for i, (x, y) in enumerate(loader):
                 if i < skip:  # resuming mid-epoch: these batches were trained before
                     continue
-                x, y = x.to(device), y.to(device)
-                state.optimizer.zero_grad()
-                loss = loss_fn(ddp(x), y)
-                loss.backward()
-                state.optimizer.step()
-                state.step += 1
-                step = state.step
-                if rank == 0:
-                    value = loss.item()
-                    report(step=step, total=total, loss=value)
-                    if step % 10 == 0:
-                        log(f"session={session} step={step} loss={value:.4f}")
-                        if summaries is not None:
-                            summaries.scalar("loss", value, step)
-                if step % args.save_every == 0 or step == total:
-                    save_atomically(state.state_dict(), checkpoint)
-                if args.step_sleep:
-                    time.sleep(args.step_sleep)
-                # Where a change of the group (an elastic job's) takes effect.
-                state.commit()
+                step_on(x, y)
+        save_atomically(state.state_dict(), checkpoint)
         return rank, world
 
     rank, world = run(train, state)

@@ -21,7 +21,7 @@ def test_every_kind_hangs_from_the_root_and_keeps_its_python_base():
              errors.NotAnApplicationId: ValueError, errors.AMUnreachable: ConnectionError,
              errors.StoreError: OSError, errors.LoginError: ValueError, errors.ClusterError: RuntimeError,
              errors.ConfigError: ValueError, errors.UsageError: ValueError, errors.SubmissionRefused: Exception,
-             errors.AMError: Exception, errors.AccessDenied: PermissionError}
+             errors.AMError: Exception, errors.AccessDenied: PermissionError, errors.DataError: ValueError}
     for kind, base in kinds.items():
         assert issubclass(kind, errors.TonyError) and issubclass(kind, base), kind
     assert set(errors.__all__) == {k.__name__ for k in kinds} | {"TonyError"}

@@ -27,8 +27,9 @@ from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..spec.keys import task_key
 from ..spec.resources import resource_issues
+from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
-from .data import planned
+from .data import data_issues, with_manifest
 from .follow import Follower, JobUpdate
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ def check_paths(spec: JobSpec, backend: str = "local") -> None:
                                   source=spec.source))
     if issues:
         raise SpecError(issues)
+
+
+def _conf_dir(backend: Backend) -> str | None:
+    conf_dir = getattr(backend, "conf_dir", None)
+    return str(conf_dir) if conf_dir else None
 
 
 def reads_cluster_files(backend: str) -> bool:
@@ -146,9 +152,11 @@ def _links_after_the_end(st: JobStatus) -> JobStatus:
 class JobHandle:
     """One application: status, wait, kill and logs. Cheap to create; holds no connection."""
 
-    def __init__(self, app_id: str, backend: Backend):
+    def __init__(self, app_id: str, backend: Backend, spec: JobSpec | None = None):
         self.app_id = check_application_id(app_id)
         self.backend = backend
+        #: The spec as submitted (its inputs planned), when this handle submitted it.
+        self.spec = spec
 
     def __repr__(self) -> str:
         return f"JobHandle({self.app_id!r}, backend={self.backend.name!r})"
@@ -280,11 +288,9 @@ class TonyClient:
         """Validates ``spec`` (raising :class:`SpecError` listing every problem, with nothing
         submitted), checks the cluster can ever hold it (:class:`SubmissionRefused`, naming the key
         to change, otherwise), and starts the application."""
-        spec.validate()
-        check_paths(spec, self.backend.name)
-        spec = planned(spec, self.backend.name, reads_cluster_files(self.backend.name))
+        spec = self.preflight(spec)
         app_id = self.backend.submit(spec)
-        handle = JobHandle(app_id, self.backend)
+        handle = JobHandle(app_id, self.backend, spec)
         # Return once the AM answers, so callers can show the tracking URL straight away.
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -293,6 +299,22 @@ class TonyClient:
                 break
             time.sleep(0.05)
         return handle
+
+    def preflight(self, spec: JobSpec) -> JobSpec:
+        """Every check a submission makes before anything is sent, every problem at once (one
+        SpecError): the keys and their values, the paths this machine must have, and the inputs,
+        which it plans. Returns the spec as it would be submitted (its inputs' plan named)."""
+        issues = validation_problems(spec)
+        try:
+            check_paths(spec, self.backend.name)
+        except SpecError as e:
+            issues.extend(e.issues)
+        data, plans = data_issues(spec, self.backend.name, reads_cluster_files(self.backend.name),
+                                  hadoop_conf_dir=_conf_dir(self.backend), login=getattr(self.backend, "login", None))
+        issues.extend(data)
+        if issues:
+            raise SpecError(issues)
+        return with_manifest(spec, plans)
 
     def attach(self, app_id: str) -> JobHandle:
         """A handle on an existing application; :class:`UnknownApplication` if the cluster does not

@@ -17,6 +17,7 @@ from ..errors import (
     AccessDenied,
     AMUnreachable,
     ConfigError,
+    DataError,
     LoginError,
     NotAnApplicationId,
     StoreError,
@@ -29,6 +30,7 @@ from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, TaskStatus, hanging
 from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
+from .data import cmd_data_inspect
 from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
 
 __all__ = ["main", "reader_gone"]
@@ -396,6 +398,20 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     tb.set_defaults(fn=cmd_tensorboard)
 
+    data = sub.add_parser("data", help="a training input: what it holds, checked as a submission checks it")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
+    di = data_sub.add_parser("inspect", help="the format, schema, rows, bytes and units of an input",
+                             description="Plans an input as a submission does (lists its files, reads their "
+                                         "footers or headers, checks their schemas agree) and prints what it "
+                                         "holds; a bad input is refused naming the file (exit status 2).")
+    di.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs; local, hdfs:// or webhdfs://")
+    di.add_argument("--format", choices=["parquet", "orc", "avro", "tfrecord"], help="default: from the extension")
+    di.add_argument("--columns", help="comma-separated: check that the input has them")
+    di.add_argument("--filter", help="a row filter, as tony.data.<input>.filter takes it: count the rows it keeps")
+    di.add_argument("--verify", action="store_true", help="read every unit whole, to find damaged data now")
+    di.add_argument("--json", action="store_true", help="print JSON")
+    di.set_defaults(fn=cmd_data_inspect)
+
     cl = sub.add_parser("clean", help="remove the directories of finished local jobs, or what YARN jobs shipped",
                         description="Removes the directories of final jobs of the local cluster: the ones "
                                     "named, or every one final for longer than --older-than (default "
@@ -434,6 +450,7 @@ ERROR_REPORTS: tuple[tuple[type[TonyError], str, int], ...] = (
     (LoginError, "cannot log in to the cluster: ", 2),
     (AccessDenied, "", 2),
     (ConfigError, "", 2),
+    (DataError, "the input cannot be read as declared: ", 2),
     (UsageError, "", 2),
     (AMUnreachable, "the job's ApplicationMaster does not answer: ", 1),
     (StoreError, "the store failed: ", 1),

@@ -16,22 +16,23 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import DataError, SpecError
+from ..errors import DataError
 from ..spec import JobSpec
 from ..spec.data import MANIFEST_KEY
 from ..spec.errors import SpecIssue
 from ..spec.site import tony_home
 
-__all__ = ["data_issues", "planned", "with_manifest"]
+__all__ = ["cmd_data_inspect", "data_issues", "inspect_summary", "stage_input", "with_manifest"]
 
 
 def _local(path: str) -> bool:
     return "://" not in path or path.startswith("file:")
 
 
-def data_issues(spec: JobSpec, backend: str, cluster_files: bool) -> tuple[list[SpecIssue], dict[str, Any]]:
-    """Every problem of the job's inputs on ``backend`` (``cluster_files``: whether it can read HDFS),
-    and the plans of those without one."""
+def data_issues(spec: JobSpec, backend: str, cluster_files: bool, *, hadoop_conf_dir: str | None = None,
+                login: Any = None) -> tuple[list[SpecIssue], dict[str, Any]]:
+    """Every problem of the job's inputs on ``backend`` (``cluster_files``: whether it can read HDFS,
+    through ``hadoop_conf_dir`` as ``login``), and the plans of those without one."""
     inputs = spec.data_inputs
     if not inputs:
         return [], {}
@@ -62,7 +63,7 @@ def data_issues(spec: JobSpec, backend: str, cluster_files: bool) -> tuple[list[
                                  f"reading a job's inputs needs the data extra ({e.name} is missing): pip install "
                                  "'tony-workflow[data]'"))
         return issues, {}
-    plans, errors = plan_inputs(ready)
+    plans, errors = plan_inputs(ready, hadoop_conf_dir=hadoop_conf_dir, login=login)
     for error in errors:
         issues.append(_issue(spec, error))
     return issues, plans
@@ -87,9 +88,85 @@ def with_manifest(spec: JobSpec, plans: dict[str, Any]) -> JobSpec:
     return spec.with_overrides({MANIFEST_KEY: str(path)}, origin="the planned inputs")
 
 
-def planned(spec: JobSpec, backend: str, cluster_files: bool) -> JobSpec:
-    """``spec`` with its inputs' manifest; SpecError listing every problem of its inputs."""
-    issues, plans = data_issues(spec, backend, cluster_files)
-    if issues:
-        raise SpecError(issues)
-    return with_manifest(spec, plans)
+def stage_input(local: str | os.PathLike[str], backend: Any, name: str) -> str:
+    """Where a job on ``backend`` reads the local directory ``local`` from: itself on the embedded
+    cluster; on YARN, a copy in the user's HDFS home (``.tony/inputs/<name>``, replaced whole),
+    named by its full URI. For example DAGs and trials that make their data on the client."""
+    from pathlib import Path
+
+    from ..process import user_name
+    from ..storage import open_storage, qualified
+    source = Path(local)
+    if getattr(backend, "name", "local") != "yarn":
+        return str(source.resolve())
+    conf_dir = str(backend.conf_dir)
+    uri = qualified(f"hdfs:///user/{user_name()}/.tony/inputs/{name}", conf_dir)
+    store = open_storage(uri, hadoop_conf_dir=conf_dir, login=getattr(backend, "login", None))
+    for key in store.list(""):
+        store.delete(key)
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        store.put(path, path.relative_to(source).as_posix())
+    return uri
+
+
+_UNIT_NAMES = {"parquet": "row groups", "orc": "stripes", "avro": "runs of blocks", "tfrecord": "runs of records"}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def inspect_summary(plan: Any) -> dict[str, Any]:
+    """What ``tony data inspect`` says of a planned input, as JSON-safe data."""
+    return {"paths": list(plan.input.paths), "format": plan.format, "rows": plan.rows, "bytes": plan.bytes,
+            "units": len(plan.units), "unit": _UNIT_NAMES[plan.format], "fingerprint": plan.fingerprint,
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in plan.schema],
+            "filter": plan.input.filter.text if plan.input.filter else None,
+            "files": [{"path": f.path, "rows": f.info.rows, "bytes": f.size, "units": len(f.info.units)}
+                      for f in plan.files]}
+
+
+def verify(plan: Any) -> None:
+    """Reads every unit of the plan whole: a damaged block is found now, not in the middle of training."""
+    from ..data.reader import _Source
+    source = _Source(plan, plan.columns)
+    try:
+        for index in range(len(plan.units)):
+            source.unit(index)
+    finally:
+        source.close()
+
+
+def cmd_data_inspect(args: Any) -> int:
+    """``tony data inspect PATH...``: the input's format, schema, rows, bytes and units."""
+    from ..data.manifest import plan_input
+    from ..spec.data import DataInput, parse_filter
+    try:
+        flt = parse_filter(args.filter) if args.filter else None
+    except ValueError as e:
+        raise DataError(f"--filter {args.filter!r}: {e}") from None
+    columns = tuple(c.strip() for c in args.columns.split(",") if c.strip()) if args.columns else None
+    plan = plan_input(DataInput("", tuple(args.paths), args.format, columns, flt))
+    if args.verify:
+        verify(plan)
+    summary = inspect_summary(plan)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{', '.join(plan.input.paths)}: {plan.format}, {len(plan.files)} file{'s' * (len(plan.files) != 1)}, "
+          f"{plan.rows:,} rows{' matching the filter' if flt else ''}, {_size(plan.bytes)}, "
+          f"{len(plan.units):,} units ({_UNIT_NAMES[plan.format]})" + (", every unit read" if args.verify else ""))
+    width = max([len(f.name) for f in plan.schema] + [6])
+    print("schema:")
+    for f in plan.schema:
+        print(f"  {f.name:<{width}}  {f.type}{'' if f.nullable else ' not null'}")
+    print("files:")
+    path_width = max(len(f.path) for f in plan.files) if plan.files else 4
+    print(f"  {'path':<{path_width}}  {'rows':>12}  {'bytes':>10}  units")
+    for f in plan.files:
+        print(f"  {f.path:<{path_width}}  {f.info.rows:>12,}  {_size(f.size):>10}  {len(f.info.units)}")
+    return 0

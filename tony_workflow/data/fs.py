@@ -343,16 +343,34 @@ class RangeFile(io.RawIOBase):
             yield data
 
 
-def filesystem_for(path: str) -> FileSystem:
-    """The file system ``path`` is on (HDFS through the Hadoop configuration in
-    ``$HADOOP_CONF_DIR``, and the login or delegation token of this process)."""
+_SYSTEMS: dict[tuple[str, str, str | None, int], FileSystem] = {}
+_SYSTEMS_LOCK = threading.Lock()
+
+
+def qualified_path(path: str, hadoop_conf_dir: str | None = None) -> str:
+    """``path`` naming its NameNode (``hdfs:///p`` gets ``fs.defaultFS``'s), so that a task reads
+    what the client planned whatever its own configuration says."""
+    if path.lower().startswith("hdfs:///"):
+        from ..storage import qualified
+        return qualified(path, hadoop_conf_dir)
+    return path
+
+
+def filesystem_for(path: str, *, hadoop_conf_dir: str | None = None, login: Any = None) -> FileSystem:
+    """The file system ``path`` is on: local, or HDFS through the Hadoop configuration in
+    ``hadoop_conf_dir`` (default ``$HADOOP_CONF_DIR``) as ``login`` (default: the ticket cache,
+    or the container's delegation token). One a process per NameNode and login: its connections
+    are pooled."""
     scheme = urlsplit(path).scheme.lower() if "://" in path else ""
     if scheme in ("", "file"):
         return LocalFileSystem()
-    if scheme in ("hdfs", "webhdfs", "swebhdfs"):
-        from ..storage import open_storage, qualified
-        uri = qualified(path) if scheme == "hdfs" else path
-        parts = urlsplit(uri)
-        store = open_storage(f"{parts.scheme}://{parts.netloc}/")
-        return HDFSFileSystem(store, f"{urlsplit(path).scheme}://{urlsplit(path).netloc}")
-    raise ValueError(f"{path}: the data reader reads local files, hdfs:// and webhdfs:// paths, not {scheme}://")
+    if scheme not in ("hdfs", "webhdfs", "swebhdfs"):
+        raise ValueError(f"{path}: the data reader reads local files, hdfs:// and webhdfs:// paths, not {scheme}://")
+    parts = urlsplit(qualified_path(path, hadoop_conf_dir))
+    key = (parts.scheme, parts.netloc, hadoop_conf_dir, id(login))
+    with _SYSTEMS_LOCK:
+        if key not in _SYSTEMS:
+            from ..storage import open_storage
+            store = open_storage(f"{parts.scheme}://{parts.netloc}/", hadoop_conf_dir=hadoop_conf_dir, login=login)
+            _SYSTEMS[key] = HDFSFileSystem(store, f"{parts.scheme}://{parts.netloc}")
+        return _SYSTEMS[key]

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..errors import DataError
 from ..spec.data import MANIFEST_ENV, MANIFEST_NAME, DataInput, Filter
 from .formats import BadFile, FileInfo, Unit, format_named, inferred_format
 from .formats.tfrecord import compression_of
-from .fs import FileStat, FileSystem, filesystem_for
+from .fs import FileStat, FileSystem, filesystem_for, qualified_path
 
 __all__ = ["MANIFEST_ENV", "MANIFEST_NAME", "Plan", "PlannedFile", "load_manifest", "plan_input", "plan_inputs",
            "write_manifest"]
@@ -166,18 +165,18 @@ def _bad(inp: DataInput, problems: list[tuple[str, str]]) -> DataError:
     return DataError("; ".join(named) + more, inp.name)
 
 
-def plan_input(inp: DataInput, *, filesystem: Callable[[str], FileSystem] = filesystem_for,
-               threads: int = 8) -> Plan:
-    """The plan of ``inp``: every file its paths name, inspected. Raises DataError naming every
-    file at fault (a path that names nothing, an unknown format, a damaged file, a schema that
-    differs from the first file's, a column that is not there)."""
+def plan_input(inp: DataInput, *, hadoop_conf_dir: str | None = None, login: Any = None, threads: int = 8) -> Plan:
+    """The plan of ``inp``: every file its paths name, inspected (HDFS through ``hadoop_conf_dir``,
+    as ``login``: see :func:`~.fs.filesystem_for`). Raises DataError naming every file at fault (a
+    path that names nothing, an unknown format, a damaged file, a schema that differs from the
+    first file's, a column that is not there)."""
     stats: list[tuple[FileSystem, FileStat]] = []
     fs: FileSystem | None = None
     problems: list[tuple[str, str]] = []
     for path in inp.paths:
         try:
-            fs = filesystem(path)
-            stats.extend((fs, s) for s in fs.expand(path))
+            fs = filesystem_for(path, hadoop_conf_dir=hadoop_conf_dir, login=login)
+            stats.extend((fs, s) for s in fs.expand(qualified_path(path, hadoop_conf_dir)))
         except FileNotFoundError as e:
             problems.append((path, str(e).split(": ", 1)[-1]))
         except (OSError, ValueError) as e:

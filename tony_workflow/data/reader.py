@@ -28,7 +28,7 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,7 +192,8 @@ class Dataset:
         """Starts a segment for ``world`` ranks from what the last one left."""
         if self._segment is not None and self._segment != (world, self.batch_size):
             seg_world, seg_batch = self._segment
-            self._left = left_after(self._left, seg_world, seg_batch, self.remainder, self._steps)
+            steps = self._steps if self._committed is None else self._committed
+            self._left = left_after(self._left, seg_world, seg_batch, self.remainder, steps)
             self._steps, self._committed = 0, None
         self._segment = (world, self.batch_size)
 
@@ -290,21 +291,31 @@ class Dataset:
             out.put(e)
 
     def _tables(self) -> Iterator[pa.Table]:
+        for _, table in self._steps_read(None):
+            yield table
+
+    def _steps_read(self, picked: Callable[[int], bool] | None) -> Iterator[tuple[int, pa.Table]]:
+        """(step, rows) of the rest of this epoch's share; with ``picked``, only the steps it picks,
+        only their rows read, and the position left as it is (a DataLoader worker's copy reads)."""
+        if self._committed is not None:  # a new iteration after a break: from the last committed step
+            self._steps = self._committed
         rank, world = self.group()
         self._rebase(world)
         mine = share(self._left, world, self.batch_size, self.remainder, rank)
         if self._steps >= mine.steps:  # the epoch is over: the next iteration is the next epoch's
-            self._epoch += 1
-            self._restart()
+            if picked is None:
+                self._epoch += 1
+                self._restart()
             return
-        skip = sum(mine.sizes[:self._steps])
-        spans: list[Interval] = []
-        for a, b in mine.spans:
-            if skip >= b - a:
-                skip -= b - a
-                continue
-            spans.append((a + skip, b))
-            skip = 0
+        steps = [k for k in range(self._steps, mine.steps) if picked is None or picked(k)]
+        starts = np.concatenate([[0], np.cumsum(mine.sizes)]).astype(np.int64)
+        runs: list[Interval] = []  # row ranges of the share, one per run of consecutive steps
+        for k in steps:
+            if runs and runs[-1][1] == starts[k]:
+                runs[-1] = (runs[-1][0], int(starts[k + 1]))
+            else:
+                runs.append((int(starts[k]), int(starts[k + 1])))
+        spans = [span for a, b in runs for span in _rows_of(mine.spans, a, b)]
         order = EpochOrder(self._rows, self.seed, self._epoch, self.shuffle, self.window)
         chunks: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch * 4)
         stop = threading.Event()
@@ -314,7 +325,8 @@ class Dataset:
         pending: list[pa.Table] = []
         have = 0
         try:
-            for size in mine.sizes[self._steps:]:
+            for k in steps:
+                size = mine.sizes[k]
                 while have < size:
                     item = chunks.get()
                     if item is _END:
@@ -327,10 +339,12 @@ class Dataset:
                 table = pa.concat_tables(pending) if len(pending) != 1 else pending[0]
                 batch, rest = table.slice(0, size), table.slice(size)
                 pending, have = ([rest] if rest.num_rows else []), rest.num_rows
-                self._steps += 1
-                yield batch
-            self._epoch += 1
-            self._restart()
+                if picked is None:
+                    self._steps = k + 1
+                yield k, batch
+            if picked is None:
+                self._epoch += 1
+                self._restart()
         finally:
             stop.set()
             producer.join(timeout=5)
@@ -375,6 +389,20 @@ class Dataset:
         state["_source"] = None
         state.pop("_keras_gate", None)
         return state
+
+
+def _rows_of(spans: Sequence[Interval], start: int, end: int) -> list[Interval]:
+    """Rows ``[start, end)`` of a share whose rows lie in ``spans``, as positions."""
+    out: list[Interval] = []
+    offset = 0
+    for a, b in spans:
+        lo, hi = max(start, offset), min(end, offset + b - a)
+        if lo < hi:
+            out.append((a + lo - offset, a + hi - offset))
+        offset += b - a
+        if offset >= end:
+            break
+    return out
 
 
 def dataset(name: str | None = None, batch_size: int = 32, *, shuffle: bool = False, seed: int = 0,

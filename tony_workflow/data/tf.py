@@ -12,11 +12,16 @@ coordinator runs Python, so it reads the whole input (the reader's group is one)
 but starts the dataset's iterator again from its beginning. :func:`keras_callback` keeps the
 reader at Keras's place: at each epoch's first step it sets the reader's epoch and position to
 Keras's, and the dataset's generator waits for that before it reads, so the step a restored run
-starts at gets the very batch the lost run would have had.
+starts at gets the very batch the lost run would have had. With the callback the dataset spans
+the whole ``fit`` (Keras keeps one iterator of a distributed dataset for every epoch), each epoch
+waiting at its start for Keras's, so ``fit`` takes ``steps_per_epoch=len(reader)``; without it,
+each iteration of the dataset is one epoch of the reader.
 """
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,8 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["as_tf", "keras_callback", "signature"]
 
-#: How long the dataset's generator waits for the Keras callback to say where an epoch starts.
+#: How long the Keras callback waits for the dataset's generator to finish the last epoch.
 GATE_S = 300.0
+#: Every gate of this process, closed as it exits: a generator waiting at one would hold up the exit.
+_GATES: weakref.WeakSet[_Gate] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_gates() -> None:
+    for gate in list(_GATES):
+        gate.close()
 
 
 def _tf_dtype(tf: Any, kind: pa.DataType, column: str) -> tuple[Any, tuple[int | None, ...]]:
@@ -70,15 +83,49 @@ def _tensorable(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+class _Gate:
+    """Where the dataset's generator and the Keras callback meet at each epoch's start: the
+    generator waits there (having finished the last epoch), the callback sets the reader's place
+    and lets it through."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.waiting = self.open = self.started = self.closed = False
+
+    def arrive(self, name: str) -> bool:
+        """Waits for Keras's next epoch (however long its end-of-epoch work takes); False when fit
+        has ended, or the process is ending."""
+        with self.cond:
+            self.started = self.waiting = True
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.open or self.closed)
+            self.open = self.waiting = False
+            return not self.closed
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def admit(self, name: str, place: Any) -> None:
+        with self.cond:
+            if self.started and not self.cond.wait_for(lambda: self.waiting, GATE_S):
+                raise DataError("Keras started an epoch while the reader was still inside the last one: give fit "
+                                "steps_per_epoch=len(reader), the steps of the reader's epoch", name)
+            place()
+            self.open = True
+            self.cond.notify_all()
+
+
 def _generate(ds: Dataset) -> Any:
-    gate: threading.Event | None = getattr(ds, "_keras_gate", None)
-    if gate is not None:
-        if not gate.wait(GATE_S):
-            raise DataError(f"Keras did not start the epoch within {GATE_S:.0f} s of the dataset being read: pass "
-                            "ds.keras_callback() in fit's callbacks", ds.name)
-        gate.clear()
-    for batch in ds:
-        yield _tensorable(batch)
+    gate: _Gate | None = getattr(ds, "_keras_gate", None)
+    if gate is None:  # one epoch an iterator: Keras makes a new one each epoch
+        for batch in ds:
+            yield _tensorable(batch)
+        return
+    while gate.arrive(ds.name):  # under the callback, one iterator for the whole fit: each epoch waits for Keras
+        for batch in ds:
+            yield _tensorable(batch)
 
 
 def _workers(strategy: Any) -> int:
@@ -134,7 +181,8 @@ def keras_callback(ds: Dataset, keras: Any = None) -> Any:
     Keras's epoch and step as each epoch starts (see the module's docstring). Give it to ``fit``
     after ``BackupAndRestore``."""
     keras = keras if keras is not None else _keras()
-    gate = threading.Event()
+    gate = _Gate()
+    _GATES.add(gate)
     ds._keras_gate = gate  # type: ignore[attr-defined]
 
     class DataPosition(keras.callbacks.Callback):  # type: ignore[misc]
@@ -142,18 +190,30 @@ def keras_callback(ds: Dataset, keras: Any = None) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self._epoch: int | None = None
+            self._epoch = 0
             self._started = False
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            steps = (self.params or {}).get("steps")
+            if steps != len(ds):
+                raise DataError(f"fit runs epochs of {steps} steps and the reader's have {len(ds)}: give fit "
+                                "steps_per_epoch=len(reader)", ds.name)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch, self._started = epoch, False
+
+        def on_train_end(self, logs: Any = None) -> None:
+            gate.close()  # the generator waiting for another epoch ends
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if self._started:
                 return
             self._started = True
-            ds.epoch = self._epoch if self._epoch is not None else ds.epoch
-            ds.seek(batch)
-            gate.set()
+
+            def place() -> None:
+                ds.epoch = self._epoch
+                ds.seek(batch)
+
+            gate.admit(ds.name, place)
 
     return DataPosition()

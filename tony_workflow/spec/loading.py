@@ -136,6 +136,12 @@ def site_conf(conf_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     return load_tony_xml(str(path)) if path else {}
 
 
+def located_paths(key: str) -> bool:
+    """Whether ``key`` holds local paths that mean a place relative to the spec (TonY's resources,
+    an input's paths)."""
+    return key.endswith(".resources") or (key.startswith("tony.data.") and key.endswith(".path"))
+
+
 def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
              conf: Iterable[str] | Mapping[str, object] = (), variables: Mapping[str, object] | None = None,
              base_dir: str | os.PathLike[str] | None = None, conf_origin: str = "--conf", **fields: object) -> JobSpec:
@@ -180,11 +186,12 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
             # (a field, or a spec given as text or a mapping) is relative to base_dir.
             path = (file_dir if file_dir is not None and not given else Path(base_dir or ".")) / path
         updates[key] = str(path.resolve())
-    # TonY's resources: local paths written in a spec file start beside it, others at base_dir.
+    # TonY's resources and the inputs' paths: local paths written in a spec file start beside it,
+    # others at base_dir.
     overridden = set(conf) if isinstance(conf, Mapping) else {str(c).split("=", 1)[0].strip() for c in conf}
     located = {key: absolute(value, file_dir if file_dir is not None and key not in overridden
                              else Path(base_dir or "."))
-               for key, value in loaded.conf.items() if key.endswith(".resources") and value}
+               for key, value in loaded.conf.items() if located_paths(key) and value}
     if located:
         updates["conf"] = {**loaded.conf, **located}
     return dataclasses.replace(loaded, **updates) if updates else loaded

@@ -204,8 +204,10 @@ def test_keras_fit_takes_the_rank_s_batches_and_its_callback_resumes_at_kerass_s
     tf_data = ds.as_tf(map_fn=lambda b: (b["x"][:, None], b["label"]))
     model = keras.Sequential([keras.layers.Dense(3)])
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(tf_data, epochs=2, callbacks=[ds.keras_callback(keras)], verbose=0)
+    history = model.fit(tf_data, epochs=2, steps_per_epoch=len(ds), callbacks=[ds.keras_callback(keras)], verbose=0)
     assert len(history.history["loss"]) == 2 and ds.epoch == 2
+    with pytest.raises(DataError, match="steps_per_epoch=len"):
+        model.fit(tf_data, epochs=1, steps_per_epoch=3, callbacks=[ds.keras_callback(keras)], verbose=0)
     # Keras restored at epoch 1, step 5: the dataset starts there, at the batch that step had.
     ds2 = Dataset(ds.plan, 64, shuffle=True, seed=1, rank=0, world=1)
     ds2.epoch = 1
@@ -214,5 +216,8 @@ def test_keras_fit_takes_the_rank_s_batches_and_its_callback_resumes_at_kerass_s
     callback = ds3.keras_callback(keras)
     callback.on_epoch_begin(1)
     callback.on_train_batch_begin(5)
-    ids = [b["id"].numpy().tolist() for b in ds3.as_tf()]
+    batches = iter(ds3.as_tf())
+    ids = [next(batches)["id"].numpy().tolist() for _ in range(len(whole) - 5)]
+    callback.on_train_end()  # fit's end: the generator waiting for another epoch ends
+    del batches
     assert ids == whole[5:]

@@ -1,0 +1,318 @@
+"""data_input: the training-data reader (tony_workflow.data) against pyarrow alone, on the same files.
+
+A dataset of MNIST-shaped rows (``image``: 784 float32, ``label``: int64; about 1 GB, 40 MB with
+``--quick``) is written as uneven Parquet files with row groups of 4,096 rows. Then, side by side
+in one run, each in a process of its own (the same interpreter, the same thread settings):
+
+* **One rank.** The reader's epoch in order, batches of 256 rows handed out as numpy arrays,
+  against the floor: pyarrow alone, ``ParquetFile.iter_batches`` over the same files with the same
+  columns and batch size, each batch turned into the same numpy arrays. Also the reader shuffled
+  (units and windows of 16,384 rows), which no floor does.
+* **Adapters.** ``as_tf()`` iterated as a ``tf.data.Dataset`` and ``loader()`` as a torch
+  DataLoader in the training process, each against the raw reader in the same process; and
+  ``loader(num_workers=2)`` against its own floor: a DataLoader of two workers handing out batches
+  of the same shape already in memory (what moving batches between processes costs, nothing read).
+* **Resume.** A reader made anew from a state saved at 10 %, 50 % and 90 % of a shuffled epoch:
+  the time to its first batch (the plan read from the job's manifest included).
+* **Many ranks.** 1, 2 and 4 rank processes reading their shares at once: their total rows/s.
+* **Training.** Keras ``fit`` of the MNIST example's model, in one process, on the reader's
+  ``as_tf()`` against the same rows as in-memory arrays (``from_tensor_slices``): steps/s.
+
+Goals: one rank >= 0.9x pyarrow; tf.data >= 0.8x and torch >= 0.9x of the raw reader; resume
+max/min <= 1.5 and under 2 s; training >= 0.95x in-memory. The summary's value is the one-rank
+ratio's rows/s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import common
+from common import log, rnd
+
+BATCH = 256
+ROW_GROUP = 4096
+ROW_BYTES = 784 * 4 + 8
+
+
+def write_dataset(directory: Path, rows: int) -> Path:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    sizes, left = [], rows
+    while left > 0:  # uneven files, none a multiple of a batch or a row group
+        size = min(left, int(rng.integers(rows // 12, rows // 5)) + 17)
+        sizes.append(size)
+        left -= size
+    start = 0
+    for i, size in enumerate(sizes):
+        images = rng.random((size, 784), dtype=np.float32)
+        table = pa.table({"image": pa.FixedSizeListArray.from_arrays(pa.array(images.reshape(-1)), 784),
+                          "label": (np.arange(start, start + size) % 10).astype(np.int64)})
+        pq.write_table(table, directory / f"part-{i:05d}.parquet", row_group_size=ROW_GROUP, compression="snappy")
+        start += size
+    return directory
+
+
+# -- the measured parts, each run in a process of its own: python data_input.py --part NAME ... --
+
+def part_floor(data: str) -> dict:
+    import numpy as np
+    import pyarrow.parquet as pq
+    rows, t0 = 0, time.perf_counter()
+    for path in sorted(Path(data).glob("*.parquet")):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH, columns=["image", "label"]):
+            image = batch.column(0)
+            arrays = {"image": np.asarray(image.flatten().to_numpy()).reshape(len(image), 784),
+                      "label": batch.column(1).to_numpy()}
+            rows += len(arrays["label"])
+    return {"rows": rows, "seconds": time.perf_counter() - t0}
+
+
+def _reader(data: str, shuffle: bool = False, rank: int = 0, world: int = 1):
+    from tony_workflow.data import dataset
+    return dataset(path=data, batch_size=BATCH, shuffle=shuffle, seed=1, rank=rank, world=world,
+                   columns=["image", "label"], remainder="partial")
+
+
+def part_reader(data: str, shuffle: bool = False) -> dict:
+    ds = _reader(data, shuffle)
+    rows, t0 = 0, time.perf_counter()
+    for batch in ds:
+        rows += len(batch["label"])
+    return {"rows": rows, "seconds": time.perf_counter() - t0}
+
+
+def part_tf(data: str) -> dict:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf  # noqa: F401 - imported before the clock starts
+    raw = part_reader(data)
+    ds = _reader(data)
+    rows, t0 = 0, time.perf_counter()
+    for batch in ds.as_tf():
+        rows += int(batch["label"].shape[0])
+    return {"rows": rows, "seconds": time.perf_counter() - t0, "raw": raw}
+
+
+class _Held:
+    """The floor of a DataLoader's workers: batches of the reader's shape, already in memory, split
+    among the workers as the reader's are (batch k to worker k % n), nothing read."""
+
+    def __init__(self, batches: int):
+        self.batches = batches
+
+    def __iter__(self):
+        import numpy as np
+        import torch
+        from torch.utils.data import get_worker_info
+        info = get_worker_info()
+        n, k = (info.num_workers, info.id) if info else (1, 0)
+        image = np.random.default_rng(k).random((BATCH, 784), dtype=np.float32)
+        label = np.arange(BATCH, dtype=np.int64)
+        for i in range(self.batches):
+            if i % n == k:
+                yield {"image": torch.from_numpy(image.copy()), "label": torch.from_numpy(label.copy())}
+
+
+def part_torch(data: str) -> dict:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+    raw = part_reader(data)
+    out = {"raw": raw}
+    for workers in (0, 2):
+        ds = _reader(data)
+        rows, t0 = 0, time.perf_counter()
+        for batch in ds.loader(num_workers=workers):
+            rows += int(batch["label"].shape[0])
+        out[f"workers_{workers}"] = {"rows": rows, "seconds": time.perf_counter() - t0}
+    held = type("Held", (_Held, IterableDataset), {})(raw["rows"] // BATCH)
+    rows, t0 = 0, time.perf_counter()
+    for batch in DataLoader(held, batch_size=None, num_workers=2):
+        rows += int(batch["label"].shape[0])
+    out["held_workers_2"] = {"rows": rows, "seconds": time.perf_counter() - t0}
+    out.update(out["workers_0"])
+    del torch
+    return out
+
+
+def part_resume(data: str, manifest: str) -> dict:
+    from tony_workflow.data import dataset
+    from tony_workflow.data.manifest import plan_input, write_manifest
+    from tony_workflow.spec.data import DataInput
+    write_manifest({"train": plan_input(DataInput("train", (data,), columns=("image", "label")))}, Path(manifest))
+    ds = dataset("train", batch_size=BATCH, shuffle=True, seed=1, manifest=manifest)
+    total = len(ds)
+    states = {}
+    it = iter(ds)
+    for step in range(total):
+        for fraction in (0.1, 0.5, 0.9):
+            if step == int(total * fraction):
+                states[fraction] = json.loads(json.dumps(ds.state_dict()))
+        next(it)
+    out = {}
+    for fraction, state in states.items():
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            again = dataset("train", batch_size=BATCH, shuffle=True, seed=1, manifest=manifest)
+            again.load_state_dict(state)
+            next(iter(again))
+            times.append(time.perf_counter() - t0)
+        out[str(fraction)] = min(times)
+    return out
+
+
+def part_rank(data: str, rank: int, world: int) -> dict:
+    ds = _reader(data, True, rank, world)
+    rows, t0 = 0, time.perf_counter()
+    for batch in ds:
+        rows += len(batch["label"])
+    return {"rows": rows, "seconds": time.perf_counter() - t0, "end": time.time()}
+
+
+def part_train(data: str) -> dict:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.path.insert(0, str(common.EXAMPLES / "mnist_mwms"))
+    import numpy as np
+    import pyarrow.parquet as pq
+    import synthetic_mnist
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from tony_workflow.data import dataset
+
+    first = min(Path(data).glob("*.parquet"))
+    ds = dataset(path=str(first), batch_size=BATCH, columns=["image", "label"])
+    steps = len(ds)
+    table = pq.read_table(first, columns=["image", "label"])
+    images = np.asarray(table.column("image").combine_chunks().flatten()).reshape(-1, 28, 28)
+    labels = table.column("label").to_numpy()
+
+    def fit(data_set, callbacks=()):
+        keras.utils.set_random_seed(7)
+        model = synthetic_mnist.build_model(keras)
+        t0 = time.perf_counter()
+        model.fit(data_set, epochs=3, steps_per_epoch=steps, verbose=0, callbacks=list(callbacks))
+        return time.perf_counter() - t0
+
+    memory = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH, drop_remainder=True).repeat()
+    floor_s = fit(memory.prefetch(tf.data.AUTOTUNE))
+    reader = ds.as_tf(map_fn=lambda b: (tf.reshape(b["image"], (-1, 28, 28)), b["label"]))
+    reader_s = fit(reader, [ds.keras_callback(keras)])
+    return {"floor_steps_per_s": 3 * steps / floor_s, "reader_steps_per_s": 3 * steps / reader_s, "steps": 3 * steps}
+
+
+PARTS = {"floor": part_floor, "reader": part_reader, "tf": part_tf, "torch": part_torch}
+
+
+def run_part(*argv: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--part", *argv], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(common.REPO), os.environ.get("PYTHONPATH", "")])})
+    if done.returncode != 0:
+        raise RuntimeError(f"part {argv[0]} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def best(*argv: str, reps: int) -> dict:
+    """The fastest of ``reps`` runs of a part (the machine's noise only ever slows a run down)."""
+    runs = [run_part(*argv) for _ in range(reps)]
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--part":
+        name, *rest = sys.argv[2:]
+        if name == "reader_shuffled":
+            result = part_reader(rest[0], shuffle=True)
+        elif name == "resume":
+            result = part_resume(rest[0], rest[1])
+        elif name == "rank":
+            result = part_rank(rest[0], int(rest[1]), int(rest[2]))
+        elif name == "train":
+            result = part_train(rest[0])
+        else:
+            result = PARTS[name](rest[0])
+        print(json.dumps(result))
+        return 0
+
+    ap = common.parser("data_input", __doc__)
+    args = ap.parse_args()
+    host = common.host_info()
+    size = (40 << 20) if args.quick else (1 << 30)
+    rows = size // ROW_BYTES
+    reps = 1 if args.quick else 3
+    with tempfile.TemporaryDirectory(prefix="tony-bench-data-") as tmp:
+        log(f"writing {rows:,} rows ({size >> 20} MB) as Parquet")
+        data = str(write_dataset(Path(tmp) / "data", rows))
+        on_disk = sum(p.stat().st_size for p in Path(data).glob("*.parquet"))
+        log("one rank: pyarrow alone, then the reader")
+        floor = best("floor", data, reps=reps)
+        reader = best("reader", data, reps=reps)
+        shuffled = best("reader_shuffled", data, reps=reps)
+        one_rank = {"floor_rows_per_s": rnd(floor["rows"] / floor["seconds"], 0),
+                    "reader_rows_per_s": rnd(reader["rows"] / reader["seconds"], 0),
+                    "shuffled_rows_per_s": rnd(shuffled["rows"] / shuffled["seconds"], 0),
+                    "rows": reader["rows"], "floor_rows": floor["rows"]}
+        one_rank["ratio"] = rnd(one_rank["reader_rows_per_s"] / one_rank["floor_rows_per_s"], 2)
+        log(f"  {one_rank}")
+        log("adapters: tf.data and a torch DataLoader against the raw reader")
+        adapters = {}
+
+        def speed(part: dict) -> float:
+            return part["rows"] / part["seconds"]
+
+        for name in ("tf", "torch"):
+            r = best(name, data, reps=reps)
+            adapters[name] = {"rows_per_s": rnd(speed(r), 0), "raw_rows_per_s": rnd(speed(r["raw"]), 0),
+                              "ratio": rnd(speed(r) / speed(r["raw"]), 2)}
+            if name == "torch":  # two workers, against two workers handing out batches held in memory
+                adapters["torch_2_workers"] = {
+                    "rows_per_s": rnd(speed(r["workers_2"]), 0), "floor_rows_per_s": rnd(speed(r["held_workers_2"]), 0),
+                    "ratio": rnd(speed(r["workers_2"]) / speed(r["held_workers_2"]), 2)}
+        log(f"  {adapters}")
+        log("resume at 10, 50 and 90 % of a shuffled epoch")
+        resume = run_part("resume", data, str(Path(tmp) / "tony-data.json"))
+        spread = max(resume.values()) / max(min(resume.values()), 1e-9)
+        log(f"  {resume} max/min {spread:.2f}")
+        log("many ranks at once: 1, 2 and 4 processes")
+        ranks = {}
+        for world in (1, 2, 4):
+            procs = [subprocess.Popen([sys.executable, __file__, "--part", "rank", data, str(r), str(world)],
+                                      stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(common.REPO)}) for r in range(world)]
+            t0 = time.time()
+            outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+            wall = max(o["end"] for o in outs) - t0
+            ranks[str(world)] = {"rows_per_s": rnd(sum(o["rows"] for o in outs) / wall, 0),
+                                 "steps_each": sorted({o["rows"] // BATCH for o in outs})}
+        log(f"  {ranks}")
+        log("training: Keras fit on the reader against in-memory arrays")
+        train = run_part("train", data)
+        train["ratio"] = rnd(train["reader_steps_per_s"] / train["floor_steps_per_s"], 2)
+        log(f"  {train}")
+    goals = {"one rank >= 0.9x pyarrow": one_rank["ratio"] >= 0.9,
+             "tf.data >= 0.8x raw": adapters["tf"]["ratio"] >= 0.8,
+             "torch >= 0.9x raw": adapters["torch"]["ratio"] >= 0.9,
+             "resume flat and < 2 s": spread <= 1.5 and max(resume.values()) < 2.0,
+             "training >= 0.95x in-memory": train["ratio"] >= 0.95}
+    result = {"metric": "one rank's rows/s through the reader", "value": one_rank["reader_rows_per_s"],
+              "floor": one_rank["floor_rows_per_s"], "ratio": one_rank["ratio"], "unit": "rows/s",
+              "goal": "; ".join(goals), "goal_met": all(goals.values()), "goals": goals,
+              "dataset": {"rows": rows, "bytes_on_disk": on_disk, "batch": BATCH, "row_group": ROW_GROUP},
+              "one_rank": one_rank, "adapters": adapters,
+              "resume_s": {k: rnd(v, 3) for k, v in resume.items()}, "resume_spread": rnd(spread, 2),
+              "ranks": ranks, "training": train}
+    common.write_result(args, "data_input", result, host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

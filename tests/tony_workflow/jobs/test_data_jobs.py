@@ -1,0 +1,97 @@
+"""Jobs that read their input through tony_workflow.data on the embedded cluster: each task its
+share, a killed worker's session resumed with every id read exactly once, bad inputs refused with
+nothing submitted, and nothing left running at the end."""
+from __future__ import annotations
+
+import collections
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import app_processes, user_process, wait_for
+from tony_workflow.client import TonyClient, load_job
+from tony_workflow.errors import SpecError
+
+pytestmark = pytest.mark.job
+
+TRAINER = Path(__file__).parent / "data_trainer"
+SIZES = [1000, 333, 2500, 17]  # 3,850 rows in uneven files
+N = sum(SIZES)
+
+
+def write_input(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    start = 0
+    for i, n in enumerate(SIZES):
+        pq.write_table(pa.table({"id": np.arange(start, start + n), "x": np.ones(n)}),
+                       directory / f"part-{i}.parquet", row_group_size=300)
+        start += n
+    return directory
+
+
+def reader_job(data: Path, out: Path, params: str = "", workers: int = 3, **data_fields) -> dict:
+    return {"name": "reader", "framework": "tensorflow", "executes": "train.py", "src_dir": str(TRAINER),
+            "task_params": f"--out {out} {params}",
+            "tasks": {"worker": {"instances": workers, "memory": "512m", "restart_policy": "session"}},
+            "data": {"train": {"path": str(data), "columns": ["id"], "remainder": "partial", **data_fields}},
+            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "1"}}
+
+
+def final_reads(out: Path, workers: int) -> dict[int, collections.Counter]:
+    """Each epoch's ids as the job's last lineage read them: a step read again by a later session
+    (after a relaunch) replaces what the lost session read at that step."""
+    per_step: dict[tuple[int, int], dict] = {}
+    for rank in range(workers):
+        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            per_step[(rank, record["step"])] = record
+    epochs: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for record in per_step.values():
+        epochs[record["epoch"]].update(record["ids"])
+    return epochs
+
+
+def test_a_killed_worker_mid_epoch_relaunches_and_every_id_is_read_exactly_once(tony_home, tmp_path):
+    data, out = write_input(tmp_path / "data"), tmp_path / "out"
+    out.mkdir()
+    h = TonyClient("local").submit(load_job(reader_job(data, out, "--epochs 2 --save-every 5 --hang-at 12")))
+    wait_for(lambda: (out / "hanging").exists(), timeout=240)
+    victim = h.status().task("worker:1")
+    user_process(victim.pid).send_signal(signal.SIGKILL)
+    st = h.wait(poll_interval=0.5, timeout=300)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 1
+    epochs = final_reads(out, 3)
+    for epoch in (0, 1):
+        assert sorted(epochs[epoch]) == list(range(N)) and max(epochs[epoch].values()) == 1, epoch
+    # The relaunch took up at rank 0's last saved step (10), not at the epoch's start.
+    starts = [json.loads(line) for line in (out / "ids-r0.jsonl").read_text().splitlines()]
+    resumed = [r for r in starts if r["session"] == 1]
+    assert resumed[0]["step"] == 10 and resumed[0]["epoch"] == 0
+    # Every rank took the same number of steps in each epoch, and nothing of the job is left running.
+    steps = {(rank, e) for rank in range(3) for e in (0, 1)}
+    counts = collections.Counter()
+    for rank in range(3):
+        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            counts[(rank, r["epoch"])] = max(counts[(rank, r["epoch"])], r["step"])
+    assert len({v for k, v in counts.items() if k[1] == 0}) == 1 and set(counts) == steps
+    assert app_processes(h.app_id) == []
+
+
+def test_bad_inputs_are_refused_each_named_and_nothing_is_submitted(tony_home, tmp_path):
+    data = write_input(tmp_path / "data")
+    pq.write_table(pa.table({"id": ["a"], "x": [1.0]}), data / "part-9.parquet")  # another type for id
+    job = reader_job(data, tmp_path, columns=["id", "nope"])
+    job["data"]["val"] = {"path": str(tmp_path / "missing"), "format": "parquett"}
+    with pytest.raises(SpecError) as e:
+        TonyClient("local").submit(load_job(job))
+    text = str(e.value)  # every problem at once: the value's and the files'
+    assert "tony.data.val.format" in text and "did you mean parquet" in text
+    assert "part-9.parquet: its schema differs" in text and "has column id as string" in text
+    assert TonyClient("local").list() == []

@@ -95,3 +95,32 @@ def test_bad_inputs_are_refused_each_named_and_nothing_is_submitted(tony_home, t
     assert "tony.data.val.format" in text and "did you mean parquet" in text
     assert "part-9.parquet: its schema differs" in text and "has column id as string" in text
     assert TonyClient("local").list() == []
+
+
+@pytest.mark.frameworks
+def test_an_elastic_group_of_three_then_two_then_three_within_one_epoch_reads_every_id_once(tony_home, tmp_path):
+    from tests.tony_workflow.jobs.test_elastic_jobs import kill_container, regrown, running_at
+    data, out = write_input(tmp_path / "data"), tmp_path / "out"
+    out.mkdir()
+    job = reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.4")
+    job["framework"] = "pytorch"
+    job["executes"] = "elastic.py"
+    job["tasks"]["worker"] = {"instances": 3, "min_instances": 2, "memory": "3g"}
+    job["conf"].update({"tony.elastic.regroup": "in-place", "tony.elastic.max-membership-changes": "4"})
+    h = TonyClient("local").submit(load_job(job))
+    st = running_at(h, 10)
+    kill_container(st, "worker:1")
+    back = regrown(h, st.elastic["round"])
+    assert not back.is_final, back.diagnostics
+    st = h.wait(poll_interval=0.5, timeout=600)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 0 and st.elastic["changes"] == 1
+    records = [json.loads(line) for f in out.glob("ids-*.jsonl") for line in f.read_text().splitlines()]
+    worlds = [r["world"] for r in sorted(records, key=lambda r: r["step"])]
+    assert worlds[0] == 3 and 2 in worlds and worlds[-1] == 3, worlds  # 3, then 2, then 3 again
+    seen = collections.Counter(i for r in records for i in r["ids"])
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+    # Every rank of a generation took each of its steps: as many records a step as the group had ranks.
+    per_step = collections.Counter(r["step"] for r in records)
+    assert all(per_step[r["step"]] == r["world"] for r in records)
+    assert app_processes(h.app_id) == []

@@ -1,0 +1,110 @@
+"""The reader on a real HDFS (the Hadoop mini cluster's, over WebHDFS): files written by pyarrow,
+fastavro and TensorFlow read from ``hdfs:///`` paths, a unit in few requests, and a YARN job whose
+workers read their shares from HDFS."""
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import app_processes, wait_for
+from tests.tony_workflow.data.test_reader import N, write
+from tony_workflow.client import TonyClient, load_job
+from tony_workflow.client.data import stage_input
+from tony_workflow.data import dataset
+from tony_workflow.data.fs import HDFSFileSystem
+
+pytestmark = pytest.mark.yarn
+
+
+@pytest.fixture
+def staged(yarn_cluster, tmp_path):
+    """Stages a local directory into the user's HDFS home; returns its hdfs:// URI."""
+    backend = TonyClient("yarn").backend
+
+    def stage(local, name):
+        return stage_input(local, backend, name)
+    return stage
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "orc", "avro"])
+def test_each_format_reads_from_hdfs_as_from_local_files(staged, tmp_path, fmt):
+    uri = staged(write(tmp_path / fmt, fmt), f"test-{fmt}")
+    assert uri.startswith("hdfs://")
+    seen = collections.Counter()
+    for rank in range(2):
+        for batch in dataset(path=uri, batch_size=64, rank=rank, world=2, remainder="partial", shuffle=True):
+            seen.update(batch["id"].tolist())
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+
+
+@pytest.mark.tf
+def test_tfrecords_written_by_tensorflow_read_from_hdfs(staged, tmp_path):
+    from tests.tony_workflow.data.tfrecords import write_examples
+    local = tmp_path / "tfr"
+    local.mkdir()
+    write_examples(local / "a.tfrecord", 300)
+    write_examples(local / "b.tfrecord.gz", 200, "GZIP", start=300)
+    uri = staged(local, "test-tfrecord")
+    ids = sorted(i for b in dataset(path=uri, batch_size=50, remainder="partial") for i in b["id"].tolist())
+    assert ids == list(range(500))
+
+
+def test_a_unit_is_read_in_few_requests_and_a_hdfs_path_names_its_namenode(staged, tmp_path, monkeypatch):
+    local = tmp_path / "big"
+    local.mkdir()
+    rows = 40_000
+    pq.write_table(pa.table({"id": np.arange(rows), "x": np.random.default_rng(0).random(rows)}),
+                   local / "a.parquet", row_group_size=5_000)
+    uri = staged(local, "test-requests")
+    reads = []
+    original = HDFSFileSystem.read
+
+    def counted(self, path, offset, length):
+        reads.append((offset, length))
+        return original(self, path, offset, length)
+
+    monkeypatch.setattr(HDFSFileSystem, "read", counted)
+    default_fs = "hdfs:///" + uri.split("://", 1)[1].split("/", 1)[1]  # hdfs:///user/...: fs.defaultFS's
+    ds = dataset(path=default_fs, batch_size=1000, remainder="partial")
+    assert ds.plan.files[0].path.startswith(uri)  # the plan names the NameNode, for tasks of any configuration
+    planning = len(reads)
+    ids = [i for b in ds for i in b["id"].tolist()]
+    assert ids == list(range(rows))
+    units = len(ds.plan.units)
+    assert units == 8 and len(reads) - planning <= 2 * units, reads  # a block a request, the next read ahead
+
+
+@pytest.mark.job
+def test_a_yarn_jobs_workers_read_their_shares_from_hdfs(staged, tmp_path):
+    from tests.tony_workflow.jobs.test_data_jobs import TRAINER
+    uri = staged(write(tmp_path / "d"), "test-job")
+    out = tmp_path / "out"
+    out.mkdir()
+    job = {"name": "reader", "framework": "tensorflow", "executes": "train.py", "src_dir": str(TRAINER),
+           "task_params": f"--out {out} --epochs 1 --batch 64",
+           "tasks": {"worker": {"instances": 2, "memory": "512m"}},
+           "data": {"train": {"path": uri, "columns": ["id"], "remainder": "partial"}},
+           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
+    h = TonyClient("yarn").submit(load_job(job))
+    st = h.wait(poll_interval=1, timeout=600)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    seen = collections.Counter()
+    for rank in range(2):
+        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
+            seen.update(json.loads(line)["ids"])
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+    # YARN's NodeManagers clean a finished application's containers up a moment after it ends.
+    wait_for(lambda: not app_processes(h.app_id), timeout=120)
+
+
+def test_a_local_path_is_refused_on_yarn_naming_it(yarn_cluster, tmp_path):
+    from tony_workflow.errors import SpecError
+    job = {"name": "x", "executes": "t.py", "tasks": {"worker": {"instances": 1}},
+           "framework": "standalone", "data": {"train": {"path": str(write(tmp_path / "d"))}}}
+    with pytest.raises(SpecError, match="YARN's nodes cannot read"):
+        TonyClient("yarn").submit(load_job(job))

@@ -170,12 +170,14 @@ def part_resume(data: str, manifest: str) -> dict:
     return out
 
 
-def part_rank(data: str, rank: int, world: int) -> dict:
+def part_rank(data: str, rank: int, world: int, go: str) -> dict:
     ds = _reader(data, True, rank, world)
-    rows, t0 = 0, time.perf_counter()
+    while not os.path.exists(go):  # every rank imported and planned: they read at once
+        time.sleep(0.01)
+    rows, start = 0, time.time()
     for batch in ds:
         rows += len(batch["label"])
-    return {"rows": rows, "seconds": time.perf_counter() - t0, "end": time.time()}
+    return {"rows": rows, "start": start, "end": time.time()}
 
 
 def part_train(data: str) -> dict:
@@ -235,7 +237,7 @@ def main() -> int:
         elif name == "resume":
             result = part_resume(rest[0], rest[1])
         elif name == "rank":
-            result = part_rank(rest[0], int(rest[1]), int(rest[2]))
+            result = part_rank(rest[0], int(rest[1]), int(rest[2]), rest[3])
         elif name == "train":
             result = part_train(rest[0])
         else:
@@ -285,12 +287,14 @@ def main() -> int:
         log("many ranks at once: 1, 2 and 4 processes")
         ranks = {}
         for world in (1, 2, 4):
-            procs = [subprocess.Popen([sys.executable, __file__, "--part", "rank", data, str(r), str(world)],
+            go = Path(tmp) / f"go-{world}"
+            procs = [subprocess.Popen([sys.executable, __file__, "--part", "rank", data, str(r), str(world), str(go)],
                                       stdout=subprocess.PIPE, text=True,
                                       env={**os.environ, "PYTHONPATH": str(common.REPO)}) for r in range(world)]
-            t0 = time.time()
+            time.sleep(3.0)  # the ranks import and plan; then they read together
+            go.touch()
             outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-            wall = max(o["end"] for o in outs) - t0
+            wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
             ranks[str(world)] = {"rows_per_s": rnd(sum(o["rows"] for o in outs) / wall, 0),
                                  "steps_each": sorted({o["rows"] // BATCH for o in outs})}
         log(f"  {ranks}")

@@ -17,7 +17,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "rm_load", "follow_many", "chaos",
-         "chaos_yarn", "history_server", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn"]
+         "chaos_yarn", "history_server", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn", "data_input"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -260,6 +260,8 @@ def goal_parts(name: str, r: dict) -> str:
         return f"{r['jvms']} JVM, {r['mb_per_job']} MB per job, {round(100 * r['value'], 1)} % of a core"
     if name == "history_server" and "runtime" in r:
         return f"worst warm page {r['worst_warm_ms']} ms"
+    if name == "data_input" and "goals" in r:
+        return "; ".join(f"{goal} {yn(ok)}" for goal, ok in r["goals"].items())
     if name == "rm_load" and "rows" in r:
         return f"{r['requests_per_s']} requests/s, {round(r['value'] / 1024)} KB/s per queue"
     if name.startswith("gang_packing") and "rows" in r:
@@ -386,6 +388,29 @@ def details(name: str, r: dict) -> list[str]:
         for page, x in r["runtime"].items():
             out.append(f"| {page} | {x['median_ms']} | {x['max_ms']} | {x['bytes']} | "
                        f"{r['floor_pages'][page]['median_ms']} |")
+    elif name == "data_input" and r.get("one_rank"):
+        d, one, a, t = r["dataset"], r["one_rank"], r["adapters"], r["training"]
+        out += [(f"{d['rows']:,} rows ({round(d['bytes_on_disk'] / 2**20)} MB of Parquet on disk), batches of "
+                 f"{d['batch']}."), "",
+                "| measurement | runtime | floor | ratio |", "|---|---|---|---|",
+                (f"| one rank, in order (rows/s) | {fmt(one['reader_rows_per_s'])} | pyarrow iter_batches "
+                 f"{fmt(one['floor_rows_per_s'])} | {one['ratio']} |"),
+                f"| one rank, shuffled (rows/s) | {fmt(one['shuffled_rows_per_s'])} | – | – |",
+                (f"| tf.data from as_tf() (rows/s) | {fmt(a['tf']['rows_per_s'])} | the raw reader "
+                 f"{fmt(a['tf']['raw_rows_per_s'])} | {a['tf']['ratio']} |"),
+                (f"| torch loader(), in the training process (rows/s) | {fmt(a['torch']['rows_per_s'])} | the raw "
+                 f"reader {fmt(a['torch']['raw_rows_per_s'])} | {a['torch']['ratio']} |")]
+        if "torch_2_workers" in a:
+            w = a["torch_2_workers"]
+            out.append(f"| torch loader(num_workers=2) (rows/s) | {fmt(w['rows_per_s'])} | two workers handing out "
+                       f"batches held in memory {fmt(w['floor_rows_per_s'])} | {w['ratio']} |")
+        out += [(f"| Keras fit on as_tf() (steps/s) | {fmt(t['reader_steps_per_s'])} | in-memory arrays "
+                 f"{fmt(t['floor_steps_per_s'])} | {t['ratio']} |"), "",
+                ("Time to the first batch after a restore: " + ", ".join(f"{float(k) * 100:.0f} % {v} s"
+                                                                           for k, v in r["resume_s"].items())
+                 + f" (max/min {r['resume_spread']})."), "",
+                "Ranks reading at once: " + ", ".join(f"{w} ranks {fmt(x['rows_per_s'])} rows/s (steps each "
+                                                      f"{x['steps_each']})" for w, x in r["ranks"].items()) + "."]
     elif name.startswith("gang_packing") and r.get("rows"):
         out += [(f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
                  f"with room for {r['params']['room']}: {r['ideal_s']} s.")

@@ -69,6 +69,9 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--save-every", type=int, default=10,
                         help="save the training state every N steps")
+    parser.add_argument(
+        "--pause-while", metavar="PATH",
+        help="before each step, wait while PATH exists: hold the group still, change it, let it go on")
     parser.add_argument("--step-sleep", type=float, default=0.0,
                         help="seconds to pause after every step, to stretch a run out")
     return parser.parse_args(argv)
@@ -189,6 +192,8 @@ def main(argv=None):
             summaries = Summaries(os.environ.get("TONY_LOG_DIR"))
 
         def step_on(x, y):
+            while args.pause_while and os.path.exists(args.pause_while):
+                time.sleep(0.1)
             x, y = x.to(device), y.to(device)
             state.optimizer.zero_grad()
             loss = loss_fn(ddp(x), y)

@@ -113,3 +113,26 @@ def test_datasets_are_named_as_openlineage_names_them():
     assert (dataset("s3://bucket/a/b").namespace, dataset("s3://bucket/a/b").name) == ("s3://bucket", "a/b")
     assert (dataset("gs://bucket/a").namespace, dataset("gs://bucket/a").name) == ("gs://bucket", "a")
     assert dataset("file://host/p").namespace == "file://host"
+
+
+def test_a_jobs_declared_inputs_are_its_input_datasets_with_their_schema(tony_home, tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tony_workflow.client import TonyClient, load_job
+    from tony_workflow.lineage import datasets
+    data = tmp_path / "clicks"
+    data.mkdir()
+    pq.write_table(pa.table({"features": np.ones((4, 3)).tolist(), "label": np.arange(4), "day": ["d"] * 4}),
+                   data / "part-0.parquet")
+    spec = load_job({"name": "j", "executes": "t.py", "framework": "standalone", "tasks": {"worker": {"instances": 1}},
+                     "data": {"train": {"path": str(data), "columns": ["features", "label"]}}})
+    submitted = TonyClient("local").preflight(spec)  # what a submission sends: the inputs planned
+    inputs, _ = datasets(submitted, None, qualify=lambda p: p)
+    [train] = [d for d in inputs if d.name == str(data)]
+    assert train.namespace == "file"
+    assert [(f.name, f.type) for f in train.facets["schema"].fields] == [("features", "list<element: double>"),
+                                                                        ("label", "int64")]
+    before, _ = datasets(spec, None, qualify=lambda p: p)  # unplanned: the dataset, no schema yet
+    assert [d.name for d in before] == [str(data)] and "schema" not in before[0].facets

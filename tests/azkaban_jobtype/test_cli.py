@@ -208,3 +208,23 @@ def test_a_venv_archive_that_would_unpack_outside_is_refused_naming_the_entry(tm
     assert f"python_venv (line 4): cannot be unpacked safely: entry {entry!r} {why}" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "escape.py").exists()
+
+
+def test_validate_shows_each_jobs_inputs_and_refuses_a_bad_one(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    project = project_with(tmp_path, {
+        "good": ("type=TonyJob\nexecutes=train.py\nsrc_dir=src\ntony.worker.instances=2\n"
+                 "tony.data.train.path=data\ntony.data.train.columns=id\n"),
+        "bad": ("type=TonyJob\nexecutes=train.py\nsrc_dir=src\ntony.worker.instances=1\n"
+                "tony.data.train.path=data\ntony.data.train.columns=idd\n")})
+    (project / "data").mkdir()  # relative to the project, as a job's other paths are
+    pq.write_table(pa.table({"id": np.arange(10), "x": np.ones(10)}), project / "data" / "a.parquet")
+    r = run_cli("validate", str(project), "--json")
+    report = json.loads(r.stdout)
+    jobs = {j["job"].split(":")[-1]: j for j in report["jobs"]}
+    assert jobs["good"]["inputs"]["train"]["rows"] == 10 and jobs["good"]["inputs"]["train"]["format"] == "parquet"
+    assert any("has no column idd" in e and "did you mean id" in e for e in jobs["bad"]["errors"]), jobs["bad"]
+    assert r.returncode == 2
+    assert "input train: parquet, 1 files, 10 rows" in run_cli("validate", str(project)).stdout

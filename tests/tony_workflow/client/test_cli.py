@@ -213,3 +213,23 @@ def test_a_task_not_yet_placed_shows_no_address():
 def test_history_serve_is_told_from_tony_history_app(argv, expected):
     from tony_workflow.client.cli import _history_serve
     assert _history_serve(argv) == expected
+
+
+def test_data_inspect_says_what_an_input_holds_and_refuses_a_bad_one(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    for i, n in enumerate([300, 120]):
+        pq.write_table(pa.table({"id": np.arange(n), "label": np.arange(n) % 3}), tmp_path / f"p{i}.parquet",
+                       row_group_size=100)
+    r = run_tony("data", "inspect", str(tmp_path), "--filter", "label == 0", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["format"] == "parquet" and summary["rows"] == 100 + 40 and len(summary["files"]) == 2
+    assert [c["name"] for c in summary["schema"]] == ["id", "label"] and summary["unit"] == "row groups"
+    text = run_tony("data", "inspect", str(tmp_path)).stdout
+    assert "parquet, 2 files, 420 rows" in text and "p1.parquet" in text
+    (tmp_path / "p2.parquet").write_bytes(b"PAR1 not a real file")
+    bad = run_tony("data", "inspect", str(tmp_path))
+    assert bad.returncode == 2 and "p2.parquet: not a readable Parquet file" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -154,8 +154,9 @@ def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(tony_home, 
 
 def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(tony_home, tmp_path):
     backend = "local"
+    hold = tmp_path / "hold"
     job = {"name": "rank0-in-place", "framework": "pytorch", "executes": "in_place.py", "src_dir": str(SCRIPT),
-           "task_params": f"{TOTAL} 5 {STEP_SLEEP[backend]}", "am": {"memory": "512m"},
+           "task_params": f"{TOTAL} 5 {STEP_SLEEP[backend]} {hold}", "am": {"memory": "512m"},
            "tasks": {"worker": {"instances": 3, "min_instances": 2, "memory": "1g"}},
            "conf": {"tony.elastic.regroup": "in-place", "tony.task.tensorboard.enabled": "false"}}
     h = TonyClient(backend).submit(load_job(job))
@@ -163,8 +164,14 @@ def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(t
         s.state == "RUNNING" and (s.elastic or {}).get("size") == 3 and not s.elastic.get("waiting")
         and len(saves(stdout(h))) >= 2 and s), timeout=300, interval=0.3)
     assert not st.is_final, st.diagnostics
-    last = right_after_a_save(h, tmp_path)
+    # Every rank holds between two steps while the store takes rank 0's last save; then rank 0's
+    # container dies, mid-run whatever the machine's speed.
+    hold.touch()
+    wait_for(lambda: len(set(re.findall(r"holding rank=(\d+)", stdout(h)))) == 3, timeout=120, interval=0.1)
+    last = saves(stdout(h))[-1]
+    wait_for(lambda: (stored_step(h, tmp_path) or 0) >= last, timeout=60, interval=0.1)
     kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
+    hold.unlink()
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
     out = stdout(h)

@@ -77,10 +77,35 @@ def trainers(status, task_id: str) -> set[int]:
     return {p.pid for p in container_tree(status, task_id) if _is_trainer(p)}
 
 
-def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place", epochs: int = 4):
+def submit(conf: list[str] | None = None, backend: str = "local", regroup: str = "in-place", epochs: int = 4,
+           pause: Path | None = None):
+    params = PARAMS.format(sleep=STEP_SLEEP[backend], epochs=epochs) + (f" --pause-while {pause}" if pause else "")
     spec = load_job(str(ELASTIC), conf=[*SMALL, f"tony.elastic.regroup={regroup}", *(conf or [])],
-                    task_params=PARAMS.format(sleep=STEP_SLEEP[backend], epochs=epochs))
+                    task_params=params)
     return TonyClient(backend).submit(spec)
+
+
+def torch_loaded(status, task_id: str) -> bool:
+    """Whether a trainer of the task's container has imported torch (its library is mapped): from
+    there it asks to join the group within moments, however slow the machine was to get it there."""
+    for p in container_tree(status, task_id):
+        try:
+            if _is_trainer(p) and any("libtorch" in m.path for m in p.memory_maps()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def replacement_ready(h, task_id: str, lost: int):
+    """The status once the task's replacement (after ``lost`` restarts) has a trainer with torch loaded."""
+    def ready():
+        s = h.status()
+        if s.is_final:
+            return s
+        task = s.task(task_id)
+        return s if task.restarts > lost and task.state == "RUNNING" and torch_loaded(s, task_id) else None
+    return wait_for(ready, timeout=420, interval=0.5)
 
 
 def running_at(h, step: int):
@@ -151,7 +176,10 @@ def test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_the
 def lose_a_worker(backend: str, regroup: str, gate: Path) -> None:
     # A job of another user's beside it, on the same cluster, all along: it runs till the end.
     neighbour = TonyClient(backend).submit(load_job(sleeper_job("neighbour", memory="512m", until=gate)))
-    h = submit(backend=backend, regroup=regroup)
+    # The survivors hold still from the loss until the replacement can join (its torch loaded), so
+    # that it joins mid-run however long a busy machine takes to start it.
+    pause = gate.with_name("pause")
+    h = submit(backend=backend, regroup=regroup, pause=pause if regroup == "in-place" else None)
     st = running_at(h, 15)
     beside = wait_for(lambda: (s := neighbour.status()).state == "RUNNING" and s.tasks[0].state == "RUNNING" and s,
                       timeout=120)
@@ -159,7 +187,13 @@ def lose_a_worker(backend: str, regroup: str, gate: Path) -> None:
     survivors = {t: keepers(st, t) for t in ("worker:0", "worker:2")}
     first_trainers = {t: trainers(st, t) for t in survivors}
     assert all(survivors.values()) and all(first_trainers.values())
+    if regroup == "in-place":
+        pause.touch()
     kill_container(st, "worker:1")
+    if regroup == "in-place":
+        ready = replacement_ready(h, "worker:1", 0)
+        assert not ready.is_final, ready.diagnostics
+        pause.unlink()
     back = regrown(h, st.elastic["round"])
     assert not back.is_final, back.diagnostics
     # The neighbour noticed nothing: the same processes, no restart, the same session.

@@ -63,9 +63,15 @@ def test_mwms_tonyxml_spec_runs(tony_home):
     assert json.loads(r.stdout)["state"] == "SUCCEEDED"
 
 
-def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(tony_home):
-    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1"],
-                    task_params="--epochs 3 --steps-per-epoch 40 --save-freq 10 --step-sleep 0.15")
+def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(tony_home, tmp_path):
+    # The workers read their shares of Parquet files through tony_workflow.data: the relaunched
+    # session's input starts at the step the backup restores (the reader's Keras callback).
+    import sys
+    sys.path.insert(0, str(MWMS.parent))
+    import synthetic_mnist
+    data = synthetic_mnist.save_parquet(str(tmp_path / "train"))
+    spec = load_job(str(MWMS), conf=[*SMALL, "tony.am.retry-count=1", f"tony.data.train.path={data}"],
+                    task_params="--epochs 3 --save-freq 10 --step-sleep 0.15")
     h = TonyClient("local").submit(spec)
     # TensorBoard comes up on the chief while the job runs, and answers on /data/logdir
     st = wait_for(lambda: (s := h.status()).tensorboard_url and s)
@@ -85,6 +91,7 @@ def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(to
     assert ended[0]["state"] == "FAILED" and "worker:1" in ended[0]["diagnostics"]
     resumed = [int(m) for m in re.findall(r"session=1 task=worker:\d start_step=(\d+)", stdout(h, "worker:0"))]
     assert resumed and resumed[0] > 0, stdout(h, "worker:0")[-2000:]
+    assert re.search(r"session=1 done steps=120 ", stdout(h, "worker:0")), stdout(h, "worker:0")[-2000:]
 
 
 def test_ps_example_succeeds(tony_home):

@@ -2,7 +2,9 @@
 through tony_workflow.torch_elastic.run, and rank 0 alone saves the state into
 $TONY_CHECKPOINT_DIR every --save-every steps (every rank loads it there as it starts).
 
-Arguments: total steps, save every, seconds per step."""
+Arguments: total steps, save every, seconds per step, and optionally a hold file: while it exists,
+every rank waits before its next step (saying so once), so a test can act between two steps however
+slow the machine is."""
 import hashlib
 import os
 import sys
@@ -15,6 +17,7 @@ from tony_workflow import report
 from tony_workflow.torch_elastic import State, run
 
 total, save_every, pause = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+hold = sys.argv[4] if len(sys.argv) > 4 else None
 path = os.path.join(os.environ["TONY_CHECKPOINT_DIR"], "state.pt")
 torch.manual_seed(0)
 model = torch.nn.Linear(16, 1)
@@ -32,6 +35,10 @@ def train(state, group):
           flush=True)
     ddp = DistributedDataParallel(state.model)
     while state.step < total:
+        if hold and os.path.exists(hold):
+            print(f"holding rank={group.rank} step={state.step}", flush=True)
+            while os.path.exists(hold):
+                time.sleep(0.05)
         g = torch.Generator().manual_seed(state.step * 100 + group.rank)
         x = torch.randn(24, 16, generator=g)
         state.optimizer.zero_grad()

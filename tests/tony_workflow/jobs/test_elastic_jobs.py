@@ -104,7 +104,7 @@ def replacement_ready(h, task_id: str, lost: int):
         if s.is_final:
             return s
         task = s.task(task_id)
-        return s if task.restarts > lost and task.state == "RUNNING" and torch_loaded(s, task_id) else None
+        return s if task.restarts > lost and task.state in ("JOINING", "RUNNING") and torch_loaded(s, task_id) else None
     return wait_for(ready, timeout=420, interval=0.5)
 
 

@@ -70,8 +70,9 @@ class FileSystem:
         """A seekable binary file for ``path`` (pyarrow reads it as it is)."""
         raise NotImplementedError
 
-    def hosts(self, path: str, offset: int, length: int) -> list[str]:
-        """The hosts that keep a replica of this byte range (empty where the system cannot say)."""
+    def blocks(self, path: str, size: int) -> list[tuple[int, int, list[str]]]:
+        """The file's blocks as (offset, length, hosts keeping a replica); empty where the system
+        cannot say (a local file: every rank's machine reads it alike)."""
         return []
 
     def join(self, base: str, name: str) -> str:
@@ -248,20 +249,26 @@ class HDFSFileSystem(FileSystem):
             size = stat.size
         return RangeFile(self, path, size)
 
-    def hosts(self, path: str, offset: int, length: int) -> list[str]:
+    def blocks(self, path: str, size: int) -> list[tuple[int, int, list[str]]]:
+        """One ``GETFILEBLOCKLOCATIONS`` for the whole file; empty when the NameNode cannot answer
+        it (WebHDFS before Hadoop 3.3): the reading then prefers no rank's machine."""
         p = self._path(path)
+        store = self.store
+
+        def ask() -> list[tuple[int, int, list[str]]]:
+            host = store.client.get_active_namenode(max_staleness=30)
+            r = store._session.get(f"{store.scheme}://{host}/webhdfs/v1{p}",
+                                   params={"op": "GETFILEBLOCKLOCATIONS", "offset": 0, "length": max(size, 1),
+                                           "user.name": store.user}, timeout=store.timeout)
+            if r.status_code != 200:
+                return []
+            found = ((r.json().get("BlockLocations") or {}).get("BlockLocation")) or []
+            return [(int(b["offset"]), int(b["length"]), [str(h) for h in b.get("hosts") or []]) for b in found]
+
         try:
-            blocks = self.store._call(f"block locations {p}",
-                                      lambda: self.store.client.get_file_block_locations(p, offset=offset,
-                                                                                         length=max(length, 1)))
-        except Exception:  # noqa: BLE001 - an older WebHDFS without the call, or none: no preference
+            return list(store._call(f"block locations {p}", ask))
+        except (OSError, ValueError, KeyError, TypeError):
             return []
-        hosts: list[str] = []
-        for block in blocks or []:
-            for host in getattr(block, "hosts", None) or []:
-                if host not in hosts:
-                    hosts.append(host)
-        return hosts
 
     def _split(self, pattern: str) -> tuple[str, list[str]]:
         return self._uri("/"), [p for p in self._path(pattern).split("/") if p]

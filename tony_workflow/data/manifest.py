@@ -59,6 +59,8 @@ class Plan:
     units: list[tuple[int, int, int]]
     fingerprint: str = ""
     fs: FileSystem | None = field(default=None, repr=False, compare=False)
+    #: For each unit, the hosts keeping a replica of most of its bytes (HDFS); empty: none known.
+    unit_hosts: list[list[str]] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -79,7 +81,7 @@ class Plan:
                 "files": [{"path": f.path, "size": f.size, "mtime": f.mtime, "rows": f.info.rows,
                            "units": [[u.rows, u.offset, u.length] for u in f.info.units], "extra": f.info.extra}
                           for f in self.files],
-                "units": [list(u) for u in self.units]}
+                "units": [list(u) for u in self.units], "unit_hosts": self.unit_hosts}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -95,7 +97,8 @@ class Plan:
             files.append(PlannedFile(f["path"], int(f["size"]), float(f["mtime"]),
                                      FileInfo(schema, int(f["rows"]), units, dict(f.get("extra") or {}))))
         planned = [(int(f), int(u), int(r)) for f, u, r in data["units"]]
-        return cls(inp, data["format"], schema, files, planned, data.get("fingerprint", ""))
+        return cls(inp, data["format"], schema, files, planned, data.get("fingerprint", ""),
+                   unit_hosts=[list(h) for h in data.get("unit_hosts") or []])
 
 
 def _fingerprint(plan: Plan) -> str:
@@ -232,7 +235,26 @@ def plan_input(inp: DataInput, *, hadoop_conf_dir: str | None = None, login: Any
                                    [(s[0], f, inp.filter) for s, f in zip(stats, files)]))
     plan.units = [(i, j, rows) for i, per_file in enumerate(counts) for j, rows in enumerate(per_file) if rows > 0]
     plan.fingerprint = _fingerprint(plan)
+    plan.unit_hosts = _unit_hosts(plan, [s[0] for s in stats], threads)
     return plan
+
+
+def _unit_hosts(plan: Plan, systems: list[FileSystem], threads: int) -> list[list[str]]:
+    """For each unit, the hosts keeping its bytes' largest block (one NameNode call a file)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(plan.files)))) as pool:
+        blocks = list(pool.map(lambda pair: pair[0].blocks(pair[1].path, pair[1].size), zip(systems, plan.files)))
+    if not any(blocks):
+        return []
+    out = []
+    for file_index, unit_index, _ in plan.units:
+        unit = plan.files[file_index].info.units[unit_index]
+        best: tuple[int, list[str]] = (0, [])
+        for offset, length, hosts in blocks[file_index]:
+            overlap = min(unit.offset + unit.length, offset + length) - max(unit.offset, offset)
+            if overlap > best[0]:
+                best = (overlap, hosts)
+        out.append(best[1])
+    return out
 
 
 def _check_columns(inp: DataInput, fmt: str, schema: pa.Schema, first: PlannedFile) -> None:

@@ -27,7 +27,7 @@ distributions) sorted stably, so every process of a job computes the same order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,7 +35,8 @@ import numpy as np
 
 from ..spec.data import REMAINDERS
 
-__all__ = ["REMAINDERS", "EpochOrder", "Interval", "Share", "left_after", "permutation", "share", "total"]
+__all__ = ["REMAINDERS", "EpochOrder", "Interval", "Share", "assign", "left_after", "local_rows", "permutation",
+           "share", "total"]
 
 Interval = tuple[int, int]
 
@@ -245,3 +246,36 @@ def left_after(left: Sequence[Interval], world: int, batch: int, remainder: str,
             taken.append((a, a + min(b - a, rows)))
             rows -= b - a
     return _subtract(left, taken)
+
+
+def local_rows(order: EpochOrder, spans: Sequence[Interval], unit_hosts: Sequence[Collection[str]],
+               host: str) -> float:
+    """About how many rows of ``spans`` lie in units with a replica on ``host``."""
+    rows = 0.0
+    for start, end in spans:
+        for j, a, b in order.pieces(start, end):
+            w_start, w_end = order.window_span(j)
+            fraction = (b - a) / max(1, w_end - w_start)
+            rows += fraction * sum(int(order.rows[u]) for u in order.window_units(j) if host in unit_hosts[u])
+    return rows
+
+
+def assign(scores: Sequence[Sequence[float]]) -> list[int]:
+    """Which rank reads each piece: ``scores[piece][rank]`` is how much of the piece is local to the
+    rank. Greedy, best first, ties to the piece's own index: the same on every rank, and a
+    permutation, so every piece is read by one rank and equal shares stay equal."""
+    n = len(scores)
+    owner = [-1] * n
+    taken: set[int] = set()
+    pairs = sorted(((scores[p][r], p == r, -p, -r) for p in range(n) for r in range(n)), reverse=True)
+    for score, _, neg_p, neg_r in pairs:
+        p, r = -neg_p, -neg_r
+        if owner[p] < 0 and r not in taken and score > 0:
+            owner[p] = r
+            taken.add(r)
+    free = [r for r in range(n) if r not in taken]
+    for p in range(n):
+        if owner[p] < 0:
+            owner[p] = p if p in free else free[0]
+            free.remove(owner[p])
+    return owner

@@ -23,9 +23,11 @@ and decodes without holding the GIL), so it overlaps the training step.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +42,7 @@ from .arrays import to_numpy
 from .formats import BadFile, format_named
 from .fs import FileSystem, filesystem_for
 from .manifest import Plan, load_manifest, plan_input
-from .plan import EpochOrder, Interval, left_after, share, total
+from .plan import EpochOrder, Interval, assign, left_after, local_rows, share, total
 
 __all__ = ["STATE_FORMAT", "Dataset", "dataset", "group_of"]
 
@@ -76,6 +78,35 @@ def group_of(env: dict[str, str] | None = None) -> tuple[int, int]:
         if place in members:
             return members.index(place), len(members)
     return 0, 1
+
+
+def rank_hosts(world: int, env: dict[str, str] | None = None) -> list[str]:
+    """Each rank's host, where the job's cluster spec says it for a group of ``world``: TF_CONFIG's
+    chief and workers, or TonY's CLUSTER_SPEC for this task's type when ranks are its indexes."""
+    env = dict(os.environ) if env is None else env
+    try:
+        if env.get("TF_CONFIG"):
+            cluster = json.loads(env["TF_CONFIG"]).get("cluster") or {}
+            if "ps" not in cluster:
+                members = [*cluster.get("chief", []), *cluster.get("worker", [])]
+                if len(members) == world:
+                    return [m.rsplit(":", 1)[0] for m in members]
+        if env.get("CLUSTER_SPEC") and env.get("JOB_NAME"):
+            members = json.loads(env["CLUSTER_SPEC"]).get(env["JOB_NAME"]) or []
+            if len(members) == world and env.get("RANK", env.get("TASK_INDEX")) == env.get("TASK_INDEX"):
+                return [m.rsplit(":", 1)[0] for m in members]
+    except (ValueError, AttributeError):
+        pass
+    return []
+
+
+@functools.lru_cache(maxsize=1024)
+def _address(host: str) -> str:
+    """A host as an address, so that a name and an IP of one machine compare equal."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
 
 
 class _Source:
@@ -153,6 +184,7 @@ class Dataset:
         self._steps = 0
         self._committed: int | None = None
         self._source: _Source | None = None
+        self._assigned: tuple[Any, dict[int, int]] | None = None
 
     # -- the group and the position ------------------------------------------------------------
 
@@ -196,6 +228,24 @@ class Dataset:
             self._left = left_after(self._left, seg_world, seg_batch, self.remainder, steps)
             self._steps, self._committed = 0, None
         self._segment = (world, self.batch_size)
+
+    def _piece(self, rank: int, world: int, order: EpochOrder) -> int:
+        """Which piece of the segment this rank reads: its own, or on HDFS, where every rank's
+        machine is known, the one whose units have most replicas on this rank's machine (the same
+        assignment on every rank, a permutation of the pieces, so the shares stay equal and the
+        state the same)."""
+        hosts = rank_hosts(world)
+        if not hosts or not self.plan.unit_hosts:
+            return rank
+        key = (self._epoch, tuple(self._left), world, self.batch_size)
+        if self._assigned is None or self._assigned[0] != key:
+            unit_hosts = [{_address(h) for h in hs} for hs in self.plan.unit_hosts]
+            pieces = [share(self._left, world, self.batch_size, self.remainder, p).spans for p in range(world)]
+            scores = [[local_rows(order, spans, unit_hosts, _address(hosts[r])) for r in range(world)]
+                      for spans in pieces]
+            owner = assign(scores)
+            self._assigned = (key, {r: p for p, r in enumerate(owner)})
+        return self._assigned[1][rank]
 
     def steps(self) -> int:
         """The steps of this rank's share of the epoch left from the current position."""
@@ -301,7 +351,8 @@ class Dataset:
             self._steps = self._committed
         rank, world = self.group()
         self._rebase(world)
-        mine = share(self._left, world, self.batch_size, self.remainder, rank)
+        order = EpochOrder(self._rows, self.seed, self._epoch, self.shuffle, self.window)
+        mine = share(self._left, world, self.batch_size, self.remainder, self._piece(rank, world, order))
         if self._steps >= mine.steps:  # the epoch is over: the next iteration is the next epoch's
             if picked is None:
                 self._epoch += 1
@@ -316,7 +367,6 @@ class Dataset:
             else:
                 runs.append((int(starts[k]), int(starts[k + 1])))
         spans = [span for a, b in runs for span in _rows_of(mine.spans, a, b)]
-        order = EpochOrder(self._rows, self.seed, self._epoch, self.shuffle, self.window)
         chunks: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch * 4)
         stop = threading.Event()
         producer = threading.Thread(target=self._chunks, args=(order, spans, chunks, stop), daemon=True,

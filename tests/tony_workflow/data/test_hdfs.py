@@ -76,6 +76,8 @@ def test_a_unit_is_read_in_few_requests_and_a_hdfs_path_names_its_namenode(stage
     ids = [i for b in ds for i in b["id"].tolist()]
     assert ids == list(range(rows))
     units = len(ds.plan.units)
+    # Where each unit's replicas are, from one GETFILEBLOCKLOCATIONS for the file.
+    assert len(ds.plan.unit_hosts) == units and all(ds.plan.unit_hosts), ds.plan.unit_hosts
     assert units == 8 and len(reads) - planning <= 2 * units, reads  # a block a request, the next read ahead
 
 

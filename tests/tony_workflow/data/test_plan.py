@@ -134,3 +134,11 @@ def test_the_state_is_a_handful_of_numbers_whatever_the_regroups():
     for world in [8, 5, 8, 3, 8]:
         left = left_after(left, world, 256, "drop", 1000)
     assert len(json.dumps(left)) < 2048
+
+
+def test_pieces_go_to_the_ranks_that_hold_them_and_every_piece_to_one_rank():
+    from tony_workflow.data.plan import assign
+    assert assign([[0, 9, 0], [5, 0, 0], [0, 0, 0]]) == [1, 0, 2]
+    assert assign([[1, 1], [1, 1]]) == [0, 1]  # no preference: each its own
+    owners = assign([[3, 3, 3], [3, 3, 3], [0, 0, 9]])
+    assert sorted(owners) == [0, 1, 2] and owners[2] == 2

@@ -221,3 +221,31 @@ def test_keras_fit_takes_the_rank_s_batches_and_its_callback_resumes_at_kerass_s
     callback.on_train_end()  # fit's end: the generator waiting for another epoch ends
     del batches
     assert ids == whole[5:]
+
+
+def test_each_rank_takes_the_piece_whose_replicas_are_on_its_machine_and_shares_stay_equal(tmp_path, monkeypatch):
+    # Two machines (127.0.0.2, 127.0.0.3); the units of the first half of the data are kept on the
+    # second one, those of the second half on the first: rank 0 (on .2) gets the second piece.
+    data = write(tmp_path / "d", sizes=[1200, 1200])
+    plan = dataset(path=str(data), batch_size=50).plan
+    plan.unit_hosts = [["127.0.0.3"] if f == 0 else ["127.0.0.2"] for f, _, _ in plan.units]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["127.0.0.2:1", "127.0.0.3:1"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    got = {}
+    for rank in range(2):
+        ds = Dataset(plan, 50, rank=rank, world=2)
+        got[rank] = [i for b in ds for i in b["id"].tolist()]
+    assert min(got[0]) >= 1200 and max(got[1]) < 1200  # each rank's rows are on its own machine
+    assert sorted(got[0] + got[1]) == list(range(2400)) and len(got[0]) == len(got[1])
+    # The state is no rank's: resuming at another size still reads every row once.
+    ds = Dataset(plan, 50, rank=0, world=2, remainder="partial")
+    list(itertools.islice(iter(ds), 5))
+    state = ds.state_dict()
+    monkeypatch.delenv("TF_CONFIG")
+    rest = []
+    for rank in range(3):
+        other = Dataset(plan, 50, rank=rank, world=3, remainder="partial")
+        other.load_state_dict(state)
+        rest += [i for b in other for i in b["id"].tolist()]
+    first = set(range(2400)) - set(rest)
+    assert len(first) == 2 * 5 * 50 and len(rest) == len(set(rest))

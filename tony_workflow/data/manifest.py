@@ -6,6 +6,9 @@ and hold the columns asked for, and, with a row filter, counts the rows of each 
 (units the format's statistics rule out are not read at all). A bad input raises
 :class:`~tony_workflow.errors.DataError` listing every file at fault.
 
+What a file's inspection found is kept under ``$TONY_HOME/data/index``, by the file's path, size
+and modification time, so a file that does not change is walked once, not at every submission.
+
 The plan goes to every task as the job's manifest (:func:`write_manifest`, ``tony-data.json``
 beside the task's command, :data:`MANIFEST_ENV` naming it), so every rank reads the same files in
 the same units: a file added to a directory while the job runs is not taken by some ranks and
@@ -129,14 +132,61 @@ def _open(fs: FileSystem, stat: FileStat) -> Any:
     return fs.open(stat.path, stat.size)
 
 
+#: Where what a file's inspection found is kept, by the file's path, size and time: an Avro or
+#: TFRecord file is walked through once, not at every submission of a job that reads it.
+INDEX_VERSION = 1
+
+
+def _index_path(fmt: str, stat: FileStat) -> Path | None:
+    try:
+        from ..spec.site import tony_home
+    except ImportError:  # pragma: no cover - the spec package is always there
+        return None
+    key = hashlib.sha256(json.dumps([INDEX_VERSION, fmt, stat.path, stat.size, stat.mtime]).encode()).hexdigest()
+    return tony_home() / "data" / "index" / key[:2] / f"{key}.json"
+
+
+def _cached(fmt: str, stat: FileStat) -> FileInfo | None:
+    where = _index_path(fmt, stat)
+    try:
+        data = json.loads(where.read_text()) if where is not None else None
+    except (OSError, ValueError):
+        return None
+    if not data:
+        return None
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"])))
+    return FileInfo(schema, int(data["rows"]), tuple(Unit(*u) for u in data["units"]), dict(data.get("extra") or {}))
+
+
+def _keep(fmt: str, stat: FileStat, info: FileInfo) -> None:
+    where = _index_path(fmt, stat)
+    if where is None:
+        return
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        part = where.with_name(where.name + f".{os.getpid()}.tony-part")
+        part.write_text(json.dumps({"schema": base64.b64encode(info.schema.serialize().to_pybytes()).decode(),
+                                    "rows": info.rows, "units": [[u.rows, u.offset, u.length] for u in info.units],
+                                    "extra": info.extra}))
+        os.replace(part, where)
+    except OSError:
+        pass  # a cache: the next submission inspects the file again
+
+
 def _inspect(fs: FileSystem, fmt: str, stat: FileStat) -> FileInfo:
+    cached = _cached(fmt, stat)
+    if cached is not None:
+        return cached
     f = _open(fs, stat)
     try:
         if fmt == "tfrecord":
-            return format_named(fmt).inspect(f, stat.size, compression_of(stat.path))  # type: ignore[call-arg]
-        return format_named(fmt).inspect(f, stat.size)
+            info = format_named(fmt).inspect(f, stat.size, compression_of(stat.path))  # type: ignore[call-arg]
+        else:
+            info = format_named(fmt).inspect(f, stat.size)
     finally:
         f.close()
+    _keep(fmt, stat, info)
+    return info
 
 
 def _count(fs: FileSystem, fmt: str, planned: PlannedFile, flt: Filter) -> list[int]:

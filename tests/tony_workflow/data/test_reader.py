@@ -249,3 +249,19 @@ def test_each_rank_takes_the_piece_whose_replicas_are_on_its_machine_and_shares_
         rest += [i for b in other for i in b["id"].tolist()]
     first = set(range(2400)) - set(rest)
     assert len(first) == 2 * 5 * 50 and len(rest) == len(set(rest))
+
+
+def test_a_file_that_did_not_change_is_not_walked_again(tmp_path, monkeypatch, data_home):
+    from tony_workflow.data.formats.avro import Avro
+    data = write(tmp_path / "a", "avro")
+    first = dataset(path=str(data), batch_size=10)
+
+    def walked(*args, **kwargs):
+        raise AssertionError("walked again")
+
+    monkeypatch.setattr(Avro, "inspect", walked)
+    again = dataset(path=str(data), batch_size=10)  # from the index under TONY_HOME
+    assert again.plan.fingerprint == first.plan.fingerprint and list(data_home.glob("data/index/*/*.json"))
+    (data / "part-000.avro").write_bytes((data / "part-000.avro").read_bytes())  # a new time: walked again
+    with pytest.raises(AssertionError, match="walked again"):
+        dataset(path=str(data), batch_size=10)

@@ -4,7 +4,6 @@ workers read their shares from HDFS."""
 from __future__ import annotations
 
 import collections
-import json
 
 import numpy as np
 import pyarrow as pa
@@ -83,22 +82,14 @@ def test_a_unit_is_read_in_few_requests_and_a_hdfs_path_names_its_namenode(stage
 
 @pytest.mark.job
 def test_a_yarn_jobs_workers_read_their_shares_from_hdfs(staged, tmp_path):
-    from tests.tony_workflow.jobs.test_data_jobs import TRAINER
+    from tests.tony_workflow.jobs.test_data_jobs import ids_read, yarn_reader_job
     uri = staged(write(tmp_path / "d"), "test-job")
     out = tmp_path / "out"
     out.mkdir()
-    job = {"name": "reader", "framework": "tensorflow", "executes": "train.py", "src_dir": str(TRAINER),
-           "task_params": f"--out {out} --epochs 1 --batch 64",
-           "tasks": {"worker": {"instances": 2, "memory": "512m"}},
-           "data": {"train": {"path": uri, "columns": ["id"], "remainder": "partial"}},
-           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
-    h = TonyClient("yarn").submit(load_job(job))
+    h = TonyClient("yarn").submit(load_job(yarn_reader_job(uri, out)))
     st = h.wait(poll_interval=1, timeout=600)
     assert st.state == "SUCCEEDED", st.diagnostics
-    seen = collections.Counter()
-    for rank in range(2):
-        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
-            seen.update(json.loads(line)["ids"])
+    seen = ids_read(out, 2)
     assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
     # YARN's NodeManagers clean a finished application's containers up a moment after it ends.
     wait_for(lambda: not app_processes(h.app_id), timeout=120)

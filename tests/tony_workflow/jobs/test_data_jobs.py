@@ -42,6 +42,24 @@ def reader_job(data: Path, out: Path, params: str = "", workers: int = 3, **data
             "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "1"}}
 
 
+def yarn_reader_job(uri: str, out: Path, workers: int = 2) -> dict:
+    """The reading trainer on YARN: ``workers`` tasks, one epoch of the input at ``uri``."""
+    return {"name": "reader", "framework": "tensorflow", "executes": "train.py", "src_dir": str(TRAINER),
+            "task_params": f"--out {out} --epochs 1 --batch 64",
+            "tasks": {"worker": {"instances": workers, "memory": "512m"}},
+            "data": {"train": {"path": uri, "columns": ["id"], "remainder": "partial"}},
+            "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
+
+
+def ids_read(out: Path, workers: int) -> collections.Counter:
+    """How many times each id was read, over every rank's record."""
+    seen: collections.Counter = collections.Counter()
+    for rank in range(workers):
+        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
+            seen.update(json.loads(line)["ids"])
+    return seen
+
+
 def final_reads(out: Path, workers: int) -> dict[int, collections.Counter]:
     """Each epoch's ids as the job's last lineage read them: a step read again by a later session
     (after a relaunch) replaces what the lost session read at that step."""

@@ -543,24 +543,14 @@ def test_the_history_server_takes_kerberos_logins_and_shows_each_user_what_the_a
 def test_a_jobs_input_in_hdfs_is_planned_over_spnego_and_read_with_the_containers_tokens(secure, tmp_path):
     # The client lists and inspects the input with its ticket; the workers read their shares with
     # the HDFS delegation tokens YARN gave their containers (no ticket there).
-    import collections
-
     from tests.tony_workflow.data.test_reader import N, write
-    from tests.tony_workflow.jobs.test_data_jobs import TRAINER
+    from tests.tony_workflow.jobs.test_data_jobs import ids_read, yarn_reader_job
     from tony_workflow.client.data import stage_input
     client = TonyClient("yarn")
     uri = stage_input(write(tmp_path / "d"), client.backend, "secure-input")
     out = tmp_path / "out"
     out.mkdir()
-    job = {"name": "secure-reader", "framework": "tensorflow", "executes": "train.py", "src_dir": str(TRAINER),
-           "task_params": f"--out {out} --epochs 1 --batch 64",
-           "tasks": {"worker": {"instances": 2, "memory": "512m"}},
-           "data": {"train": {"path": uri, "columns": ["id"], "remainder": "partial"}},
-           "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
-    st = client.submit(load_job(job)).wait(poll_interval=1, timeout=600)
+    st = client.submit(load_job(yarn_reader_job(uri, out))).wait(poll_interval=1, timeout=600)
     assert st.state == "SUCCEEDED", st.diagnostics
-    seen = collections.Counter()
-    for rank in range(2):
-        for line in (out / f"ids-r{rank}.jsonl").read_text().splitlines():
-            seen.update(json.loads(line)["ids"])
+    seen = ids_read(out, 2)
     assert sorted(seen) == list(range(N)) and max(seen.values()) == 1

@@ -3,8 +3,7 @@
 pyarrow reads a stripe by number but does not tell a stripe's rows or where it lies; both are in
 the file's footer (ORC's ``StripeInformation``: offset, index, data and footer lengths, rows),
 which pyarrow hands over decompressed as the serialized file tail. The few fields needed are read
-from that protobuf message here with a small wire-format decoder, rather than bringing ORC's
-protobuf definitions along.
+from that protobuf message with :mod:`.wire`, rather than bringing ORC's definitions along.
 """
 from __future__ import annotations
 
@@ -14,42 +13,19 @@ from typing import Any
 import pyarrow as pa
 
 from .base import BadFile, FileInfo, Format, Unit
+from .wire import fields
 
 __all__ = ["ORC", "stripes"]
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if i >= len(data):
-            raise BadFile("the ORC footer ends inside a number")
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
 def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """The (field number, value) pairs of one protobuf message: varints as ints, lengths as bytes."""
-    i = 0
-    while i < len(data):
-        tag, i = _varint(data, i)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, i = _varint(data, i)
-            yield number, value
-        elif wire == 2:
-            length, i = _varint(data, i)
-            yield number, data[i:i + length]
-            i += length
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise BadFile(f"the ORC footer holds a protobuf wire type {wire} it cannot have")
+    """(field number, value) of one message of the footer: varints as ints, lengths as bytes."""
+    try:
+        for number, wire, value in fields(data):
+            if wire in (0, 2):
+                yield number, value
+    except ValueError as e:
+        raise BadFile(f"the ORC footer cannot be read: {e}") from None
 
 
 # FileTail { postscript = 1; footer = 2; }, Footer { stripes = 3; }, StripeInformation { offset = 1;

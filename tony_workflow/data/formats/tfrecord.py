@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from .base import BadFile, FileInfo, Format, Unit
+from .wire import fields
 
 __all__ = ["UNIT_BYTES", "TFRecord", "decode_example", "masked_crc"]
 
@@ -140,39 +141,6 @@ def _records(stream: _Plain, end: int | None, verify: bool) -> Iterator[tuple[in
 
 # -- tf.train.Example on the wire --------------------------------------------------------------------
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
-    i, n = 0, len(data)
-    while i < n:
-        tag, i = _varint(data, i)
-        number, wire = tag >> 3, tag & 7
-        if wire == 2:
-            length, i = _varint(data, i)
-            yield number, wire, data[i:i + length]
-            i += length
-        elif wire == 0:
-            value, i = _varint(data, i)
-            yield number, wire, value
-        elif wire == 5:
-            yield number, wire, data[i:i + 4]
-            i += 4
-        elif wire == 1:
-            yield number, wire, data[i:i + 8]
-            i += 8
-        else:
-            raise ValueError(f"wire type {wire}")
-
-
 def _packed_varints(data: bytes) -> np.ndarray:
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw < 0x80)
@@ -187,15 +155,15 @@ def _packed_varints(data: bytes) -> np.ndarray:
 
 
 def _feature(data: bytes) -> tuple[str, Any]:
-    for number, _, value in _fields(data):
+    for number, _, value in fields(data):
         if number == 1:  # BytesList
-            return "bytes", [v for n, w, v in _fields(value) if n == 1]
+            return "bytes", [v for n, w, v in fields(value) if n == 1]
         if number == 2:  # FloatList
-            parts = [np.frombuffer(v, "<f4") for n, _, v in _fields(value) if n == 1]  # packed or not
+            parts = [np.frombuffer(v, "<f4") for n, _, v in fields(value) if n == 1]  # packed or not
             return "float", np.concatenate(parts) if parts else np.zeros(0, np.float32)
         if number == 3:  # Int64List
             ints = [(_packed_varints(v) if w == 2 else np.array([v], np.uint64).view(np.int64))
-                    for n, w, v in _fields(value) if n == 1]
+                    for n, w, v in fields(value) if n == 1]
             return "int64", np.concatenate(ints) if ints else np.zeros(0, np.int64)
     return "none", []
 
@@ -204,14 +172,14 @@ def decode_example(record: bytes) -> dict[str, tuple[str, Any]]:
     """A serialized ``tf.train.Example``'s features: name -> (kind, values). Raises ValueError
     when the record is not one."""
     out: dict[str, tuple[str, Any]] = {}
-    for number, wire, features in _fields(record):
+    for number, wire, features in fields(record):
         if number != 1 or wire != 2:
             raise ValueError("not an Example")
-        for n, w, entry in _fields(features):
+        for n, w, entry in fields(features):
             if n != 1 or w != 2:
                 raise ValueError("not an Example's features")
             key, value = None, b""
-            for en, ew, ev in _fields(entry):
+            for en, ew, ev in fields(entry):
                 if en == 1 and ew == 2:
                     key = ev.decode("utf-8")
                 elif en == 2 and ew == 2:

@@ -134,11 +134,13 @@ def test_an_elastic_group_of_three_then_two_then_three_within_one_epoch_reads_ev
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 0 and st.elastic["changes"] == 1
     records = [json.loads(line) for f in out.glob("ids-*.jsonl") for line in f.read_text().splitlines()]
-    worlds = [r["world"] for r in sorted(records, key=lambda r: r["step"])]
+    done = {(r["generation"], r["step"]) for r in records if r["phase"] == "done"}
+    took = [r for r in records if r["phase"] == "took" and (r["generation"], r["step"]) in done]
+    worlds = [r["world"] for r in sorted(took, key=lambda r: r["step"])]
     assert worlds[0] == 3 and 2 in worlds and worlds[-1] == 3, worlds  # 3, then 2, then 3 again
-    seen = collections.Counter(i for r in records for i in r["ids"])
+    seen = collections.Counter(i for r in took for i in r["ids"])
     assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
-    # Every rank of a generation took each of its steps: as many records a step as the group had ranks.
-    per_step = collections.Counter(r["step"] for r in records)
-    assert all(per_step[r["step"]] == r["world"] for r in records)
+    # Every rank of a generation took each of its done steps: as many batches a step as the group had ranks.
+    per_step = collections.Counter((r["generation"], r["step"]) for r in took)
+    assert all(per_step[(r["generation"], r["step"])] == r["world"] for r in took)
     assert app_processes(h.app_id) == []

@@ -1,8 +1,10 @@
 """An elastic trainer that only reads: it trains through tony_workflow.torch_elastic.run with the
 reader in its State, each step's batch taken by every rank of the generation and joined with
-gloo (an all-reduce of the ids' sum: a real collective, which a lost member breaks), and each
-finished step's ids written down with the generation's size, so that a test can count every id
-across the group's changes."""
+gloo (an all-reduce of the ids' sum: a real collective, which a lost member breaks). Each rank
+writes down the ids it took before the collective ("took") and that the step was done after it
+("done"): a step counts when some rank saw its collective complete, with every member's batch in
+it, the one a member killed right after the collective included; a step whose collective failed
+does not count, and is taken again by the next generation."""
 from __future__ import annotations
 
 import argparse
@@ -41,12 +43,15 @@ def main() -> int:
                 epoch = ds.epoch
                 for batch in ds:
                     ids = torch.tensor(batch["id"])
+                    mark = {"generation": group.generation, "step": state.step + 1, "epoch": epoch,
+                            "world": group.world_size, "rank": group.rank}
+                    log.write(json.dumps({**mark, "phase": "took", "ids": ids.tolist()}) + "\n")
+                    log.flush()
                     total = torch.tensor([int(ids.sum())], dtype=torch.int64)
                     if group.world_size > 1:
                         dist.all_reduce(total)
                     state.step += 1
-                    log.write(json.dumps({"step": state.step, "epoch": epoch, "world": group.world_size,
-                                          "rank": group.rank, "ids": ids.tolist()}) + "\n")
+                    log.write(json.dumps({**mark, "phase": "done"}) + "\n")
                     log.flush()
                     if group.rank == 0:
                         report(step=state.step)

@@ -42,7 +42,7 @@ from .arrays import to_numpy
 from .formats import BadFile, format_named
 from .fs import FileSystem, filesystem_for
 from .manifest import Plan, load_manifest, plan_input
-from .plan import EpochOrder, Interval, assign, left_after, local_rows, share, total
+from .plan import EpochOrder, Interval, assign, left_after, local_rows, share
 
 __all__ = ["STATE_FORMAT", "Dataset", "dataset", "group_of"]
 
@@ -288,14 +288,7 @@ class Dataset:
         self._left = [(int(a), int(b)) for a, b in state["left"]]
         self.remainder = state.get("remainder", self.remainder)
         self._segment = (int(state["world"]), int(state["batch"]))
-        self._steps, self._committed = int(state["steps"]), None
-        self._rebase_to_new_batch()
-
-    def _rebase_to_new_batch(self) -> None:
-        if self._segment is not None and self._segment[1] != self.batch_size:
-            seg_world, seg_batch = self._segment
-            self._left = left_after(self._left, seg_world, seg_batch, self.remainder, self._steps)
-            self._steps, self._segment = 0, None
+        self._steps, self._committed = int(state["steps"]), None  # a group of another size rebases as it reads
 
     def seek(self, step: int) -> None:
         """Puts the position at step ``step`` of this group's current epoch (what Keras restores)."""
@@ -481,10 +474,3 @@ def dataset(name: str | None = None, batch_size: int = 32, *, shuffle: bool = Fa
         plan = plans[str(name)]
     return Dataset(plan, batch_size, shuffle=shuffle, seed=seed, window=window, columns=columns, remainder=remainder,
                    rank=rank, world=world, prefetch=prefetch)
-
-
-def rows_left(state: dict[str, Any]) -> int:
-    """Rows a saved state has left of its epoch."""
-    left = left_after([tuple(i) for i in state["left"]], state["world"], state["batch"], state["remainder"],
-                      state["steps"])
-    return total(left)

@@ -1,6 +1,8 @@
 """Jobs that read their input through tony_workflow.data on the embedded cluster: each task its
 share, a killed worker's session resumed with every id read exactly once, bad inputs refused with
-nothing submitted, and nothing left running at the end."""
+nothing submitted, and nothing left running at the end. Elastic groups within one epoch: three,
+two, three regrouping in place; and under torch's agent (restart) three, two, three and then a
+relaunched session, all from rank 0's saved state, every id read exactly once."""
 from __future__ import annotations
 
 import collections
@@ -143,4 +145,117 @@ def test_an_elastic_group_of_three_then_two_then_three_within_one_epoch_reads_ev
     # Every rank of a generation took each of its done steps: as many batches a step as the group had ranks.
     per_step = collections.Counter((r["generation"], r["step"]) for r in took)
     assert all(per_step[(r["generation"], r["step"])] == r["world"] for r in took)
+    assert app_processes(h.app_id) == []
+
+
+def lineage(records: list[dict]) -> list[tuple[int, int, list[dict]]]:
+    """The steps that count, group by group, under torch's agent: every group starts from the
+    step rank 0 last saved (written down as its "start"), so a group's steps count up to where the
+    next one started; the rest were trained after the last save and are read again by the next.
+    (generation, world, the "took" records of its counted steps) for every group in turn."""
+    starts: dict[int, set[int]] = collections.defaultdict(set)
+    worlds: dict[int, set[int]] = collections.defaultdict(set)
+    for r in records:
+        if r["phase"] == "start":
+            starts[r["generation"]].add(r["step"])
+            worlds[r["generation"]].add(r["world"])
+    assert all(len(s) == 1 for s in starts.values()), starts  # every rank of a group starts at its step
+    order = sorted(starts)  # a session's rounds in turn, then the next session's
+    begin = [next(iter(starts[g])) for g in order]
+    assert begin == sorted(begin), begin  # no group starts before the last one's start: no saved step lost
+    out = []
+    for i, g in enumerate(order):
+        end = begin[i + 1] if i + 1 < len(order) else None
+        took = [r for r in records if r["generation"] == g and r["phase"] == "took"
+                and r["step"] > begin[i] and (end is None or r["step"] <= end)]
+        out.append((g, next(iter(worlds[g])), took))
+    return out
+
+
+def held_back(h, task_id: str, lost: int) -> list:
+    """Stops the task's replacement (after ``lost`` restarts) as soon as its container starts,
+    before its agent can join the group: a replacement slow to come, as on a busy node. Its
+    executor is stopped first (a stopped executor starts nothing), then whatever it had started.
+    Returns the stopped processes, to be let go with ``resume()``."""
+    import psutil
+
+    from tests.tony_workflow.jobs.test_elastic_jobs import container_tree
+
+    def stop():
+        s = h.status()
+        if s.is_final:
+            return s
+        task = s.task(task_id)
+        if task.restarts <= lost or not task.log_url:
+            return None
+        try:
+            executor = container_tree(s, task_id)[0]
+            executor.suspend()
+        except (psutil.Error, OSError, ValueError, IndexError):  # its container is being started
+            return None
+        stopped = [executor]
+        for child in executor.children(recursive=True):
+            try:
+                child.suspend()
+                stopped.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        return stopped
+
+    held = wait_for(stop, timeout=300, interval=0.05)
+    assert isinstance(held, list), held.diagnostics
+    return held
+
+
+@pytest.mark.frameworks
+def test_under_torchs_agent_a_regroup_and_a_relaunched_session_in_one_epoch_read_every_id_once(tony_home, tmp_path):
+    from tests.tony_workflow.jobs.test_elastic_jobs import kill_container, regrown, running_at
+    data, out = write_input(tmp_path / "data"), tmp_path / "out"
+    out.mkdir()
+    # Rank 0 saves the step and the reader's state after every step; every trainer starts from it.
+    job = reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.25 --save")
+    job["framework"] = "pytorch"
+    job["executes"] = "elastic.py"
+    job["tasks"]["worker"] = {"instances": 3, "min_instances": 2, "memory": "3g"}
+    job["conf"].update({"tony.elastic.regroup": "restart", "tony.elastic.fallback-timeout-ms": "1",
+                        # the replacement held back below is not taken for lost while it is
+                        "tony.task.heartbeat-timeout-ms": "600000", "tony.task.max-missed-heartbeats": "600"})
+    h = TonyClient("local").submit(load_job(job))
+
+    def step(s) -> int:
+        return int((s.progress or {}).get("step", 0))
+
+    # 3, then 2: the survivors' trainers start again at two and train a few steps while the
+    # replacement is held back.
+    st = running_at(h, 10)
+    kill_container(st, "worker:1")
+    replacement = held_back(h, "worker:1", 0)
+    two = wait_for(lambda: (s := h.status()).is_final and s or (s.elastic or {}).get("size") == 2
+                   and step(s) >= step(st) + 4 and s, timeout=300, interval=0.2)
+    assert not two.is_final, two.diagnostics
+    # Then 3 again, once the replacement comes.
+    for proc in replacement:
+        proc.resume()
+    back = regrown(h, two.elastic["round"])
+    assert not back.is_final, back.diagnostics
+    # Then two of three lost at once, too few: the session is relaunched whole, from rank 0's save.
+    three = wait_for(lambda: (s := h.status()).is_final and s or step(s) >= step(back) + 4 and s,
+                     timeout=300, interval=0.2)
+    assert not three.is_final, three.diagnostics
+    for task_id in ("worker:1", "worker:2"):
+        kill_container(three, task_id)
+    st = h.wait(poll_interval=0.5, timeout=600)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert st.session_id == 1
+    records = [json.loads(line) for f in out.glob("ids-*.jsonl") for line in f.read_text().splitlines()]
+    groups = lineage(records)
+    worlds = [world for _, world, took in groups if took]
+    assert worlds[:3] == [3, 2, 3] and {g // 1000 for g, _, took in groups if took} == {0, 1}, groups
+    seen: collections.Counter = collections.Counter()
+    for generation, world, took in groups:
+        steps = collections.Counter(r["step"] for r in took)
+        assert set(steps.values()) <= {world}, (generation, steps)  # every rank's batch of every step
+        assert all(r["epoch"] == 0 for r in took)
+        seen.update(i for r in took for i in r["ids"])
+    assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
     assert app_processes(h.app_id) == []

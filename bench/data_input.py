@@ -17,6 +17,12 @@ in one run, each in a process of its own (the same interpreter, the same thread 
 * **Many ranks.** 1, 2 and 4 rank processes reading their shares at once: their total rows/s.
 * **Training.** Keras ``fit`` of the MNIST example's model, in one process, on the reader's
   ``as_tf()`` against the same rows as in-memory arrays (``from_tensor_slices``): steps/s.
+* **Over WebHDFS** (on a Hadoop mini cluster, unless ``--no-hdfs`` or none can run here; ``--quick``
+  leaves it out unless ``--hdfs``): the same files copied into HDFS, one rank's epoch in order
+  through the reader from ``hdfs://`` against the floor, pyarrow over WebHDFS as a user writes it by
+  hand (``iter_batches`` over files opened with fsspec's WebHDFS, read ahead in blocks of the size
+  the reader asks for); and the NameNode's own operation counts (its ``NameNodeActivity`` metrics:
+  block locations, file infos, listings) for planning the input and for reading it, per unit.
 
 Goals: one rank >= 0.9x pyarrow; tf.data >= 0.8x and torch >= 0.9x of the raw reader; resume
 max/min <= 1.5 and under 2 s; training >= 0.95x in-memory. The summary's value is the one-rank
@@ -24,6 +30,7 @@ ratio's rows/s.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -212,6 +219,100 @@ def part_train(data: str) -> dict:
     return {"floor_steps_per_s": 3 * steps / floor_s, "reader_steps_per_s": 3 * steps / reader_s, "steps": 3 * steps}
 
 
+NN_OPS = ("GetBlockLocations", "FileInfoOps", "GetListingOps")
+
+
+#: The NameNode's metrics reach its JMX page at most this long after the operations (metrics2's cache).
+NN_METRICS_SETTLE_S = 11.0
+
+
+def namenode_ops(http: str) -> dict:
+    """The NameNode's own counts of the operations a reader asks of it (its JMX metrics, once
+    the operations before have reached them)."""
+    import requests
+    time.sleep(NN_METRICS_SETTLE_S)
+    beans = requests.get(f"http://{http}/jmx", params={"qry": "Hadoop:service=NameNode,name=NameNodeActivity"},
+                         timeout=30).json()["beans"][0]
+    return {k: int(beans.get(k, 0)) for k in NN_OPS}
+
+
+def _ops_since(before: dict, after: dict) -> dict:
+    return {k: after[k] - before[k] for k in NN_OPS}
+
+
+def part_hdfs_floor(http: str, directory: str, user: str, count: str = "") -> dict:
+    """pyarrow over WebHDFS by hand: fsspec's WebHDFS files, read ahead a block at a time. With
+    ``count``, the NameNode's operations too (which waits for its metrics: not in timed runs)."""
+    import fsspec
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tony_workflow.data.fs import BLOCK
+    host, port = http.rsplit(":", 1)
+    before = namenode_ops(http) if count else None
+    fs = fsspec.filesystem("webhdfs", host=host, port=int(port), user=user)
+    rows, t0 = 0, time.perf_counter()
+    for path in sorted(p for p in fs.ls(directory, detail=False) if p.endswith(".parquet")):
+        with fs.open(path, "rb", block_size=BLOCK, cache_type="readahead") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH, columns=["image", "label"]):
+                image = batch.column(0)
+                arrays = {"image": np.asarray(image.flatten().to_numpy()).reshape(len(image), 784),
+                          "label": batch.column(1).to_numpy()}
+                rows += len(arrays["label"])
+    seconds = time.perf_counter() - t0
+    return {"rows": rows, "seconds": seconds,
+            "namenode": _ops_since(before, namenode_ops(http)) if before is not None else None}
+
+
+def part_hdfs_reader(http: str, uri: str, count: str = "") -> dict:
+    """The reader from ``hdfs://``: planning (listing, footers, block locations), then one epoch;
+    with ``count``, the NameNode's operations of each."""
+    before = namenode_ops(http) if count else None
+    t0 = time.perf_counter()
+    ds = _reader(uri)
+    plan_s = time.perf_counter() - t0
+    planned = namenode_ops(http) if count else None
+    rows, t0 = 0, time.perf_counter()
+    for batch in ds:
+        rows += len(batch["label"])
+    seconds = time.perf_counter() - t0
+    out = {"rows": rows, "seconds": seconds, "plan_s": plan_s, "units": len(ds.plan.units),
+           "files": len(ds.plan.files)}
+    if before is not None and planned is not None:
+        out.update(plan_namenode=_ops_since(before, planned), namenode=_ops_since(planned, namenode_ops(http)))
+    return out
+
+
+def over_webhdfs(args, data: str, reps: int) -> dict:
+    """The HDFS half: the files copied into a mini cluster's HDFS, the floor and the reader read
+    them in turn (see the module's docstring)."""
+    from tony_workflow.client import TonyClient
+    from tony_workflow.client.data import stage_input
+    from tony_workflow.process import user_name
+
+    with common.minicluster(args.minicluster) as info:
+        t0 = time.time()
+        uri = stage_input(data, TonyClient("yarn").backend, "bench-data-input")
+        log(f"  copied into {uri} in {time.time() - t0:.1f} s")
+        http, directory = info["webhdfs"].split("://", 1)[-1].rstrip("/"), "/" + uri.split("://", 1)[1].split("/", 1)[1]
+        floor = best("hdfs_floor", http, directory, user_name(), reps=reps)
+        reader = best("hdfs_reader", http, uri, reps=reps)
+        log("  the NameNode's operations (a run of each, waiting for its metrics)")
+        floor["namenode"] = run_part("hdfs_floor", http, directory, user_name(), "count")["namenode"]
+        reader.update({k: v for k, v in run_part("hdfs_reader", http, uri, "count").items()
+                       if k in ("plan_namenode", "namenode")})
+    units = reader["units"]
+    out = {"floor_rows_per_s": rnd(floor["rows"] / floor["seconds"], 0),
+           "reader_rows_per_s": rnd(reader["rows"] / reader["seconds"], 0), "rows": reader["rows"],
+           "floor_rows": floor["rows"], "units": units, "files": reader["files"], "plan_s": rnd(reader["plan_s"], 3),
+           "plan_namenode": reader["plan_namenode"], "read_namenode": reader["namenode"],
+           "floor_namenode": floor["namenode"],
+           "namenode_per_unit": {"plan": rnd(sum(reader["plan_namenode"].values()) / units, 2),
+                                 "read": rnd(sum(reader["namenode"].values()) / units, 2)}}
+    out["ratio"] = rnd(out["reader_rows_per_s"] / out["floor_rows_per_s"], 2)
+    return out
+
+
 PARTS = {"floor": part_floor, "reader": part_reader, "tf": part_tf, "torch": part_torch}
 
 
@@ -240,12 +341,19 @@ def main() -> int:
             result = part_rank(rest[0], int(rest[1]), int(rest[2]), rest[3])
         elif name == "train":
             result = part_train(rest[0])
+        elif name == "hdfs_floor":
+            result = part_hdfs_floor(*rest)
+        elif name == "hdfs_reader":
+            result = part_hdfs_reader(*rest)
         else:
             result = PARTS[name](rest[0])
         print(json.dumps(result))
         return 0
 
     ap = common.parser("data_input", __doc__)
+    ap.add_argument("--hdfs", action=argparse.BooleanOptionalAction, default=None,
+                    help="read over WebHDFS on a mini cluster too (default: yes, but not with --quick)")
+    ap.add_argument("--minicluster", default=None, help="reuse the mini cluster running in this directory")
     args = ap.parse_args()
     host = common.host_info()
     size = (40 << 20) if args.quick else (1 << 30)
@@ -302,18 +410,28 @@ def main() -> int:
         train = run_part("train", data)
         train["ratio"] = rnd(train["reader_steps_per_s"] / train["floor_steps_per_s"], 2)
         log(f"  {train}")
+        hdfs: dict = {"skipped": "--no-hdfs" if args.hdfs is False else "--quick without --hdfs"}
+        missing = common.minicluster_missing()
+        if missing and args.hdfs is not False:
+            hdfs = {"skipped": missing}
+        elif args.hdfs or (args.hdfs is None and not args.quick):
+            log("over WebHDFS: pyarrow by hand, then the reader, on a mini cluster")
+            hdfs = over_webhdfs(args, data, reps)
+            log(f"  {hdfs}")
     goals = {"one rank >= 0.9x pyarrow": one_rank["ratio"] >= 0.9,
              "tf.data >= 0.8x raw": adapters["tf"]["ratio"] >= 0.8,
              "torch >= 0.9x raw": adapters["torch"]["ratio"] >= 0.9,
              "resume flat and < 2 s": spread <= 1.5 and max(resume.values()) < 2.0,
              "training >= 0.95x in-memory": train["ratio"] >= 0.95}
+    if "ratio" in hdfs:
+        goals["one rank over WebHDFS >= 0.9x pyarrow"] = hdfs["ratio"] >= 0.9
     result = {"metric": "one rank's rows/s through the reader", "value": one_rank["reader_rows_per_s"],
               "floor": one_rank["floor_rows_per_s"], "ratio": one_rank["ratio"], "unit": "rows/s",
               "goal": "; ".join(goals), "goal_met": all(goals.values()), "goals": goals,
               "dataset": {"rows": rows, "bytes_on_disk": on_disk, "batch": BATCH, "row_group": ROW_GROUP},
               "one_rank": one_rank, "adapters": adapters,
               "resume_s": {k: rnd(v, 3) for k, v in resume.items()}, "resume_spread": rnd(spread, 2),
-              "ranks": ranks, "training": train}
+              "ranks": ranks, "training": train, "hdfs": hdfs}
     common.write_result(args, "data_input", result, host)
     return 0
 

@@ -57,6 +57,10 @@ def parse_args(argv=None):
         "--step-sleep", type=float, default=0.0,
         help="seconds the coordinator pauses after scheduling each step, "
              "to stretch a run out")
+    parser.add_argument(
+        "--pause-while", metavar="PATH",
+        help="before scheduling each step, wait while PATH exists: hold the "
+             "training still while a worker is replaced, then let it go on")
     return parser.parse_args(argv)
 
 
@@ -213,6 +217,8 @@ def coordinate(resolver, args, session):
                          args.checkpoint_every)
         pending = []
         for _ in range(stop - step):
+            while args.pause_while and os.path.exists(args.pause_while):
+                time.sleep(0.05)
             pending.append(
                 coordinator.schedule(train_step, args=(per_worker_iterator,)))
             if args.step_sleep > 0:

@@ -233,14 +233,22 @@ LOCAL_ONLY = pytest.mark.parametrize("backend", ["local"], indirect=True)
 
 
 @LOCAL_ONLY
-def test_rank_zeros_container_killed(backend):
-    h = submit(backend=backend)
+def test_rank_zeros_container_killed(backend, tmp_path):
+    # The survivors hold still from the loss until the replacement can join, as in lose_a_worker:
+    # on a busy machine they would otherwise finish before it comes.
+    pause = tmp_path / "pause"
+    h = submit(backend=backend, pause=pause)
     st = running_at(h, 15)
     rank0 = next(iter(st.elastic["history"][-1]["members"]))  # members are listed in rank order
     others = [t for t in ("worker:0", "worker:1", "worker:2") if t != rank0]
     survivors = {t: keepers(st, t) for t in others}
+    pause.touch()
     kill_container(st, rank0)
+    ready = replacement_ready(h, rank0, 0)
+    assert not ready.is_final, ready.diagnostics
+    pause.unlink()
     back = regrown(h, st.elastic["round"])
+    assert not back.is_final, back.diagnostics
     assert {t: keepers(back, t) for t in others} == survivors
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics

@@ -104,18 +104,38 @@ def test_ps_example_succeeds(tony_home):
     assert st.progress["task"] == "chief:0" and st.progress["step"] == st.progress["total"] > 0
 
 
-def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home):
+def serving(status, task_id: str) -> bool:
+    """Whether the task's TensorFlow server accepts connections at its registered address."""
+    import socket
+    task = status.task(task_id)
+    if task.state != "RUNNING" or not task.port:
+        return False
+    try:
+        socket.create_connection((task.host or "127.0.0.1", task.port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_ps_task_restart_policy_relaunches_only_the_killed_worker(tony_home, tmp_path):
     # The worker's executor is killed (a dead trainer alone is test_runtime's and test_deaths' case,
     # with no framework): its TensorFlow server must go with it, or the relaunch, which keeps the
-    # task's address, would find the port taken.
+    # task's address, would find the port taken. The coordinator holds still from the loss until
+    # the replacement's server answers: a coordinator that ends its run while a worker it knows is
+    # down aborts in TensorFlow's teardown, which would fail the session.
+    pause = tmp_path / "pause"
     spec = load_job(str(PS), conf=[*SMALL, "tony.worker.restart-policy=task", "tony.am.retry-count=2"],
-                    task_params="--steps 200 --step-sleep 0.05")
+                    task_params=f"--steps 200 --step-sleep 0.05 --pause-while {pause}")
     h = TonyClient("local").submit(spec)
     wait_for(lambda: re.search(r"step=[2-9]\d", stdout(h, "chief:0")))
     before = {t.task_id: t.pid for t in h.status().tasks}
     trainer = user_process(before["worker:1"])
     task = h.status().task("worker:1")
+    pause.touch()
     os.kill(int((Path(task.log_url).parent / "pid").read_text()), signal.SIGKILL)
+    wait_for(lambda: (s := h.status()).is_final or (s.task("worker:1").restarts == 1 and serving(s, "worker:1")),
+             timeout=300, interval=0.2)
+    pause.unlink()
     st = h.wait(poll_interval=0.5, timeout=300)
     assert not trainer.is_running() or trainer.status() == "zombie"
     assert app_processes(h.app_id) == []

@@ -10,12 +10,14 @@ coordinator runs Python, so it reads the whole input (the reader's group is one)
 
 **Resuming with Keras.** Keras's ``BackupAndRestore`` restores the epoch and the step within it,
 but starts the dataset's iterator again from its beginning. :func:`keras_callback` keeps the
-reader at Keras's place: at each epoch's first step it sets the reader's epoch and position to
+reader at Keras's place: at the first step of a ``fit`` it sets the reader's epoch and position to
 Keras's, and the dataset's generator waits for that before it reads, so the step a restored run
-starts at gets the very batch the lost run would have had. With the callback the dataset spans
-the whole ``fit`` (Keras keeps one iterator of a distributed dataset for every epoch), each epoch
-waiting at its start for Keras's, so ``fit`` takes ``steps_per_epoch=len(reader)``; without it,
-each iteration of the dataset is one epoch of the reader.
+starts at gets the very batch the lost run would have had. From there the dataset spans the whole
+``fit`` (Keras keeps one iterator of a distributed dataset for every epoch) and reads on into the
+next epoch without waiting, as ``repeat()`` would, up to the ``fit``'s last epoch: the reader's
+epochs and Keras's stay in step because ``fit`` takes ``steps_per_epoch=len(reader)`` (the callback
+refuses other lengths). Without the callback, each iteration of the dataset is one epoch of the
+reader.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["as_tf", "keras_callback", "signature"]
 
-#: How long the Keras callback waits for the dataset's generator to finish the last epoch.
+#: How long the Keras callback waits for the last fit's generator to be done with its epochs.
 GATE_S = 300.0
 #: Every gate of this process, closed as it exits: a generator waiting at one would hold up the exit.
 _GATES: weakref.WeakSet[_Gate] = weakref.WeakSet()
@@ -84,16 +86,18 @@ def _tensorable(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 class _Gate:
-    """Where the dataset's generator and the Keras callback meet at each epoch's start: the
-    generator waits there (having finished the last epoch), the callback sets the reader's place
-    and lets it through."""
+    """Where the dataset's generator and the Keras callback meet at a ``fit``'s first step: the
+    generator waits there, the callback sets the reader's place (and the fit's last epoch) and lets
+    it through."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.waiting = self.open = self.started = self.closed = False
+        #: the epoch the fit ends before (Keras's ``epochs``): the generator reads no further
+        self.end: int | None = None
 
     def arrive(self, name: str) -> bool:
-        """Waits for Keras's next epoch (however long its end-of-epoch work takes); False when fit
+        """Waits for the fit's first step (however long Keras takes to get there); False when fit
         has ended, or the process is ending."""
         with self.cond:
             self.started = self.waiting = True
@@ -107,12 +111,18 @@ class _Gate:
             self.closed = True
             self.cond.notify_all()
 
-    def admit(self, name: str, place: Any) -> None:
+    def reopen(self) -> None:
+        """A new fit begins: its generator is let through once its first step is placed."""
         with self.cond:
-            if self.started and not self.cond.wait_for(lambda: self.waiting, GATE_S):
-                raise DataError("Keras started an epoch while the reader was still inside the last one: give fit "
-                                "steps_per_epoch=len(reader), the steps of the reader's epoch", name)
+            self.closed = False
+
+    def admit(self, name: str, place: Any, end: int | None) -> None:
+        with self.cond:
+            if self.started and not self.cond.wait_for(lambda: self.waiting or self.closed, GATE_S):
+                raise DataError("Keras started a fit while the reader was still inside the last one's epochs: give "
+                                "fit steps_per_epoch=len(reader), the steps of the reader's epoch", name)
             place()
+            self.end = end
             self.open = True
             self.cond.notify_all()
 
@@ -123,9 +133,12 @@ def _generate(ds: Dataset) -> Any:
         for batch in ds:
             yield _tensorable(batch)
         return
-    while gate.arrive(ds.name):  # under the callback, one iterator for the whole fit: each epoch waits for Keras
-        for batch in ds:
-            yield _tensorable(batch)
+    # Under the callback, one iterator for the whole fit: it waits for Keras's place at the fit's
+    # first step, then reads epoch after epoch without a pause, up to the fit's last.
+    while gate.arrive(ds.name):
+        while not gate.closed and (gate.end is None or ds.epoch < gate.end):
+            for batch in ds:
+                yield _tensorable(batch)
 
 
 def _workers(strategy: Any) -> int:
@@ -186,34 +199,36 @@ def keras_callback(ds: Dataset, keras: Any = None) -> Any:
     ds._keras_gate = gate  # type: ignore[attr-defined]
 
     class DataPosition(keras.callbacks.Callback):  # type: ignore[misc]
-        """Puts the reader at Keras's epoch and step at each epoch's first step."""
+        """Puts the reader at Keras's epoch and step at the fit's first step."""
 
         def __init__(self) -> None:
             super().__init__()
             self._epoch = 0
-            self._started = False
+            self._placed = False
 
         def on_train_begin(self, logs: Any = None) -> None:
-            steps = (self.params or {}).get("steps")
+            steps = (getattr(self, "params", None) or {}).get("steps")
             if steps != len(ds):
                 raise DataError(f"fit runs epochs of {steps} steps and the reader's have {len(ds)}: give fit "
                                 "steps_per_epoch=len(reader)", ds.name)
+            self._placed = False
+            gate.reopen()
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch, self._started = epoch, False
+            self._epoch = epoch
 
         def on_train_end(self, logs: Any = None) -> None:
-            gate.close()  # the generator waiting for another epoch ends
+            gate.close()  # the generator waiting for another fit ends
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if self._started:
+            if self._placed:
                 return
-            self._started = True
+            self._placed = True
 
             def place() -> None:
                 ds.epoch = self._epoch
                 ds.seek(batch)
 
-            gate.admit(ds.name, place)
+            gate.admit(ds.name, place, (getattr(self, "params", None) or {}).get("epochs"))
 
     return DataPosition()

@@ -14,8 +14,15 @@ import pyarrow as pa
 __all__ = ["flat_fields", "to_numpy"]
 
 
+def _whole(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """One array of a column: its only chunk as it is (combining copies, even one chunk)."""
+    if not isinstance(column, pa.ChunkedArray):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def _numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = _whole(column)
     kind = array.type
     if pa.types.is_fixed_size_list(kind) and array.null_count == 0:
         inner = _numpy(array.flatten())
@@ -41,9 +48,7 @@ def to_numpy(table: pa.Table | pa.RecordBatch) -> dict[str, np.ndarray]:
     """A batch as a dict of column name to numpy array (see the module's docstring)."""
     out: dict[str, np.ndarray] = {}
     for name in table.schema.names:
-        column = table.column(name)
-        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        _columns(name, array, out)
+        _columns(name, _whole(table.column(name)), out)
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import logging
 import os
 import posixpath
 import threading
@@ -30,8 +31,12 @@ from urllib.parse import urlsplit
 
 __all__ = ["BLOCK", "FileStat", "FileSystem", "HDFSFileSystem", "LocalFileSystem", "filesystem_for", "is_hidden"]
 
+log = logging.getLogger("tony.data")
+
 #: How much of an HDFS file one request reads.
 BLOCK = 8 << 20
+#: How many blocks past the one being read are asked for ahead, each in a request of its own.
+AHEAD = 2
 _GLOB_CHARS = set("*?[")
 
 
@@ -223,22 +228,67 @@ class HDFSFileSystem(FileSystem):
         return out
 
     def read(self, path: str, offset: int, length: int) -> bytes:
-        """Bytes ``[offset, offset + length)`` of the file, in one ranged OPEN (retried whole)."""
+        """Bytes ``[offset, offset + length)`` of the file, in one ranged OPEN, retried whole. A
+        DataNode that failed it (unreachable, or gone mid-answer) is named to the NameNode as one
+        to avoid (``excludedatanodes``) on the retries, which then read another replica: until
+        the NameNode declares a dead DataNode dead (ten minutes by default) it would otherwise keep
+        offering it."""
+        import requests
+        import urllib3
+
         p = self._path(path)
+        avoid: list[str] = []
 
         def fetch() -> bytes:
-            with self.store.client.open(p, offset=offset, length=length) as response:
-                data = response.read()
-            if len(data) != length:  # a DataNode that went away mid-answer: try again
+            extra = {"excludedatanodes": ",".join(avoid)} if avoid else {}
+            served_by = None
+            try:
+                with self.store.client.open(p, offset=offset, length=length, **extra) as response:
+                    served_by = getattr(response, "url", None)
+                    data = response.read()
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
+                request = getattr(e, "request", None)
+                self._avoid(avoid, p, offset, getattr(request, "url", None) or served_by)
+                raise
+            if len(data) != length:  # a DataNode that went away mid-answer
+                self._avoid(avoid, p, offset, served_by)
                 raise ConnectionError(f"read {p} at {offset}: {len(data)} of {length} bytes")
             return bytes(data)
 
         return bytes(self.store._call(f"read {p} at {offset}", fetch))
 
+    def _avoid(self, avoid: list[str], p: str, offset: int, url: str | None) -> None:
+        """Adds the DataNode that served ``url`` to ``avoid``, as the NameNode names DataNodes to
+        exclude: by their data transfer address, which the block's locations give for its HTTP
+        address (several DataNodes may share a host); by its host where they cannot be read."""
+        netloc = urlsplit(url or "").netloc
+        if not netloc or "/webhdfs/" not in (url or ""):
+            return
+        log.warning("reading %s at %d: the DataNode at %s failed; reading another replica", p, offset, netloc)
+        host, _, port = netloc.rpartition(":")
+        store = self.store
+        try:
+            namenode = store.client.get_active_namenode(max_staleness=30)
+            r = store._session.get(f"{store.scheme}://{namenode}/webhdfs/v1{p}",
+                                   params={"op": "GET_BLOCK_LOCATIONS", "offset": offset, "length": 1,
+                                           "user.name": store.user}, timeout=store.timeout)
+            blocks = (r.json().get("LocatedBlocks") or {}).get("locatedBlocks") or [] if r.status_code == 200 else []
+            for block in blocks:
+                for node in block.get("locations") or []:
+                    if str(node.get("infoPort")) == port and host in (node.get("ipAddr"), node.get("hostName")):
+                        name = f"{node['ipAddr']}:{node['xferPort']}"
+                        if name not in avoid:
+                            avoid.append(name)
+                        return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if host and host not in avoid:
+            avoid.append(host)
+
     def ahead(self, fn: Any) -> Future[bytes]:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tony-data-read")
+                self._pool = ThreadPoolExecutor(max_workers=AHEAD + 1, thread_name_prefix="tony-data-read")
             return self._pool.submit(fn)
 
     def open(self, path: str, size: int | None = None) -> Any:
@@ -278,10 +328,10 @@ class HDFSFileSystem(FileSystem):
 
 
 class RangeFile(io.RawIOBase):
-    """A read-only, seekable HDFS file read a block at a time, the next block read ahead while
-    the reader walks forward; a few blocks are kept for readers that come back (a footer)."""
+    """A read-only, seekable HDFS file read a block at a time, the next :data:`AHEAD` blocks read
+    ahead while the reader walks forward; a few blocks are kept for readers that come back."""
 
-    KEEP = 4
+    KEEP = AHEAD + 3
 
     def __init__(self, fs: HDFSFileSystem, path: str, size: int, block: int = BLOCK):
         super().__init__()
@@ -323,17 +373,18 @@ class RangeFile(io.RawIOBase):
         n = min(n, self.size - self.position)
         if n <= 0:
             return b""
-        out = bytearray()
+        parts: list[memoryview] = []
         while n > 0:
             index, skip = divmod(self.position, self.block)
             data = self._fetch(index).result()
-            if (index + 1) * self.block < self.size:
-                self._fetch(index + 1)  # read ahead
-            chunk = data[skip:skip + n]
-            out += chunk
+            for ahead in range(index + 1, index + 1 + AHEAD):
+                if ahead * self.block < self.size:
+                    self._fetch(ahead)
+            chunk = memoryview(data)[skip:skip + n]
+            parts.append(chunk)
             self.position += len(chunk)
             n -= len(chunk)
-        return bytes(out)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))

@@ -196,13 +196,15 @@ def _count(fs: FileSystem, fmt: str, planned: PlannedFile, flt: Filter) -> list[
     f = _open(fs, FileStat(planned.path, planned.size, planned.mtime))
     try:
         ruled_out = reader.pruned(planned.info, f, expression)
+        opened = None
         counts = []
         for i, unit in enumerate(planned.info.units):
             if ruled_out[i] or unit.rows == 0:
                 counts.append(0)
                 continue
             columns = list(flt.columns) if reader.columnar else None
-            table = reader.read(f, planned.info, i, columns)
+            opened = reader.open(f) if opened is None else opened
+            table = reader.read(opened, planned.info, i, columns)
             counts.append(table.filter(expression).num_rows)
         return counts
     finally:

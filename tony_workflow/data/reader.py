@@ -125,16 +125,21 @@ class _Source:
     def _file(self, index: int) -> Any:
         if index in self.files:
             self.files.move_to_end(index)
-            return self.files[index]
+            return self.files[index][1]
         planned = self.plan.files[index]
         scheme = planned.path.split("://", 1)[0] if "://" in planned.path else ""
         if scheme not in self.fs:
             self.fs[scheme] = self.plan.fs or filesystem_for(planned.path)
         f = self.fs[scheme].open(planned.path, planned.size)
-        self.files[index] = f
+        try:
+            opened = self.format.open(f)
+        except BadFile as e:
+            f.close()
+            raise DataError(str(e), self.plan.input.name, planned.path) from None
+        self.files[index] = (f, opened)
         while len(self.files) > 8:
-            self.files.popitem(last=False)[1].close()
-        return f
+            self.files.popitem(last=False)[1][0].close()
+        return opened
 
     def unit(self, index: int) -> pa.Table:
         file_index, unit_index, rows = self.plan.units[index]
@@ -153,7 +158,7 @@ class _Source:
         return table.select(self.columns)
 
     def close(self) -> None:
-        for f in self.files.values():
+        for f, _ in self.files.values():
             f.close()
         self.files.clear()
 

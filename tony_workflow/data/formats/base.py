@@ -62,8 +62,14 @@ class Format:
         """The schema and the units of the open file ``file`` of ``size`` bytes."""
         raise NotImplementedError
 
+    def open(self, file: Any) -> Any:
+        """What :meth:`read` reads units from, made once for an open file: the file itself, or a
+        reader of its own that holds the file's footer (read once, not at every unit)."""
+        return file
+
     def read(self, file: Any, info: FileInfo, unit: int, columns: Sequence[str] | None) -> pa.Table:
-        """Unit ``unit`` of the file as a table of ``columns`` (None: all of them)."""
+        """Unit ``unit`` of the file (what :meth:`open` made of it) as a table of ``columns``
+        (None: all of them)."""
         raise NotImplementedError  # pragma: no cover - interface
 
     def pruned(self, info: FileInfo, file: Any, expression: Any) -> list[bool]:

@@ -68,8 +68,11 @@ class ORC(Format):
                           f"but the file says {of.nstripes} of {of.nrows}")
         return FileInfo(schema, of.nrows, tuple(units))
 
+    def open(self, file: Any) -> Any:
+        return _open(file)
+
     def read(self, file: Any, info: FileInfo, unit: int, columns: Sequence[str] | None) -> pa.Table:
-        of = _open(file)
+        of = file
         try:
             batch = of.read_stripe(unit, columns=list(columns) if columns is not None else None)
         except (pa.ArrowException, OSError, ValueError) as e:

@@ -57,8 +57,11 @@ class Parquet(Format):
             raise BadFile(f"its Parquet schema has no Arrow form: {e}") from None
         return FileInfo(schema, meta.num_rows, tuple(units))
 
+    def open(self, file: Any) -> Any:
+        return _open(file)
+
     def read(self, file: Any, info: FileInfo, unit: int, columns: Sequence[str] | None) -> pa.Table:
-        pf = _open(file)
+        pf = file
         try:
             return pf.read_row_group(unit, columns=list(columns) if columns is not None else None)
         except (pa.ArrowException, OSError, ValueError) as e:

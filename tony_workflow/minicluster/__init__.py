@@ -28,7 +28,7 @@ from .build import (
 )
 from .cli import add_parser, main
 from .cluster import client_env, login, start, status, stop
-from .nodes import nodemanager_of, nodemanagers, stop_nodemanager
+from .nodes import nodemanager_of, nodemanagers, stop_datanode, stop_nodemanager
 from .scheduling import URGENT_QUEUE
 
 __all__ = [
@@ -51,5 +51,6 @@ __all__ = [
                     "start",
                     "status",
                     "stop",
+                    "stop_datanode",
                     "stop_nodemanager",
 ]

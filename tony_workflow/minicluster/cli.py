@@ -22,7 +22,7 @@ from .scheduling import parse_node_labels
 __all__ = ["add_parser", "build_parser", "main"]
 
 # start()'s defaults, shown by --help.
-_DEFAULTS = {"nodemanagers": 1, "gpus_per_nm": 4, "nm_memory_mb": 16384, "nm_vcores": 16}
+_DEFAULTS = {"nodemanagers": 1, "datanodes": 1, "gpus_per_nm": 4, "nm_memory_mb": 16384, "nm_vcores": 16}
 
 _PROG = "tony minicluster"
 _HELP = f"run a local Hadoop {HADOOP_VERSION} cluster (YARN + HDFS)"
@@ -37,7 +37,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
                  preemption=args.preemption, node_labels=parse_node_labels(args.node_labels),
                  max_priority=args.max_priority, node_expiry_s=args.node_expiry_s,
                  distinct_hosts=args.distinct_hosts, isolated=args.isolated, memory_limits=args.memory_limits,
-                 progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
+                 datanodes=args.datanodes, progress=lambda msg: print(f"tony minicluster: {msg}", file=sys.stderr, flush=True))
     print(json.dumps(info, indent=1))
     return 0
 
@@ -112,6 +112,8 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
     s = with_dir(sub.add_parser("start", help="start a cluster and print its cluster.json"))
     s.add_argument("--nodemanagers", type=int, default=_DEFAULTS["nodemanagers"])
+    s.add_argument("--datanodes", type=int, default=_DEFAULTS["datanodes"],
+                   help="HDFS DataNodes; every block is kept on each of them, up to three")
     s.add_argument("--gpus", type=int, default=_DEFAULTS["gpus_per_nm"], help="yarn.io/gpu per NodeManager")
     s.add_argument("--memory-mb", type=int, default=_DEFAULTS["nm_memory_mb"], help="memory per NodeManager")
     s.add_argument("--vcores", type=int, default=_DEFAULTS["nm_vcores"], help="vcores per NodeManager")

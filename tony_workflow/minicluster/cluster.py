@@ -195,7 +195,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
           node_expiry_s: float | None = None, distinct_hosts: bool = False, isolated: bool = False,
-          memory_limits: bool = False, progress: Progress = quiet) -> dict:
+          memory_limits: bool = False, datanodes: int = 1, progress: Progress = quiet) -> dict:
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
@@ -226,9 +226,14 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     a cluster whose nodes have nothing but a base Python (see :func:`hidden_paths`): nothing is
     said, and jobs bring their runtime and environment.
 
+    ``datanodes`` DataNodes hold HDFS's blocks, each block on as many of them (up to three) as the
+    client's ``dfs.replication`` then says; :func:`.nodes.stop_datanode` stops one as if its machine
+    had died. ``cluster.json``'s ``datanodes`` lists them by index.
+
     Raises :class:`MiniClusterError` when a cluster already runs there or it cannot start.
     """
-    for name, value, least in (("nodemanagers", nodemanagers, 1), ("gpus_per_nm", gpus_per_nm, 0),
+    for name, value, least in (("nodemanagers", nodemanagers, 1), ("datanodes", datanodes, 1),
+                               ("gpus_per_nm", gpus_per_nm, 0),
                                ("nm_memory_mb", nm_memory_mb, 1024), ("nm_vcores", nm_vcores, 1),
                                ("rm_port", rm_port, 0), ("rm_web_port", rm_web_port, 0),
                                ("namenode_port", namenode_port, 0), ("webhdfs_port", webhdfs_port, 0)):
@@ -279,7 +284,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
                                     {"yarn-site.xml": {"yarn.nodemanager.pmem-check-enabled": True,
                                                        "yarn.minicluster.control-resource-monitoring": True,
                                                        "yarn.nodemanager.resource.memory.enforced": False}}
-                                    if memory_limits else {}]
+                                    if memory_limits else {}, _hdfs_settings(datanodes, server=True)]
     write_server_conf(server_conf, d, lib, gpus=gpus_per_nm, memory_mb=nm_memory_mb, vcores=nm_vcores,
                       rm_port=rm_port, rm_web_port=rm_web_port, extra=merged(*server_extra))
     for p in (run, logs, d / "data"):
@@ -335,7 +340,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         # The nodes of a cluster that is not isolated have this project installed: what runs it.
         nodes_python = {} if isolated else {"yarn-site.xml": {"tony.yarn.python": sys.executable}}
         client_extra: list[Settings] = [scheduling.client_settings(), krb.client_settings() if krb else {},
-                                        nodes_python]
+                                        nodes_python, _hdfs_settings(datanodes, server=False)]
         write_client_conf(conf, bin_dir, d, lib, java, addresses, extra=merged(*client_extra),
                           java_options=krb.java_options() if krb else ())
         nodes = _nodes(addresses, nodemanagers, scheduling)
@@ -389,6 +394,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         "isolated": isolated, **({"hidden": [str(p) for p in hidden]} if isolated else {}),
         **scheduling.describe(),
         "nodes": nodes,
+        "datanodes": [{"index": i, "xfer_address": addresses[f"datanode.{i}.xfer_address"],
+                       "http_address": addresses[f"datanode.{i}.http_address"], "stopped": False}
+                      for i in range(datanodes)],
         **({"realm": addresses["realm"], "kdc": addresses["kdc"], "krb5_conf": str(krb.krb5_conf),
             "principal": krb.principal, "keytab": str(krb.keytab), "ccache": str(krb.ccache),
             "other_users": {n: {"principal": f"{n}@{addresses['realm']}", "keytab": str(krb.user_keytab(n))}
@@ -398,6 +406,15 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")
     progress(f"ready in {info['started_in_s']} s: ResourceManager {rm_web}, WebHDFS {webhdfs}")
     return info
+
+
+def _hdfs_settings(datanodes: int, server: bool) -> Settings:
+    """HDFS's part for ``datanodes`` DataNodes: how many the launcher starts (the daemons' side),
+    and a block on each of them, up to three (what clients write with)."""
+    props: dict[str, object] = {"dfs.replication": min(datanodes, 3)}
+    if server:
+        props["tony.minicluster.datanodes"] = datanodes
+    return {"hdfs-site.xml": props}
 
 
 def _nodes(addresses: dict[str, str], nodemanagers: int, scheduling: Scheduling) -> list[dict]:

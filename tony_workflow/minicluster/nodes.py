@@ -30,7 +30,7 @@ from .config import write_file
 # margin: after that long without one, the scheduler no longer places containers on a node.
 SCHEDULER_SKIPS_AFTER_S = 3.0
 
-__all__ = ["nodemanager_of", "nodemanagers", "stop_nodemanager"]
+__all__ = ["nodemanager_of", "nodemanagers", "stop_datanode", "stop_nodemanager"]
 
 
 def _cluster(directory: str | os.PathLike[str] | None) -> tuple[Path, dict]:
@@ -145,3 +145,34 @@ def _signal_containers(node_id: str, sig: int) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def stop_datanode(directory: str | os.PathLike[str] | None = None, index: int = 0, *, timeout: float = 60.0) -> dict:
+    """Stops DataNode ``index`` of the cluster in ``directory`` without telling the NameNode, as
+    when its machine dies: the NameNode keeps naming it among the blocks' locations (and sending
+    WebHDFS readers to it) until it declares it dead, ten minutes later by default. Returns its
+    entry of ``cluster.json``'s ``datanodes``."""
+    d, info = _cluster(directory)
+    datanodes = info.get("datanodes") or []
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(datanodes):
+        raise MiniClusterError(f"no DataNode {index!r}: this cluster's are numbered 0 to {len(datanodes) - 1}")
+    if datanodes[index]["stopped"]:
+        raise MiniClusterError(f"DataNode {index} ({datanodes[index]['xfer_address']}) is already stopped")
+    control = d / "run" / "control"
+    request, done = control / f"stop-datanode-{index}", control / f"stop-datanode-{index}.done"
+    done.unlink(missing_ok=True)
+    write_file(request, "")
+    deadline = time.monotonic() + timeout
+    while not done.exists():
+        if _running(d) is None:
+            raise MiniClusterError(f"the mini cluster in {d} stopped before DataNode {index} did")
+        if time.monotonic() > deadline:
+            request.unlink(missing_ok=True)
+            raise MiniClusterError(f"DataNode {index} did not stop within {timeout:.0f} s; see {info['log']}")
+        time.sleep(0.2)
+    outcome = done.read_text().strip()
+    if not outcome.startswith("stopped "):
+        raise MiniClusterError(f"DataNode {index} could not be stopped: {outcome}")
+    datanodes[index]["stopped"] = True
+    write_file(d / "cluster.json", json.dumps(info, indent=1) + "\n")
+    return dict(datanodes[index])

@@ -101,3 +101,29 @@ def test_a_local_path_is_refused_on_yarn_naming_it(yarn_cluster, tmp_path):
            "framework": "standalone", "data": {"train": {"path": str(write(tmp_path / "d"))}}}
     with pytest.raises(SpecError, match="YARN's nodes cannot read"):
         TonyClient("yarn").submit(load_job(job))
+
+
+def test_a_datanode_that_dies_while_a_job_reads_is_avoided_and_every_row_is_read(tmp_path, caplog):
+    # A cluster of its own, of two DataNodes with a replica of every block on each: one of them is
+    # stopped as a machine dies, without the NameNode being told, after the reading began. Many
+    # small files make many requests after that: the NameNode sends about half of them to the dead
+    # DataNode, until it is named to avoid.
+    from tests.conftest import own_minicluster
+    from tony_workflow.minicluster import stop_datanode
+    local = tmp_path / "many"
+    local.mkdir()
+    files, per_file = 24, 1000
+    for i in range(files):
+        pq.write_table(pa.table({"id": np.arange(i * per_file, (i + 1) * per_file)}), local / f"part-{i:02d}.parquet")
+    with own_minicluster(tmp_path / "mc", datanodes=2) as info:
+        assert [d["index"] for d in info["datanodes"]] == [0, 1]
+        uri = stage_input(local, TonyClient("yarn").backend, "two-replicas")
+        ds = dataset(path=uri, batch_size=500, remainder="partial")
+        batches = iter(ds)
+        ids = next(batches)["id"].tolist()
+        caplog.set_level("WARNING", logger="tony.data")
+        stopped = stop_datanode(info["dir"], 0)
+        ids += [i for b in batches for i in b["id"].tolist()]
+    assert sorted(ids) == list(range(files * per_file))
+    failed = [r.getMessage() for r in caplog.records if "failed; reading another replica" in r.getMessage()]
+    assert failed and all(stopped["http_address"] in m for m in failed), (failed, stopped)

@@ -23,6 +23,7 @@ import org.apache.hadoop.fs.CommonConfigurationKeysPublic;
 import org.apache.hadoop.hdfs.DFSConfigKeys;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.server.datanode.DataNode;
 import org.apache.hadoop.minikdc.MiniKdc;
 import org.apache.hadoop.net.NetUtils;
 import org.apache.hadoop.security.UserGroupInformation;
@@ -76,6 +77,8 @@ public final class MiniClusterMain {
   /** Where the launcher asks for a NodeManager to stop, relative to the state directory. */
   private static final String CONTROL_DIR = "run/control";
   private static final String STOP_NODEMANAGER = "stop-nodemanager-";
+  private static final String STOP_DATANODE = "stop-datanode-";
+  private static final String DATANODES_KEY = "tony.minicluster.datanodes";
   private static final String NODE_LABELS_KEY = "tony.minicluster.node-labels";
   private static final String DISTINCT_HOSTS_KEY = "tony.minicluster.distinct-hosts";
 
@@ -191,8 +194,9 @@ public final class MiniClusterMain {
           conf.get(DFSConfigKeys.DFS_NAMENODE_KEYTAB_FILE_KEY));
     }
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, new File(stateDir, "hdfs").getPath());
+    int dataNodes = conf.getInt(DATANODES_KEY, 1);
     dfs = new MiniDFSCluster.Builder(conf)
-        .numDataNodes(1)
+        .numDataNodes(dataNodes)
         .nameNodePort(nameNodePort)
         .nameNodeHttpPort(nameNodeHttpPort)
         .format(true)
@@ -224,6 +228,11 @@ public final class MiniClusterMain {
     addresses.put("rm_resource_tracker_address", rm.get(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS));
     addresses.put("rm_admin_address", rm.get(YarnConfiguration.RM_ADMIN_ADDRESS));
     addresses.put("rm_webapp_address", WebAppUtils.getRMWebAppURLWithoutScheme(rm));
+    for (int i = 0; i < dataNodes; i++) {
+      DataNode dn = dfs.getDataNodes().get(i);
+      addresses.put("datanode." + i + ".xfer_address", NetUtils.getHostPortString(dn.getXferAddress()));
+      addresses.put("datanode." + i + ".http_address", "127.0.0.1:" + dn.getInfoPort());
+    }
     for (int i = 0; i < nodeManagers; i++) {
       NodeManager nm = yarn.getNodeManager(i);
       NodeId id = nm.getNMContext().getNodeId();
@@ -293,11 +302,15 @@ public final class MiniClusterMain {
   private static void serveControlRequests(File stateDir) {
     File control = new File(stateDir, CONTROL_DIR);
     while (true) {
-      File[] requests = control.listFiles((dir, name) -> name.startsWith(STOP_NODEMANAGER) && !name.contains("."));
+      File[] requests = control.listFiles((dir, name) -> (name.startsWith(STOP_NODEMANAGER)
+          || name.startsWith(STOP_DATANODE)) && !name.contains("."));
       for (File request : requests == null ? new File[0] : requests) {
         String outcome;
         try {
-          outcome = "stopped " + loseNodeManager(Integer.parseInt(request.getName().substring(STOP_NODEMANAGER.length())));
+          String name = request.getName();
+          outcome = "stopped " + (name.startsWith(STOP_DATANODE)
+              ? loseDataNode(Integer.parseInt(name.substring(STOP_DATANODE.length())))
+              : loseNodeManager(Integer.parseInt(name.substring(STOP_NODEMANAGER.length()))));
         } catch (Throwable t) {
           outcome = "error: " + t;
           t.printStackTrace();
@@ -339,6 +352,24 @@ public final class MiniClusterMain {
     nm.getNMContext().setDecommissioned(true);
     nm.stop();
     return nm.getNMContext().getNodeId().toString();
+  }
+
+  /**
+   * Stops DataNode {@code index} the way a machine dies: the NameNode is not told, so it keeps
+   * the node's replicas in the blocks' locations (and keeps sending readers there) until the node
+   * misses its heartbeats for {@code dfs.namenode.heartbeat.recheck-interval} (ten minutes by
+   * default). Returns its data transfer address, as the NameNode names it.
+   */
+  private static String loseDataNode(int index) {
+    List<DataNode> dataNodes = dfs.getDataNodes();
+    if (index < 0 || index >= dataNodes.size()) {
+      throw new IllegalArgumentException("no DataNode " + index + "; there are " + dataNodes.size());
+    }
+    String name = NetUtils.getHostPortString(dataNodes.get(index).getXferAddress());
+    System.out.println("tony-minicluster: stopping DataNode " + index + " (" + name + ") without telling the NameNode");
+    System.out.flush();
+    dfs.stopDataNode(index);
+    return name;
   }
 
   /**

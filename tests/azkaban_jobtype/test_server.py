@@ -20,7 +20,10 @@ import socket
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import requests
 
@@ -255,13 +258,17 @@ def node_states(execution: dict) -> dict[str, str]:
     return {n["id"]: n["status"] for n in execution["nodes"]}
 
 
+# It reads the job's input, declared in its .job file (tony.data.train.*): a batch a step.
 TRAIN_SCRIPT = """\
 import time
 from tony_workflow import report
-for step in range(1, 6):
+from tony_workflow.data import dataset
+ids = []
+for step, batch in enumerate(dataset("train", batch_size=10), 1):
+    ids += batch["id"].tolist()
     report(step=step, total=5, loss=1.0 / step)
     time.sleep(1)
-print("trained", flush=True)
+print("trained on ids", min(ids), "to", max(ids), "each once:", sorted(ids) == list(range(50)), flush=True)
 """
 
 # Long enough that only a cancel ends it within the test's time.
@@ -319,13 +326,18 @@ def azkaban(tony_env, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def project(azkaban, tmp_path_factory) -> str:
-    """A Flow 1.0 project with two flows: ``report`` (a TensorFlowJob and a command job after it) and
+    """A Flow 1.0 project with two flows: ``report`` (a TensorFlowJob reading the project's Parquet
+    files as its input, and a command job after it) and
     ``after_long`` (a TonyJob that runs until cancelled, and a command job after it)."""
     src = tmp_path_factory.mktemp("tony-project")
     (src / "src").mkdir()
     (src / "src" / "train.py").write_text(TRAIN_SCRIPT)
     (src / "src" / "long.py").write_text(LONG_SCRIPT)
-    write_job(src / "train.job", {"type": "TensorFlowJob", "executes": "train.py", "src_dir": "src", **QUICK})
+    (src / "data").mkdir()  # the training job's input, in the project: a path relative to it
+    for part in range(2):
+        pq.write_table(pa.table({"id": np.arange(part * 25, part * 25 + 25)}), src / "data" / f"part-{part}.parquet")
+    write_job(src / "train.job", {"type": "TensorFlowJob", "executes": "train.py", "src_dir": "src",
+                                  "tony.data.train.path": "data", "tony.data.train.format": "parquet", **QUICK})
     write_job(src / "report.job", {
         "type": "command", "dependencies": "train",
         "command": "echo upstream ${tony.application.id} ended ${tony.final.status} at step ${tony.progress.step}"
@@ -363,6 +375,8 @@ def test_the_flow_succeeds_and_the_next_job_gets_the_output_props(azkaban, first
     status = json.loads(run_tony("status", app_id, "--json", env=tony_env).stdout)
     assert status["state"] == "SUCCEEDED"
     assert [(t["type"], t["index"], t["state"]) for t in status["tasks"]] == [("worker", 0, "SUCCEEDED")]
+    # The task read the input its .job file declared, every row once.
+    assert "trained on ids 0 to 49 each once: True" in run_tony("logs", app_id, env=tony_env).stdout
 
 
 def test_the_job_log_shows_the_application_and_its_progress(azkaban, first_run):

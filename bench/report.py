@@ -404,9 +404,27 @@ def details(name: str, r: dict) -> list[str]:
             w = a["torch_2_workers"]
             out.append(f"| torch loader(num_workers=2) (rows/s) | {fmt(w['rows_per_s'])} | two workers handing out "
                        f"batches held in memory {fmt(w['floor_rows_per_s'])} | {w['ratio']} |")
-        out += [(f"| Keras fit on as_tf() (steps/s) | {fmt(t['reader_steps_per_s'])} | in-memory arrays "
-                 f"{fmt(t['floor_steps_per_s'])} | {t['ratio']} |"), "",
-                ("Time to the first batch after a restore: " + ", ".join(f"{float(k) * 100:.0f} % {v} s"
+        floor_name = "the example's in-memory pipeline" if "pair_ratios" in t else "in-memory arrays"
+        out += [(f"| Keras fit on as_tf() (steps/s) | {fmt(t['reader_steps_per_s'])} | {floor_name} "
+                 f"{fmt(t['floor_steps_per_s'])} | {t['ratio']} |")]
+        h = r.get("hdfs") or {}
+        if "ratio" in h:
+            out.append(f"| one rank over WebHDFS, in order (rows/s) | {fmt(h['reader_rows_per_s'])} | pyarrow over "
+                       f"fsspec's WebHDFS {fmt(h['floor_rows_per_s'])} | {h['ratio']} |")
+        out.append("")
+        if "pair_ratios" in t:
+            out += [(f"Training: {t['pairs']} back-to-back pairs of fits of {t['steps_per_fit']} steps, the median of "
+                     f"their ratios; the pairs' ratios were {', '.join(map(str, t['pair_ratios']))}."), ""]
+        if "ratio" in h:
+            def names(ops: dict) -> str:
+                return ", ".join(f"{k} {v}" for k, v in ops.items())
+            out += [(f"Over WebHDFS ({h['files']} files, {h['units']} units): planning took {h['plan_s']} s; the "
+                     f"NameNode's own counts: planning {names(h['plan_namenode'])}; the reader's epoch "
+                     f"{names(h['read_namenode'])} ({h['namenode_per_unit']['read']} a unit); pyarrow by hand "
+                     f"{names(h['floor_namenode'])}."), ""]
+        elif h.get("skipped"):
+            out += [f"Over WebHDFS: not run ({h['skipped']}).", ""]
+        out += [("Time to the first batch after a restore: " + ", ".join(f"{float(k) * 100:.0f} % {v} s"
                                                                            for k, v in r["resume_s"].items())
                  + f" (max/min {r['resume_spread']})."), "",
                 "Ranks reading at once: " + ", ".join(f"{w} ranks {fmt(x['rows_per_s'])} rows/s (steps each "

@@ -184,7 +184,8 @@ def main(argv=None):
         loader = DataLoader(dataset, batch_size=args.batch_size // world, sampler=sampler, drop_last=True)
         steps_per_epoch = len(loader)
         total = args.epochs * steps_per_epoch
-        log(f"session={session} rank={rank} world={world} start_step={state.step}")
+        log(f"session={session} rank={rank} world={world} start_step={state.step} "
+            f"input={'the job input train' if reader is not None else 'in-memory arrays'}")
         ddp = DistributedDataParallel(state.model) if world > 1 else state.model
         if rank == 0 and summaries is None:
             # Rank 0 writes TensorBoard summaries. The writer's import pulls in TensorFlow when
@@ -208,12 +209,13 @@ def main(argv=None):
                     log(f"session={session} step={step} loss={value:.4f}")
                     if summaries is not None:
                         summaries.scalar("loss", value, step)
-            if step % args.save_every == 0:
-                save_atomically(state.state_dict(), checkpoint)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
-            # Where a change of the group (an elastic job's) takes effect.
+            # Where a change of the group (an elastic job's) takes effect; it also marks the
+            # reader's batches trained, so a save after it resumes at the next batch.
             state.commit()
+            if step % args.save_every == 0:
+                save_atomically(state.state_dict(), checkpoint)
 
         if reader is not None:
             # This rank's share of what the group left of the epoch, in steps of its part of

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 
 import pytest
 
 from tests.conftest import REPO, app_processes, user_process, wait_for
 from tony_workflow.client import TonyClient, load_job
+from tony_workflow.client.data import stage_input
 
 pytestmark = pytest.mark.frameworks
 
@@ -49,10 +51,16 @@ def finished(handle, timeout: float = 600):
     return st
 
 
-def test_ddp_rank_killed_mid_run_resumes_from_the_checkpoint_with_identical_replicas(backend):
-    spec = load_job(str(DDP), conf=[*SMALL, "tony.am.retry-count=1", "tony.task.tensorboard.enabled=false"],
+def test_ddp_rank_killed_mid_run_resumes_from_the_checkpoint_with_identical_replicas(backend, tmp_path):
+    # The example reads its training set as the job's input: Parquet files, in HDFS on YARN.
+    sys.path.insert(0, str(DDP.parent))
+    import digits
+    client = TonyClient(backend)
+    data = stage_input(digits.save_parquet(tmp_path / "train"), client.backend, f"ddp-{tmp_path.name}")
+    spec = load_job(str(DDP), conf=[*SMALL, "tony.am.retry-count=1", "tony.task.tensorboard.enabled=false",
+                                    f"tony.data.train.path={data}"],
                     task_params="--epochs 8 --save-every 10 --step-sleep 0.08")
-    h = TonyClient(backend).submit(spec)
+    h = client.submit(spec)
     # Saved every 10 steps and mirrored every half second: past step 40, the store holds a save.
     wait_for(lambda: ((s := h.status()).progress or {}).get("step", 0) >= 40 and s.state == "RUNNING",
              timeout=300, interval=0.5)
@@ -62,7 +70,8 @@ def test_ddp_rank_killed_mid_run_resumes_from_the_checkpoint_with_identical_repl
     assert st.state == "SUCCEEDED", st.diagnostics
     assert st.session_id == 1 and st.attempts == 2
     out = stdout(h)
-    starts = {int(r): int(s) for r, s in re.findall(r"session=1 rank=(\d) world=2 start_step=(\d+)", out)}
+    starts = {int(r): int(s) for r, s in re.findall(r"session=1 rank=(\d) world=2 start_step=(\d+) "
+                                                    r"input=the job input train", out)}
     assert set(starts) == {0, 1} and len(set(starts.values())) == 1 and starts[0] >= 40, out[-3000:]
     done = dict(re.findall(r"session=1 rank=(\d) done steps=176 params=(\w+)", out))
     assert set(done) == {"0", "1"} and len(set(done.values())) == 1, done   # the replicas are identical

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from tony_workflow.client import JobHandle, TonyClient
 from tony_workflow.client.follow import JobUpdate
+from tony_workflow.client.saying import saying
 from tony_workflow.spec import JobSpec
 from tony_workflow.status import JobStatus
 from tony_workflow.storage import qualified
@@ -130,8 +131,11 @@ class TonyHook(BaseHook):
         return {key: str(self.fields[f]) for f, key in _CONN_TO_CONF.items() if self.fields.get(f)}
 
     def submit(self, spec: JobSpec) -> JobHandle:
-        """Validates and submits; raises SpecError / SubmissionRefused with nothing submitted on bad input."""
-        return self.get_conn().submit(spec)
+        """Validates and submits; raises SpecError / SubmissionRefused with nothing submitted on bad input.
+        What the submission says as it ships the job (its environment's packing and upload) goes
+        to the task's log."""
+        with saying(self.log.info):
+            return self.get_conn().submit(spec)
 
     def attach(self, application_id: str) -> JobHandle:
         return self.get_conn().attach(application_id)

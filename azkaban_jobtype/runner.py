@@ -57,6 +57,7 @@ from typing import TextIO
 
 from tony_workflow.client import TonyClient
 from tony_workflow.client.follow import JobUpdate, diff
+from tony_workflow.client.saying import saying
 from tony_workflow.errors import ConfigError, SpecError, SubmissionRefused, TonyError
 from tony_workflow.spec import SpecIssue
 from tony_workflow.status import JobStatus, hanging
@@ -161,7 +162,8 @@ def run(out: TextIO | None = None) -> int:
         for line in describe(spec):
             say(line)
         try:
-            handle = client.submit(spec)
+            with saying(say):
+                handle = client.submit(spec)
         except TonyError as exc:
             return refused(exc, f"{label} was refused", say)
 

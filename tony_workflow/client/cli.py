@@ -32,6 +32,7 @@ from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
 from .data import cmd_data_inspect
 from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
+from .saying import saying
 
 __all__ = ["main", "reader_gone"]
 
@@ -98,10 +99,15 @@ def submitted_spec(args: argparse.Namespace) -> JobSpec:
                     shell_env=parse_pairs(args.shell_env, "--shell-env") or None)
 
 
+def _say(line: str) -> None:
+    print(f"[tony {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     spec = submitted_spec(args)
     client = TonyClient(args.backend)
-    handle = client.submit(spec)
+    with saying(_say):
+        handle = client.submit(spec)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
     print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
     if not args.wait:

@@ -197,11 +197,13 @@ YARN_BASE_PYTHON = text("tony.yarn.base-python", "the base Python 3 on the YARN 
                         "with the job (the client's minor version); empty: python3.<the client's minor version>, "
                         "found on the containers' PATH", "")
 YARN_ENVIRONMENT = Key("tony.yarn.environment", parse_environment,
-                       "the environment of a YARN job's own processes when it has no python_venv: client (the "
-                       "client's installed distributions, packed, uploaded once per set of versions; costs their "
-                       "size) or empty (the nodes' base Python)", "", kind="client or empty")
-YARN_ENVIRONMENT_PACKAGES = listing("tony.yarn.environment-packages", "with tony.yarn.environment=client, the "
-                                    "distributions packed, with what they require; empty: every installed one", "")
+                       "the environment of a YARN job's own processes when it has no python_venv: client (what the "
+                       "job's source imports, with what that requires, from the distributions installed where it "
+                       "is submitted: one archive each, uploaded once) or nodes (nothing goes: the nodes' Python "
+                       "has it all)", "client", kind="client or nodes")
+YARN_ENVIRONMENT_PACKAGES = listing("tony.yarn.environment-packages", "with tony.yarn.environment=client, "
+                                    "distributions that go besides what the job's source imports (with what "
+                                    "they require); * for every installed one", "")
 CHECKPOINT_ON_STORE_FAILURE = Key("tony.checkpoint.on-store-failure", parse_store_failure,
                                   "what a failing checkpoint store does to the job: warn (training goes on, the "
                                   "failure is shown) or fail", "warn", kind="warn or fail")

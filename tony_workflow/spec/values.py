@@ -179,10 +179,10 @@ def parse_regroup(value: str) -> str:
 
 
 def parse_environment(value: str) -> str:
-    text = str(value).strip().lower()
-    if text not in ("", "client"):
-        raise ValueError("must be 'client' (the client's own environment goes with the job, packed) or empty (the "
-                         "job's python_venv, else the nodes' Python)")
+    text = str(value).strip().lower() or "client"
+    if text not in ("client", "nodes"):
+        raise ValueError("must be 'client' (what the job's source imports goes with it, from the distributions "
+                         "installed where it is submitted) or 'nodes' (the nodes' Python has what the job needs)")
     return text
 
 

@@ -93,9 +93,11 @@ class Storage:
         """Whether the store's own location is there (a file or a directory)."""
         raise NotImplementedError
 
-    def publish(self, local: Path, key: str) -> bool:  # pragma: no cover - interface
+    def publish(self, local: Path, key: str,
+                progress: Callable[[int], None] | None = None) -> bool:  # pragma: no cover - interface
         """Puts ``local`` at ``key`` unless a file is there already, which is then kept as it is
-        (readers may hold on to it): True when this call published it."""
+        (readers may hold on to it): True when this call published it. ``progress`` is told the
+        bytes sent so far, as they go."""
         raise NotImplementedError
 
     def touch(self, key: str) -> None:  # pragma: no cover - interface

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from .base import Entry, Storage, is_temp, retry
@@ -70,12 +71,14 @@ class LocalStorage(Storage):
     def located(self) -> bool:
         return self.root.exists()
 
-    def publish(self, local: Path, key: str) -> bool:
+    def publish(self, local: Path, key: str, progress: Callable[[int], None] | None = None) -> bool:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         part = dest.with_name(f"{dest.name}.{os.getpid()}.tony-part")
         try:
             shutil.copyfile(local, part)
+            if progress is not None:
+                progress(part.stat().st_size)
             os.link(part, dest)  # fails, keeping the one there, if another writer came first
             return True
         except FileExistsError:

@@ -48,6 +48,22 @@ def _refused(where: str, kerberos: bool, login: Login | None) -> PermissionError
     return PermissionError(errno.EACCES, why)
 
 
+class _Counted:
+    """A file being uploaded, telling ``progress`` how many bytes were read from it so far."""
+
+    def __init__(self, f: Any, size: int, progress: Callable[[int], None]):
+        self.f, self.size, self.progress, self.done = f, size, progress, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self.f.read(n)
+        self.done += len(data)
+        self.progress(self.done)
+        return data
+
+    def __len__(self) -> int:
+        return self.size
+
+
 class WebHDFSStorage(Storage):
     """A directory in HDFS, reached over WebHDFS with pyhdfs.
 
@@ -211,7 +227,8 @@ class WebHDFSStorage(Storage):
             walk(base, "")
         return out
 
-    def _upload(self, local: Path, key: str, verb: str, overwrite: bool) -> bool:
+    def _upload(self, local: Path, key: str, verb: str, overwrite: bool,
+                progress: Callable[[int], None] | None = None) -> bool:
         """Uploads ``local`` under a name of its own, then renames it to ``key``'s path: over what
         is there (``overwrite``), or only where nothing is (False when something was). Concurrent
         writers of one key never share a partial file, and readers skip one (see _is_temp) until
@@ -221,7 +238,8 @@ class WebHDFSStorage(Storage):
 
         def upload() -> bool:
             with open(local, "rb") as f:
-                self.client.create(part, f, overwrite=True)
+                body: Any = f if progress is None else _Counted(f, local.stat().st_size, progress)
+                self.client.create(part, body, overwrite=True)
             if overwrite:
                 self._rename_over(part, dest)
                 return True
@@ -265,8 +283,8 @@ class WebHDFSStorage(Storage):
     def located(self) -> bool:
         return self._exists(self.root)
 
-    def publish(self, local: Path, key: str) -> bool:
-        return self._upload(local, key, "publish", overwrite=False)
+    def publish(self, local: Path, key: str, progress: Callable[[int], None] | None = None) -> bool:
+        return self._upload(local, key, "publish", overwrite=False, progress=progress)
 
     def touch(self, key: str) -> None:
         path = self._path(key)

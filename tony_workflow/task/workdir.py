@@ -22,7 +22,8 @@ from ..archive import unsafe_entry
 from ..protocol import ENVIRONMENT_ENV, RESOURCES_ENV, RUNTIME_ENV
 from ..spec import JobSpec
 
-__all__ = ["RESOURCES_ENV", "WORKDIR_ENV", "job_python", "python_path", "task_pythonpath", "user_directory"]
+__all__ = ["RESOURCES_ENV", "WORKDIR_ENV", "job_python", "join_parts", "python_path", "task_pythonpath",
+           "user_directory"]
 
 #: Where the job's source is in the container's directory (``src`` on YARN when the job has one).
 WORKDIR_ENV = "TONY_WORKDIR"
@@ -103,12 +104,64 @@ def job_python(container_dir: Path, spec: JobSpec) -> str:
 
 def task_pythonpath(env: Mapping[str, str], current: str | None) -> dict[str, str]:
     """Where the job shipped its runtime (YARN): the task's processes import from the job's own
-    paths first, then its packed environment, then this package (``tony_workflow.report``), and
-    never from what the runtime itself imports, whose versions are not the job's."""
+    paths first, then its packed environment (its parts joined into one directory, once per
+    container: :func:`join_parts`), then this package (``tony_workflow.report``), and never from
+    what the runtime itself imports, whose versions are not the job's."""
     runtime = env.get(RUNTIME_ENV)
     if not runtime:
         return {}
     own = [p for p in (current or "").split(os.pathsep) if p and not p.startswith(runtime)]
-    environment = env.get(ENVIRONMENT_ENV)
+    parts = [p for p in (env.get(ENVIRONMENT_ENV) or "").split(os.pathsep) if p]
+    environment = str(joined(parts)) if len(parts) > 1 else (parts[0] if parts else None)
     return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
                                            os.path.join(runtime, "tony")])}
+
+
+#: Where a container's environment parts are joined, beside them.
+ENVIRONMENT = "environment"
+
+
+def joined(parts: list[str]) -> Path:
+    """The parts joined in ``environment/`` beside the first, made once (the AM's container and a
+    task's may both ask): written aside and renamed into place."""
+    target = Path(parts[0]).parent / ENVIRONMENT
+    if not target.is_dir():
+        part = target.with_name(f"{ENVIRONMENT}.{os.getpid()}.part")
+        join_parts(parts, part)
+        try:
+            os.rename(part, target)
+        except OSError:  # another process of the container joined them first
+            import shutil
+            shutil.rmtree(part, ignore_errors=True)
+    return target
+
+
+def join_parts(parts: list[str], target: Path) -> Path:
+    """One site directory at ``target`` made of the unpacked parts' directories, in order: each
+    entry of a part is a link to it, and a directory that several parts fill (a namespace package,
+    ``nvidia/``) is a directory of links to each one's entries, recursively. The first part to
+    bring a file keeps it. Returns ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        _join(Path(part), target)
+    return target
+
+
+def _join(source: Path, target: Path) -> None:
+    try:
+        entries = sorted(os.scandir(source), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        dest = target / entry.name
+        if not os.path.lexists(dest):
+            os.symlink(entry.path, dest)
+            continue
+        if not (entry.is_dir() and dest.is_dir()):
+            continue  # a file two parts bring: the first keeps it
+        if dest.is_symlink():  # a directory one part brought alone so far: it becomes a real one
+            first = os.readlink(dest)
+            dest.unlink()
+            dest.mkdir()
+            _join(Path(first), dest)
+        _join(Path(entry.path), dest)

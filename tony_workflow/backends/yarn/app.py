@@ -30,7 +30,7 @@ from .containers import (
     encode_asked,
     service_name,
 )
-from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, runtime_path
+from .runtime import RUNTIME_DIR, runtime_path
 from .ship import SPEC_ENV
 from .spread import SPREAD_ENV, encode_hosts, spread_service
 
@@ -40,8 +40,8 @@ __all__ = ["Shipment", "application", "prelude"]
 
 @dataclass
 class Shipment:
-    """What the containers get: skein ``File`` objects by name (``runtime``, ``environment``,
-    ``hadoop-conf``, ``src``, ``venv``, ``spec.json``), the spec's environment variable (None: it
+    """What the containers get: skein ``File`` objects by name (``runtime``, the environment's
+    parts, ``hadoop-conf``, ``src``, ``venv``, ``spec.json``), the spec's environment variable (None: it
     goes as ``spec.json``), the interpreter, and skein's credentials (None: skein's own)."""
 
     python: str
@@ -50,6 +50,8 @@ class Shipment:
     security: Any = None
     #: TonY's resources by name: None's every container's (the AM's too), a task type's its own.
     resources: dict[str | None, dict[str, Any]] = field(default_factory=dict)
+    #: The names (in ``files``) of the job's environment's parts, in the order they are joined.
+    environment: list[str] = field(default_factory=list)
 
     def resources_of(self, task_type: str | None) -> dict[str, Any]:
         """The resources a container of ``task_type`` (None: the AM) gets: its type's over every container's."""
@@ -65,7 +67,7 @@ class Shipment:
 
     def for_tasks(self) -> dict[str, Any]:
         """What task containers get besides: the user's source and environment."""
-        return {k: v for k, v in self.files.items() if k in ("src", "venv", ENVIRONMENT_DIR)}
+        return {k: v for k, v in self.files.items() if k in ("src", "venv", *self.environment)}
 
 
 def prelude(shipment: Shipment) -> str:
@@ -80,8 +82,8 @@ def prelude(shipment: Shipment) -> str:
         out += f'printf %s "${SPEC_ENV}" | base64 -d | gzip -dc > spec.json && unset {SPEC_ENV} && '
     if shipment.runtime:
         out += f'export PYTHONPATH="{runtime_path("$PWD")}" {RUNTIME_ENV}="$PWD/{RUNTIME_DIR}"; '
-    if ENVIRONMENT_DIR in shipment.files:
-        out += f'export {ENVIRONMENT_ENV}="$PWD/{ENVIRONMENT_DIR}"; '
+    if shipment.environment:
+        out += f'export {ENVIRONMENT_ENV}="{":".join(f"$PWD/{name}" for name in shipment.environment)}"; '
     return out
 
 

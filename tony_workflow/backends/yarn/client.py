@@ -69,6 +69,7 @@ from .containers import (
     master_request,
 )
 from .driver import close_drivers, driver_running, shared_driver
+from .environment import ship_environment
 from .gang import (
     Node,
     Shape,
@@ -84,7 +85,7 @@ from .gate import asked_first
 from .line import line_store
 from .logs import job_logs
 from .rm import AppReport, ResourceManager, RMError, http_session, node_totals, resource_manager
-from .runtime import ENVIRONMENT_DIR, RUNTIME_DIR, base_python, client_environment, runtime
+from .runtime import RUNTIME_DIR, base_python, runtime
 from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
 from .spread import spread_hosts
 from .start import StartPlan, plan_start
@@ -390,10 +391,7 @@ class YarnBackend(Backend):
             pack = runtime()
             shipment.files[RUNTIME_DIR] = shipped(cache, pack.path, "archive", digest=pack.key)
         if spec.yarn_environment == "client" and not spec.python_venv:
-            env = client_environment(spec.yarn_environment_packages)
-            log.info("%s: the client's environment goes with it (%d distributions, %.0f MB; uploaded once)",
-                     spec.name, env.distributions, env.size / 1e6)
-            shipment.files[ENVIRONMENT_DIR] = shipped(cache, env.path, "archive", digest=env.key)
+            ship_environment(spec, shipment, cache)
         if spec.src_dir:
             shipment.files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")),
                                                type="archive")

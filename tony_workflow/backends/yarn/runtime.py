@@ -17,12 +17,9 @@ rest. The runtime's processes see both (:func:`runtime_path`); a task's own proc
 so that the job's environment decides the version of everything else.
 
 The job's environment is TonY's ``python_venv`` (a local zip or directory, or an ``hdfs://`` URI),
-or, for a user who has none, the client's own environment packed the same way
-(``tony.yarn.environment=client``): the distributions installed where this client runs (those
-``tony.yarn.environment-packages`` names, with what they require; all of them when it names none),
-as a site-packages directory, ``environment/``, on the path of the task's processes, which run on
-the node's base Python. Built and uploaded once per set of versions too; what it costs is its size,
-which the job's warnings and the client's log say.
+or, by default, what the job's source imports, packed from this client's installed distributions
+one archive each (:mod:`.environment`), on the path of the task's processes, which run on the
+node's base Python. The archives are built here too (:func:`_build`).
 """
 from __future__ import annotations
 
@@ -39,13 +36,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["ENVIRONMENT_DIR", "RUNTIME_DIR", "Pack", "base_python", "client_environment", "local_archives", "runtime",
+__all__ = ["RUNTIME_DIR", "Pack", "base_python", "is_built", "local_archives", "runtime",
            "runtime_key", "runtime_path", "task_path"]
 
 log = logging.getLogger("tony.yarn")
 
-#: Where a container finds the runtime and the packed environment (YARN unpacks archives there).
-RUNTIME_DIR, ENVIRONMENT_DIR = "runtime", "environment"
+#: Where a container finds the runtime (YARN unpacks archives there).
+RUNTIME_DIR = "runtime"
 #: The extras of this project whose requirements the runtime carries.
 _EXTRAS = ("yarn",)
 #: Files of the runtime's distributions that no container needs: skein's driver jar (the client
@@ -169,6 +166,11 @@ def _cache_dir() -> Path:
     return cache / "tony-workflow" / "runtime"
 
 
+def is_built(key: str) -> bool:
+    """Whether the archive named ``key`` is in this machine's cache."""
+    return (_cache_dir() / f"{key}.zip").is_file()
+
+
 def _build(key: str, files: Iterable[tuple[Path, str]], distributions: int, compress: bool = True) -> Pack:
     """The archive named ``key`` in this machine's cache, built from ``files`` if it is not there
     (written aside and renamed into place: builders at the same moment each write a whole one).
@@ -202,19 +204,6 @@ def runtime() -> Pack:
     dists = _runtime_distributions()
     key = runtime_key()
     return _build(key, [*_package_files(), *_dist_files(dists, "lib/")], len(dists))
-
-
-def client_environment(packages: list[str]) -> Pack:
-    """The client's environment as a site-packages archive: the installed distributions
-    ``packages`` name, with what they require (all installed ones when it names none), but this
-    project's own, which the runtime brings."""
-    if packages:
-        dists = _closure((name, ()) for name in packages)
-    else:
-        dists = {_canonical(d.metadata["Name"]): d for d in metadata.distributions() if d.metadata["Name"]}
-    dists.pop("tony-workflow", None)
-    key = "environment-" + _digest([*_platform(), *(f"{n}=={d.version}" for n, d in sorted(dists.items()))])
-    return _build(key, _dist_files(dists, ""), len(dists), compress=False)
 
 
 def local_archives() -> list[Path]:

@@ -37,7 +37,7 @@ from ...kerberos import Login
 from ...process import user_name
 from ...storage import Storage, open_storage, qualified
 
-__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "deterministic_zip", "digest_of", "open_cache", "ship_resources",
+__all__ = ["CACHE_ROOT", "SPEC_ENV", "Cache", "UploadProgress", "deterministic_zip", "digest_of", "open_cache", "ship_resources",
            "ship_venv", "shipped", "skein_security", "spec_env"]
 
 log = logging.getLogger("tony.yarn")
@@ -105,18 +105,44 @@ class Cache:
         return [(f"{self.root}/{name}", e.size) for name, e in sorted(listed.items())
                 if now - e.mtime > older_than_s and name.split("/", 1)[0] not in keep]
 
-    def ship(self, path: Path, name: str, digest: str | None = None) -> str:
+    def ship(self, path: Path, name: str, digest: str | None = None,
+             progress: Callable[[int], None] | None = None) -> str:
         """The URI of the cached copy of local file ``path`` (``name`` in the cache), uploading it
         only when no copy of that content is there yet (``digest`` names the content when the
-        caller knows it: a large archive is not read again to hash it). Raises OSError when the
-        store fails. The cache is the user's alone (mode 700): it holds skein's key too."""
+        caller knows it: a large archive is not read again to hash it; ``progress`` is told the
+        bytes uploaded so far). Raises OSError when the store fails. The cache is the user's alone
+        (mode 700): it holds skein's key too."""
         key = self.key(path, name, digest)
         if not self.store.exists(key):
             if not self._private:
                 self.store.private_dir(self.root)
                 self._private = True
-            self.store.publish(path, key)
+            self.store.publish(path, key, progress)
         return f"{self.uri}/{key}"
+
+    def has(self, path: Path, name: str, digest: str | None = None) -> bool:
+        """Whether the cache holds a copy of ``path``'s content already."""
+        return self.store.exists(self.key(path, name, digest))
+
+
+class UploadProgress:
+    """Says how far the upload of ``total`` bytes of ``what`` has got, every ``every`` seconds
+    (and once at its end), through ``say``."""
+
+    def __init__(self, what: str, total: int, say: Callable[[str], None], every: float = 3.0):
+        import time
+        self.what, self.total, self.say, self.every = what, total, say, every
+        self.clock = time.monotonic
+        self.started = self.last = self.clock()
+
+    def __call__(self, done: int) -> None:
+        now = self.clock()
+        if now - self.last < self.every and done < self.total:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-6) / 1e6
+        self.say(f"uploading {self.what}: {100 * done / max(self.total, 1):.0f} % ({done / 1e6:.0f} of "
+                 f"{self.total / 1e6:.0f} MB, {rate:.0f} MB/s)")
 
 
 def spec_env(spec: dict[str, Any]) -> dict[str, str] | None:
@@ -139,14 +165,15 @@ def open_cache(conf_dir: str | os.PathLike[str], login: Login | None, user: str 
         return None
 
 
-def shipped(cache: Cache | None, path: Path, kind: str, digest: str | None = None) -> object:
+def shipped(cache: Cache | None, path: Path, kind: str, digest: str | None = None,
+            progress: Callable[[int], None] | None = None) -> object:
     """skein's File for local ``path`` (``kind``: file or archive): its copy in the cache,
-    uploaded once (``digest``: what names its content, when known), else the local file (which
-    skein uploads with the application)."""
+    uploaded once (``digest``: what names its content, when known; ``progress``: told the bytes
+    uploaded so far), else the local file (which skein uploads with the application)."""
     import skein
     if cache is not None:
         try:
-            return skein.File(cache.ship(path, path.name, digest), type=kind, visibility="private")
+            return skein.File(cache.ship(path, path.name, digest, progress), type=kind, visibility="private")
         except OSError as e:
             log.info("%s not cached (%s): it is uploaded with the job", path.name, e)
     return skein.File(str(path), type=kind)

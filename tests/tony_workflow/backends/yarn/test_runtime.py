@@ -1,8 +1,8 @@
 """What a YARN job brings to nodes with nothing installed (:mod:`tony_workflow.backends.yarn.runtime`):
 the runtime archive holds this package and what the AM and the executors import, never the
-training frameworks, is named by its versions and built once; the client's environment packs
-the distributions asked for with what they require. Jobs run from them on the isolated mini
-cluster in tests/tony_workflow/jobs/test_yarn_nodes.py."""
+training frameworks, is named by its versions and built once. The job's environment is
+test_environment.py's. Jobs run from them on the isolated mini cluster in
+tests/tony_workflow/jobs/test_yarn_nodes.py."""
 from __future__ import annotations
 
 import zipfile
@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from tony_workflow.backends.yarn import runtime as yarn_runtime
-from tony_workflow.backends.yarn.runtime import base_python, client_environment, runtime, runtime_key, task_path
+from tony_workflow.backends.yarn.runtime import base_python, runtime, runtime_key, task_path
 
 
 @pytest.fixture(autouse=True)
@@ -44,17 +44,6 @@ def test_it_is_built_once_per_version_and_named_by_what_it_holds(cache, monkeypa
     real = yarn_runtime._platform
     monkeypatch.setattr(yarn_runtime, "_platform", lambda: [*real(), "another"])
     assert runtime_key() != first.key
-
-
-def test_the_clients_environment_packs_what_is_asked_with_what_it_requires(cache):
-    pack = client_environment(["requests"])
-    with zipfile.ZipFile(pack.path) as z:
-        tops = {n.split("/")[0] for n in z.namelist()}
-        assert z.getinfo("requests/__init__.py").compress_type == zipfile.ZIP_STORED
-    assert {"requests", "urllib3", "idna", "certifi", "charset_normalizer"} <= tops
-    assert not tops & {"tony_workflow", "tensorflow", "skein"}
-    assert pack.distributions >= 5 and pack.key.startswith("environment-")
-    assert client_environment(["requests"]) == pack
 
 
 def test_the_nodes_python_and_a_tasks_path():

@@ -1,0 +1,132 @@
+"""The job's environment on bare nodes (:mod:`tony_workflow.backends.yarn.environment`): what the
+job's source imports is traced to the installed distributions, each packed as a part of its own
+named by its content and shipped once, a change shipping only the part that changed; and the
+task's side joins the unpacked parts into one site directory (:func:`tony_workflow.task.workdir.join_parts`).
+A real job on nodes with nothing installed: tests/tony_workflow/jobs/test_yarn_nodes.py."""
+from __future__ import annotations
+
+import logging
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tony_workflow.backends.yarn import environment as env_module
+from tony_workflow.backends.yarn.app import Shipment
+from tony_workflow.backends.yarn.environment import environment_plan, imports_of, part_of, roots_of, ship_environment
+from tony_workflow.backends.yarn.ship import Cache
+from tony_workflow.client import load_job
+from tony_workflow.storage.local import LocalStorage
+from tony_workflow.task.workdir import join_parts, joined
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "tony-workflow" / "runtime"
+
+
+def job(src: Path, **fields):
+    spec = {"name": "env", "framework": "tensorflow", "executes": "train.py", "src_dir": str(src),
+            "tasks": {"worker": {"instances": 1}}, **fields}
+    return load_job(spec)
+
+
+def source(tmp_path: Path, files: dict[str, str]) -> Path:
+    src = tmp_path / "src"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    return src
+
+
+def test_what_the_source_imports_is_traced_to_distributions_and_the_rest_named(tmp_path):
+    src = source(tmp_path, {
+        "train.py": "import os, json\nimport yaml\nfrom requests.adapters import HTTPAdapter\nimport helpers\n"
+                    "from pkg.sub import x\nimport no_such_module_anywhere\nfrom . import sibling\n",
+        "helpers.py": "import jinja2\n",
+        "pkg/__init__.py": "", "pkg/sub.py": "from tony_workflow import report\n",
+        "broken.py": "def (:\n"})
+    assert set(imports_of(src)) >= {"yaml", "requests.adapters", "helpers", "pkg.sub", "jinja2", "tony_workflow"}
+    roots, missing = roots_of(job(src, conf={"tony.task.tensorboard.enabled": "false"}))
+    assert roots == {"pyyaml": "train.py imports yaml", "requests": "train.py imports requests",
+                     "jinja2": "helpers.py imports jinja2"}, roots
+    assert missing == {"no_such_module_anywhere": "train.py"}
+
+
+def test_tensorboard_the_data_reader_and_named_packages_go_too(tmp_path):
+    src = source(tmp_path, {"train.py": "from tony_workflow.data import dataset\n"})
+    roots, _ = roots_of(job(src, conf={"tony.yarn.environment-packages": "tenacity"}))
+    assert roots["tensorboard"] == "the chief runs TensorBoard"
+    assert {"pyarrow", "fastavro", "google-crc32c"} <= set(roots)
+    assert roots["tenacity"] == "tony.yarn.environment-packages names it"
+
+
+def test_each_distribution_is_a_part_of_its_own_named_by_its_content_and_packed_once(tmp_path, cache):
+    src = source(tmp_path, {"train.py": "import requests\n"})
+    plan = environment_plan(job(src, conf={"tony.task.tensorboard.enabled": "false"}))
+    names = {p.name for p in plan.parts}
+    assert {"requests", "urllib3", "idna", "certifi", "charset-normalizer"} <= names
+    assert "tony-workflow" not in names and "tensorflow" not in names
+    part = next(p for p in plan.parts if p.name == "requests")
+    assert part.path.parent == cache and part.key.startswith(f"env-requests-{metadata.version('requests')}-")
+    with zipfile.ZipFile(part.path) as z:
+        tops = {n.split("/")[0] for n in z.namelist()}
+        assert z.getinfo("requests/__init__.py").compress_type == zipfile.ZIP_DEFLATED  # a small part
+    assert "requests" in tops and "urllib3" not in tops  # its own files only
+    stamp = part.path.stat().st_mtime_ns
+    assert part_of("requests", metadata.distribution("requests")) == part
+    assert part.path.stat().st_mtime_ns == stamp  # not packed again
+
+
+def test_a_second_job_ships_nothing_and_a_changed_distribution_ships_alone(tmp_path, monkeypatch, caplog):
+    src = source(tmp_path, {"train.py": "import requests\n"})
+    spec = job(src, conf={"tony.task.tensorboard.enabled": "false"})
+    hdfs = Cache(LocalStorage(tmp_path / "hdfs"), f"file://{tmp_path / 'hdfs'}", user="someone")
+    uploads = []
+    real = LocalStorage.publish
+
+    def publish(self, local, key, progress=None):
+        uploads.append(Path(local).name)
+        return real(self, local, key, progress)
+
+    monkeypatch.setattr(LocalStorage, "publish", publish)
+    caplog.set_level(logging.INFO, logger="tony.ship")
+    first = Shipment("python3")
+    ship_environment(spec, first, hdfs)
+    assert len(uploads) == len(first.environment) >= 5 and all(n.startswith("env-") for n in first.environment)
+    assert "to upload" in caplog.text
+    uploads.clear()
+    caplog.clear()
+    second = Shipment("python3")
+    ship_environment(spec, second, hdfs)
+    assert uploads == [] and second.environment == first.environment
+    assert "every one already in the cache" in caplog.text
+    # idna changed (another build of the same version): its part alone is new.
+    real_digest = env_module._record_digest
+    monkeypatch.setattr(env_module, "_record_digest",
+                        lambda d: real_digest(d) + ("x" if d.metadata["Name"].lower() == "idna" else ""))
+    third = Shipment("python3")
+    ship_environment(spec, third, hdfs)
+    assert len(uploads) == 1 and uploads[0].startswith("env-idna-"), uploads
+    assert "1 to upload" in caplog.text
+
+
+def test_the_parts_are_joined_into_one_site_directory_of_links(tmp_path):
+    a, b = tmp_path / "env-a", tmp_path / "env-b"
+    for part, files in ((a, ["google/protobuf/__init__.py", "alone_a/x.py", "shared.txt"]),
+                        (b, ["google/auth/__init__.py", "alone_b/y.py", "shared.txt"])):
+        for name in files:
+            (part / name).parent.mkdir(parents=True, exist_ok=True)
+            (part / name).write_text(part.name)
+    target = join_parts([str(a), str(b)], tmp_path / "joined")
+    assert (target / "alone_a").is_symlink() and (target / "alone_b").is_symlink()
+    google = target / "google"  # both parts fill it: a directory of its own, of links to each one's entries
+    assert google.is_dir() and not google.is_symlink()
+    assert (google / "protobuf" / "__init__.py").read_text() == "env-a"
+    assert (google / "auth" / "__init__.py").read_text() == "env-b"
+    assert (target / "shared.txt").read_text() == "env-a"  # the first part keeps a file both bring
+    # In a container, the parts are joined once, beside them.
+    once = joined([str(a), str(b)])
+    assert once == tmp_path / "environment" and joined([str(a), str(b)]) == once

@@ -1,0 +1,259 @@
+"""The job's environment on nodes that have nothing installed: what its own processes import,
+packed from this client's installed distributions, one archive per distribution.
+
+**What goes.** By default (``tony.yarn.environment=client``) a job brings what its source imports:
+every ``.py`` file under ``src_dir`` is read for its absolute imports (its own modules and the
+standard library left out), each imported module is traced to the installed distribution that
+provides it, and those go with what they require; so do TensorBoard's distribution when the chief
+runs TensorBoard, and the data reader's (the ``data`` extra) when the job declares inputs or imports
+``tony_workflow.data``. ``tony.yarn.environment-packages`` adds distributions by name (``*``: every
+installed one). An import no installed distribution provides is named at submission: the tasks
+would fail on it. ``tony.yarn.environment=nodes`` ships nothing (the nodes' Python has what the job
+needs), and TonY's ``python_venv`` replaces all of this.
+
+**In parts.** Each distribution is its own archive, named by its content (:class:`Part`: its name,
+version and installed files' record, and the interpreter and platform), built once on this
+machine and uploaded once to the user's HDFS cache (:mod:`.ship`), where YARN localizes it and
+NodeManagers keep it for the user's next jobs. A job whose environment changed in one distribution
+uploads and localizes that one alone. On the node each part is unpacked in a directory of its own;
+the executor joins them into one site directory of links before the task's processes start
+(:func:`tony_workflow.task.workdir.join_parts`), which keeps every distribution's files where their
+neighbours expect them (shared libraries found through ``$ORIGIN``-relative paths, namespace
+packages).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .app import Shipment
+from .runtime import Pack, _build, _canonical, _closure, _dist_files, _platform, is_built
+from .ship import Cache, UploadProgress, shipped
+
+__all__ = ["EnvironmentPlan", "Part", "environment_plan", "imports_of", "part_of", "roots_of", "ship_environment"]
+
+log = logging.getLogger("tony.ship")
+
+#: Directories of a source tree not read for imports (tools' and environments' own files).
+_SKIPPED_DIRS = {"__pycache__", ".git", ".venv", "venv", "site-packages", "node_modules", ".tox", ".mypy_cache"}
+#: At most this many files of a source tree are read for imports, each at most this large.
+_MAX_FILES, _MAX_FILE_BYTES = 5000, 2 << 20
+#: A part at most this large is deflated as it is packed; larger ones (shared libraries, mostly)
+#: are stored: HDFS moves bytes faster than one core deflates them.
+_DEFLATE_BELOW = 16 << 20
+#: A distribution larger than this is said as it is packed (a few seconds).
+_SAY_ABOVE = 50 << 20
+#: This project's own distribution: the runtime brings its package, never the job's environment.
+_OWN = "tony-workflow"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One distribution packed: ``key`` names its content (see the module's docstring)."""
+
+    name: str
+    version: str
+    key: str
+    path: Path
+    size: int
+
+
+@dataclass
+class EnvironmentPlan:
+    """What a job's environment is: its parts, why each root distribution is there, and the
+    imports no installed distribution provides."""
+
+    parts: list[Part] = field(default_factory=list)
+    roots: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+
+def _source_files(src_dir: Path) -> Iterator[Path]:
+    count = 0
+    for root, dirs, files in os.walk(src_dir, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = Path(root) / name
+                try:
+                    if path.stat().st_size > _MAX_FILE_BYTES:
+                        continue
+                except OSError:
+                    continue
+                count += 1
+                if count > _MAX_FILES:
+                    return
+                yield path
+
+
+def imports_of(src_dir: Path) -> dict[str, str]:
+    """The modules the ``.py`` files under ``src_dir`` import absolutely (``import a.b``,
+    ``from a.b import c``), each with the file that first does: a file that does not parse is
+    passed over (the task will say what is wrong with it)."""
+    found: dict[str, str] = {}
+    for path in _source_files(src_dir):
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name, str(path.relative_to(src_dir)))
+    return found
+
+
+def _local_modules(src_dir: Path) -> set[str]:
+    """The top-level names the source tree itself provides (its modules and packages), at its
+    root and in the directories its files sit in (scripts import their neighbours)."""
+    names: set[str] = set()
+    for path in _source_files(src_dir):
+        names.add(path.stem)
+        for parent in path.relative_to(src_dir).parents:
+            if parent.name:
+                names.add(parent.parts[0])
+    for entry in src_dir.iterdir() if src_dir.is_dir() else ():
+        if entry.is_dir():
+            names.add(entry.name)
+    return names
+
+
+def _extra_requirements(extra: str) -> list[str]:
+    """The names of the distributions this project's ``extra`` asks for (on this interpreter)."""
+    from packaging.requirements import Requirement
+    try:
+        own = metadata.distribution(_OWN).requires or []
+    except metadata.PackageNotFoundError:
+        return []
+    out = []
+    for text in own:
+        req = Requirement(text)
+        if req.marker is not None and req.marker.evaluate({"extra": extra}) \
+                and not req.marker.evaluate({"extra": ""}):
+            out.append(req.name)
+    return out
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def roots_of(spec: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """The distributions the job needs by itself, each with why (name -> reason), and the imports
+    no installed distribution provides (module -> the file importing it)."""
+    roots: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    src = Path(spec.src_dir) if spec.src_dir else None
+    imported = imports_of(src) if src is not None and src.is_dir() else {}
+    local = _local_modules(src) if src is not None and src.is_dir() else set()
+    provided = metadata.packages_distributions()
+    wants_data = bool(spec.data_inputs)
+    for module, where in sorted(imported.items()):
+        top = module.split(".", 1)[0]
+        if top in local or top in sys.stdlib_module_names or top == "__future__":
+            continue
+        if top == "tony_workflow":
+            wants_data = wants_data or module == "tony_workflow.data" or module.startswith("tony_workflow.data.")
+            continue
+        dists = provided.get(top)
+        if not dists:
+            missing.setdefault(top, where)
+            continue
+        for dist in dists:
+            roots.setdefault(_canonical(dist), f"{where} imports {top}")
+    if spec.tensorboard_enabled and spec.framework in ("tensorflow", "pytorch", "jax") and _installed("tensorboard"):
+        roots.setdefault("tensorboard", "the chief runs TensorBoard")
+    if wants_data:
+        for name in _extra_requirements("data"):
+            if _installed(name):
+                roots.setdefault(_canonical(name), "the job reads its inputs (tony_workflow.data)")
+    for name in spec.yarn_environment_packages:
+        if name != "*":
+            roots.setdefault(_canonical(name), "tony.yarn.environment-packages names it")
+    return roots, missing
+
+
+def _record_digest(dist: metadata.Distribution) -> str:
+    """What a distribution's installed files are: its RECORD (each file's hash, written by the
+    installer), else its files' names and sizes."""
+    h = hashlib.sha256()
+    for part in _platform():
+        h.update(part.encode() + b"\0")
+    h.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
+    record = dist.read_text("RECORD")
+    if record:
+        h.update(record.encode())
+    else:
+        for f in dist.files or []:
+            path = Path(str(dist.locate_file(f)))
+            h.update(f"{f.as_posix()}:{path.stat().st_size if path.is_file() else -1}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def part_of(name: str, dist: metadata.Distribution, say: Callable[[str], None] | None = None) -> Part:
+    """The part of ``dist`` (``name``: its canonical name), packed on first use (said through
+    ``say`` when that takes a while: a large distribution)."""
+    key = f"env-{name}-{dist.version}-{_record_digest(dist)}"
+    files = list(_dist_files({name: dist}, ""))
+    size = sum(p.stat().st_size for p, _ in files)
+    if say is not None and size > _SAY_ABOVE and not is_built(key):
+        say(f"packing {name} {dist.version} ({_mb(size)}) into the job's environment, once")
+    pack: Pack = _build(key, files, 1, compress=size < _DEFLATE_BELOW)
+    return Part(name, str(dist.version), key, pack.path, pack.size)
+
+
+def environment_plan(spec: Any, say: Callable[[str], None] | None = None) -> EnvironmentPlan:
+    """The job's environment (see the module's docstring), its parts packed on this machine;
+    ``say`` is told what takes a while."""
+    roots, missing = roots_of(spec)
+    if "*" in spec.yarn_environment_packages:
+        dists = {_canonical(d.metadata["Name"]): d for d in metadata.distributions() if d.metadata["Name"]}
+    else:
+        dists = _closure((name, ()) for name in roots)
+    dists.pop(_OWN, None)
+    plan = EnvironmentPlan(roots=roots, missing=missing)
+    plan.parts = [part_of(name, dist, say) for name, dist in sorted(dists.items())]
+    return plan
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+
+
+def ship_environment(spec: Any, shipment: Shipment, cache: Cache | None) -> None:
+    """Puts the job's environment in ``shipment``, part by part, each uploaded once to ``cache``,
+    saying what goes, what is new and how far its upload has got."""
+    say = log.info
+    plan = environment_plan(spec, say)
+    for module, where in sorted(plan.missing.items()):
+        log.warning(f"{where} imports {module}, which no distribution installed here provides: the tasks will fail "
+                    "to import it (install it where you submit from, or give the job a python_venv)")
+    new = [p for p in plan.parts if cache is None or not cache.has(p.path, p.path.name, p.key)]
+    say(f"the job's environment: {len(plan.parts)} distributions, {_mb(plan.size)} ({', '.join(sorted(plan.roots))} "
+        "and what they require); " + (f"{len(new)} to upload ({_mb(sum(p.size for p in new))}), the rest already "
+                                      "in the cache" if new else "every one already in the cache"))
+    for part in plan.parts:
+        name = f"env-{part.name}"
+        progress = UploadProgress(f"{part.name} {part.version}", part.size, say) if part in new else None
+        shipment.files[name] = shipped(cache, part.path, "archive", digest=part.key, progress=progress)
+        shipment.environment.append(name)

@@ -9,6 +9,10 @@ table of cases, and the AM is left with the mechanics (killing, relaunching, rec
 The rules, in the order they apply (docs/architecture.md has the long form):
 
 1. A sidecar type's failure is ignored.
+1b. A task that failed before it reported any progress, in a way no relaunch can change (its
+   script is not there or does not parse, a module it imports is not installed, its container went
+   over its memory), fails the job at once with that cause and what to change
+   (:func:`deterministic_cause`): every relaunch would end the same way.
 2. Restart policy ``task`` relaunches that task alone, in the same session, up to
    ``tony.am.retry-count`` times per task; never the chief, never a stop-on-failure type.
 3. While session retries remain, any other failure ends the session and the next one starts.
@@ -24,6 +28,7 @@ without spending ``tony.am.retry-count``, up to ``tony.am.reclaim-retry-count`` 
 from __future__ import annotations
 
 import enum
+import re
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,7 +39,8 @@ from ..status import JobState, TaskState, TaskStatus
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
-__all__ = ["LOST_EXIT_CODE", "Action", "Decision", "Failure", "Policy", "describe_exit", "failure_message"]
+__all__ = ["LOST_EXIT_CODE", "Action", "Decision", "Failure", "Policy", "describe_exit", "deterministic_cause",
+           "failure_message"]
 
 #: TonY's exit code for a task whose heartbeats stopped (YARN's ContainerExitStatus.INVALID).
 LOST_EXIT_CODE = -1000
@@ -65,6 +71,40 @@ def failure_message(task_id: str, exit_code: int | None, host: str | None, log_u
     return msg + (f". {extra.strip()}" if extra.strip() else "")
 
 
+#: YARN's exit status of a container killed for going over its memory (the embedded cluster's too).
+MEMORY_KILLED_EXIT_CODE = -104
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+_CANNOT_IMPORT = re.compile(r"ImportError: cannot import name '([^']+)' from '([^']+)'")
+_NO_SCRIPT = re.compile(r"can't open file '([^']+)'")
+_SYNTAX = re.compile(r"^\s*(SyntaxError|IndentationError|TabError): (.*)$", re.MULTILINE)
+
+
+def deterministic_cause(failure: Failure) -> str | None:
+    """Why every relaunch of ``failure``'s task would fail the same way, with what to change; None
+    when that is not certain (it got past its start, or failed for a reason a relaunch may not
+    meet again)."""
+    if failure.progressed:
+        return None
+    text = failure.diagnostics
+    if m := _NO_MODULE.search(text):
+        module = m.group(1).split(".", 1)[0]
+        return (f"{failure.task_id} could not import {m.group(1)}: {module} is not in the job's environment "
+                f"(install it where the job is submitted from, and on YARN import it in the job's source or name "
+                f"it in tony.yarn.environment-packages so that it goes with the job; or give the job a "
+                f"python_venv that has it)")
+    if m := _CANNOT_IMPORT.search(text):
+        return (f"{failure.task_id} could not import {m.group(1)} from {m.group(2)}: the job's environment has "
+                f"another version of {m.group(2).split('.', 1)[0]} than its source expects")
+    if m := _NO_SCRIPT.search(text):
+        return f"{failure.task_id}'s script {m.group(1)} is not there (executes, src_dir)"
+    if m := _SYNTAX.search(text):
+        return f"{failure.task_id}'s script does not parse ({m.group(1)}: {m.group(2).strip()})"
+    if failure.exit_code == MEMORY_KILLED_EXIT_CODE:
+        return (f"{failure.task_id}'s container went over its memory before it reported any progress: raise "
+                f"tony.{failure.type}.memory")
+    return None
+
+
 class Action(enum.Enum):
     """What the AM does about one failed task."""
 
@@ -86,10 +126,13 @@ class Failure:
     host: str | None = None
     log_url: str | None = None
     diagnostics: str = ""
+    #: whether the task reported any progress before it failed (it got past its start)
+    progressed: bool = False
 
     @classmethod
     def of(cls, status: TaskStatus, diagnostics: str = "") -> Failure:
-        return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics)
+        return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics,
+                   status.progress is not None)
 
     @property
     def task_id(self) -> str:
@@ -136,6 +179,10 @@ class Policy:
         ttype = failure.type
         if ttype in self.sidecars:
             return Decision(Action.IGNORE)
+        cause = deterministic_cause(failure)
+        if cause is not None:
+            return Decision(Action.FAIL_JOB, f"{failure.message}. {cause}; every relaunch would fail the same way, so "
+                                             "the job ends now")
         is_chief = (ttype, failure.index) == self.chief
         if (ttype in self.task_restart_types and not is_chief and ttype not in self.stop_on_failure
                 and task_restarts_used < self.retry_count):

@@ -200,7 +200,8 @@ YARN_ENVIRONMENT = Key("tony.yarn.environment", parse_environment,
                        "the environment of a YARN job's own processes when it has no python_venv: client (what the "
                        "job's source imports, with what that requires, from the distributions installed where it "
                        "is submitted: one archive each, uploaded once) or nodes (nothing goes: the nodes' Python "
-                       "has it all)", "client", kind="client or nodes")
+                       "has it all); empty: client, but nodes where tony.yarn.python names the nodes' interpreter",
+                       "", kind="client, nodes or empty")
 YARN_ENVIRONMENT_PACKAGES = listing("tony.yarn.environment-packages", "with tony.yarn.environment=client, "
                                     "distributions that go besides what the job's source imports (with what "
                                     "they require); * for every installed one", "")

@@ -179,10 +179,11 @@ def parse_regroup(value: str) -> str:
 
 
 def parse_environment(value: str) -> str:
-    text = str(value).strip().lower() or "client"
-    if text not in ("client", "nodes"):
+    text = str(value).strip().lower()
+    if text not in ("", "client", "nodes"):
         raise ValueError("must be 'client' (what the job's source imports goes with it, from the distributions "
-                         "installed where it is submitted) or 'nodes' (the nodes' Python has what the job needs)")
+                         "installed where it is submitted), 'nodes' (the nodes' Python has what the job needs) or "
+                         "empty (client, but nodes where tony.yarn.python names the nodes' interpreter)")
     return text
 
 

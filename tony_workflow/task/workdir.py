@@ -108,13 +108,13 @@ def task_pythonpath(env: Mapping[str, str], current: str | None) -> dict[str, st
     container: :func:`join_parts`), then this package (``tony_workflow.report``), and never from
     what the runtime itself imports, whose versions are not the job's."""
     runtime = env.get(RUNTIME_ENV)
-    if not runtime:
-        return {}
-    own = [p for p in (current or "").split(os.pathsep) if p and not p.startswith(runtime)]
     parts = [p for p in (env.get(ENVIRONMENT_ENV) or "").split(os.pathsep) if p]
+    if not runtime and not parts:
+        return {}
+    own = [p for p in (current or "").split(os.pathsep) if p and not (runtime and p.startswith(runtime))]
     environment = str(joined(parts)) if len(parts) > 1 else (parts[0] if parts else None)
     return {"PYTHONPATH": os.pathsep.join([*own, *([environment] if environment else []),
-                                           os.path.join(runtime, "tony")])}
+                                           *([os.path.join(runtime, "tony")] if runtime else [])])}
 
 
 #: Where a container's environment parts are joined, beside them.

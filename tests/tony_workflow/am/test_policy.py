@@ -273,3 +273,37 @@ def test_decide_reclaimed(case, changes, task_id, used, action):
 def test_the_spec_carries_the_reclaim_cap():
     assert Policy.from_spec(load_spec(SPEC, overrides=["tony.am.reclaim-retry-count=4"])).reclaim_retry_count == 4
     assert Policy.from_spec(load_spec(SPEC)).reclaim_retry_count == 10
+
+
+STDERR = "Last lines of stderr:\nTraceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+DETERMINISTIC = [
+    ("a module not installed", STDERR + "ModuleNotFoundError: No module named 'numpy.linalg'", 1,
+     ["could not import numpy.linalg", "numpy is not in the job's environment", "tony.yarn.environment-packages"]),
+    ("another version than the source expects", STDERR + "ImportError: cannot import name 'Thing' from 'lib.sub' "
+     "(/x/lib/sub.py)", 1, ["could not import Thing from lib.sub", "another version of lib"]),
+    ("no script", "python3: can't open file '/c/work/trian.py': [Errno 2] No such file or directory", 2,
+     ["script /c/work/trian.py is not there"]),
+    ("a syntax error", STDERR + "    def (:\n        ^\nSyntaxError: invalid syntax", 1,
+     ["does not parse (SyntaxError: invalid syntax)"]),
+    ("over its memory before any progress", "The cluster said: Container is running beyond physical memory", -104,
+     ["went over its memory", "raise tony.worker.memory"]),
+]
+
+
+@pytest.mark.parametrize("why,diagnostics,code,said", DETERMINISTIC, ids=[d[0] for d in DETERMINISTIC])
+def test_a_failure_no_relaunch_can_change_fails_the_job_at_once_with_what_to_change(why, diagnostics, code, said):
+    # Retries and a task restart policy left: every relaunch would fail the same way.
+    p = policy(retry_count=3, task_restart_types=frozenset({"worker"}))
+    decision = p.decide(failure("worker:1", code, diagnostics), 0, 0)
+    assert decision.action is Action.FAIL_JOB, why
+    assert all(s in decision.diagnostics for s in said), decision.diagnostics
+    assert "every relaunch would fail the same way" in decision.diagnostics
+    # A task that reported progress got past its start: the ordinary rules apply.
+    later = Failure("worker", 1, code, diagnostics=diagnostics, progressed=True)
+    assert p.decide(later, 0, 0).action is Action.RESTART_TASK
+    assert policy(retry_count=1).decide(later, 0, 0).action is Action.RESTART_SESSION
+
+
+def test_any_other_failure_before_progress_is_relaunched_as_ever():
+    other = failure("worker:1", 1, STDERR + "RuntimeError: connection reset by peer")
+    assert policy(retry_count=1).decide(other, 0, 0).action is Action.RESTART_SESSION

@@ -188,3 +188,21 @@ def test_without_attempts_left_a_dead_am_fails_the_job_and_leaves_nothing(tony_h
 def events(handle) -> list[dict]:
     from tony_workflow.events import read_events
     return list(read_events(handle.backend.app_dir(handle.app_id) / "events.jsonl"))
+
+
+def test_a_module_the_job_cannot_import_ends_it_at_once_naming_it_and_what_to_change(tony_home, tmp_path):
+    # Retries left, on every task: no relaunch could find the module, so none is spent.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import json\nimport no_such_module_for_tony\n")
+    job = {"name": "no-module", "framework": "tensorflow", "executes": "train.py", "src_dir": str(src),
+           "tasks": {"chief": {"instances": 1, "memory": "256m"},
+                     "worker": {"instances": 2, "memory": "256m", "restart_policy": "task"}},
+           "conf": {"tony.am.memory": "256m", "tony.am.retry-count": "3", "tony.task.tensorboard.enabled": "false"}}
+    st = TonyClient("local").submit(load_job(job)).wait(poll_interval=0.2, timeout=120)
+    assert st.state == "FAILED" and st.session_id == 0 and st.retries == 0, (st.state, st.session_id)
+    assert all(t.restarts == 0 for t in st.tasks), st.tasks
+    assert "could not import no_such_module_for_tony" in st.diagnostics, st.diagnostics
+    assert "every relaunch would fail the same way" in st.diagnostics
+    assert "tony.yarn.environment-packages" in st.diagnostics and "python_venv" in st.diagnostics
+    wait_for(lambda: not app_processes(st.application_id), timeout=30)

@@ -56,7 +56,17 @@ def bare_nodes(tmp_path_factory):
         pytest.skip(reason)
     with own_minicluster(tmp_path_factory.mktemp("bare-mc"), isolated=True, nm_memory_mb=12288,
                          nm_vcores=16) as info:
-        yield info
+        # What the jobs ship is built in a cache of this module's own (the cluster, started, has
+        # its jars): tony clean here empties it, and no other process's archives are touched.
+        saved = os.environ.get("XDG_CACHE_HOME")
+        os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("bare-cache"))
+        try:
+            yield info
+        finally:
+            if saved is None:
+                os.environ.pop("XDG_CACHE_HOME", None)
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved
 
 
 def probe_job(tmp_path: Path, name: str, want: dict, conf: dict | None = None, hold: float = 0, **fields) -> dict:
@@ -183,22 +193,27 @@ sys.exit(0 if where.startswith(brought + os.sep) and float((a @ a.T).sum()) == 8
 """
 
 
-def test_the_clients_environment_packed_carries_the_packages_it_names(bare_nodes, tmp_path):
+def test_what_the_source_imports_goes_with_the_job_and_a_second_job_uploads_nothing(bare_nodes, tmp_path):
     # NumPy stands for the client's frameworks: compiled extensions with shared libraries of their own
     # (numpy.libs), the same packing, upload and localization as TensorFlow's 2 GB at a fiftieth of
-    # the cost. What the nodes cannot have, the task imports (and computes with) from the
-    # environment the job brought, as YARN localized it; the script's exit status says so.
+    # the cost. The job names no environment: its source imports numpy, so numpy goes with it. What
+    # the nodes cannot have, the task imports (and computes with) from the environment the job
+    # brought, as YARN localized it; the script's exit status says so.
     src = tmp_path / "np-src"
     src.mkdir()
     (src / "np_probe.py").write_text(NUMPY_PROBE)
     spec = load_job({"name": "packed", "framework": "standalone", "executes": "np_probe.py", "src_dir": str(src),
                      "tasks": {"worker": {"instances": 1, "memory": "512m", "vcores": 1}},
-                     "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false",
-                              "tony.yarn.environment": "client", "tony.yarn.environment-packages": "numpy"}})
+                     "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}})
     yarn = TonyClient("yarn")
     st = yarn.submit(spec).wait(poll_interval=1, timeout=600)
     assert st.state == "SUCCEEDED", st.diagnostics
-    assert any("/environment-" in k for k in cache_files(yarn)), cache_files(yarn)
+    shipped = cache_files(yarn)
+    assert any("/env-numpy-" in k for k in shipped), shipped
+    # The same job again: every part is in the cache already, nothing is uploaded again.
+    st = yarn.submit(spec).wait(poll_interval=1, timeout=600)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    assert cache_files(yarn) == shipped
 
 
 def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes, tmp_path):
@@ -236,3 +251,33 @@ def test_tony_clean_removes_what_jobs_shipped_but_the_current_runtime(bare_nodes
     assert done.returncode == 0, done.stderr
     left = cache_files(yarn)
     assert left and all(k.startswith(runtime_key() + "/") for k in left), left
+
+
+def readme_yarn_commands() -> list[str]:
+    """The commands of the README's "Your first job on YARN", as a newcomer pastes them."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Your first job on YARN"):]
+    block = section[section.index("```\n") + 4:]
+    return [line for line in block[:block.index("```")].splitlines() if line.strip()]
+
+
+def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_installed(bare_nodes, tmp_path):
+    start, submit = readme_yarn_commands()
+    assert start == 'tony minicluster start && eval "$(tony minicluster env)"', start
+    assert submit == "tony --backend yarn submit examples/mnist_mwms/mnist_mwms.yaml --wait", submit
+    # The cluster is this module's, started as `tony minicluster start --isolated` (its nodes have
+    # a base Python and nothing else); its environment is what `tony minicluster env` prints for it.
+    # Then the README's submission, exactly as written, with nothing set besides.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HADOOP_", "TONY_BACKEND"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["TONY_HOME"] = str(tmp_path / "tony-home")
+    script = f'eval "$(tony minicluster env --dir {bare_nodes["dir"]})" && {submit}'
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    said = done.stderr
+    # What was shipped was said as it went: the environment (TensorFlow among what the example
+    # imports), its upload, and the final state.
+    assert "the job's environment:" in said and "tensorflow" in said.split("the job's environment:", 1)[1], said[-4000:]
+    assert "uploading tensorflow" in said or "every one already in the cache" in said, said[-4000:]
+    assert done.stdout.split()[-1] == "SUCCEEDED", done.stdout

@@ -390,7 +390,9 @@ class YarnBackend(Backend):
         if not python:
             pack = runtime()
             shipment.files[RUNTIME_DIR] = shipped(cache, pack.path, "archive", digest=pack.key)
-        if spec.yarn_environment == "client" and not spec.python_venv:
+        # The job's environment goes with it, unless the nodes have this project's interpreter
+        # (and so, the cluster says, what its jobs import) or the job says they have what it needs.
+        if (spec.yarn_environment or ("nodes" if python else "client")) == "client" and not spec.python_venv:
             ship_environment(spec, shipment, cache)
         if spec.src_dir:
             shipment.files["src"] = skein.File(str(deterministic_zip(Path(spec.src_dir), staging / "src.zip")),

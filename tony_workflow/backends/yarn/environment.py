@@ -248,6 +248,9 @@ def ship_environment(spec: Any, shipment: Shipment, cache: Cache | None) -> None
     for module, where in sorted(plan.missing.items()):
         log.warning(f"{where} imports {module}, which no distribution installed here provides: the tasks will fail "
                     "to import it (install it where you submit from, or give the job a python_venv)")
+    if not plan.parts:
+        say("the job's environment: nothing beyond the standard library (its source imports nothing else)")
+        return
     new = [p for p in plan.parts if cache is None or not cache.has(p.path, p.path.name, p.key)]
     say(f"the job's environment: {len(plan.parts)} distributions, {_mb(plan.size)} ({', '.join(sorted(plan.roots))} "
         "and what they require); " + (f"{len(new)} to upload ({_mb(sum(p.size for p in new))}), the rest already "

@@ -22,7 +22,8 @@ def files(*names):
 
 
 def test_with_the_runtime_shipped_every_container_runs_the_nodes_python_from_it():
-    shipment = Shipment("python3.11", files("runtime", "hadoop-conf", "environment"), spec_env={"TONY_SPEC": "x"})
+    shipment = Shipment("python3.11", files("runtime", "hadoop-conf", "env-numpy", "env-pyarrow"),
+                        spec_env={"TONY_SPEC": "x"}, environment=["env-numpy", "env-pyarrow"])
     app = application(spec(), shipment, tags=["tony", "tony-gang:x"], at_start=[], spread={},
                       docker_env=lambda image: {})
     am, worker = app.services["tony-am"], app.services["tony-worker"]
@@ -30,8 +31,9 @@ def test_with_the_runtime_shipped_every_container_runs_the_nodes_python_from_it(
         assert 'export PYTHONPATH="$PWD/runtime/tony:$PWD/runtime/lib" TONY_RUNTIME="$PWD/runtime"' in service.script
         assert "exec python3.11 -m tony_workflow." in service.script
         assert {"runtime", "hadoop-conf"} <= set(service.files)
-    assert "environment" in worker.files and "environment" not in am.files  # the job's, for its tasks only
-    assert 'TONY_ENVIRONMENT="$PWD/environment"' in worker.script
+    # The job's environment, in parts, for its tasks only.
+    assert {"env-numpy", "env-pyarrow"} <= set(worker.files) and "env-numpy" not in am.files
+    assert 'TONY_ENVIRONMENT="$PWD/env-numpy:$PWD/env-pyarrow"' in worker.script
     assert "yarn.gate" in app.master.script and "runtime" in app.master.files  # it waits for its turn
     assert am.env["TONY_SPEC"] == "x" and worker.instances == 0 and am.instances == 0
 

@@ -67,9 +67,23 @@ def _is_trainer(p: psutil.Process) -> bool:
     return "train.py" in line and "tony_workflow.task.torch_agent" not in line
 
 
+def _forked_copy(p: psutil.Process) -> bool:
+    """Whether ``p`` is a child forked but not yet started as a program of its own (it still has
+    its parent's command line): the agent's way to start a trainer, for a moment."""
+    try:
+        parent = p.parent()
+        return parent is not None and parent.cmdline() == p.cmdline()
+    except psutil.Error:
+        return True
+
+
 def keepers(status, task_id: str) -> set[tuple[int, float]]:
-    """The container's executor and agent (every process but the trainers), by pid and start time."""
-    return {(p.pid, p.create_time()) for p in container_tree(status, task_id) if not _is_trainer(p)}
+    """The container's executor and agent (every process but the trainers, and but a trainer
+    being started this very moment), by pid and start time."""
+    tree = container_tree(status, task_id)
+    # On the embedded cluster the executor is forked itself, and keeps its fork server's command line.
+    root = tree[0] if status.backend == "local" and tree else None
+    return {(p.pid, p.create_time()) for p in tree if not _is_trainer(p) and (p is root or not _forked_copy(p))}
 
 
 def trainers(status, task_id: str) -> set[int]:

@@ -341,6 +341,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
             self.log.warning("%s", hanging(f"ApplicationMaster attempt {status.am_attempt}: {status.diagnostics}"))
         for warning in update.new_warnings:
             self.log.warning("%s", warning)
+        if update.starting:
+            self.log.info("%s", update.starting)
         # The first update names the URL submission already pushed and logged: only a new one is news.
         if update.tensorboard_url and update.tensorboard_url != getattr(self, "_pushed", {}).get("tensorboard_url"):
             self._push_urls(context, status)

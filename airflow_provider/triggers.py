@@ -55,6 +55,8 @@ class TonyJobTrigger(BaseTrigger):
                 update = await asyncio.to_thread(follower.poll)
                 if update is not None:
                     self.log.info("%s", update.status.summary())
+                    if update.starting:
+                        self.log.info("%s", update.starting)
                 status = follower.last
                 if status.is_final:
                     yield TriggerEvent({"status": "success" if status.succeeded else "error",

@@ -244,6 +244,8 @@ def _show(update: JobUpdate, say) -> None:
         say(hanging(f"[{stamp}] ApplicationMaster attempt {update.status.am_attempt}: {update.status.diagnostics}"))
     for warning in update.new_warnings:
         say(f"[{stamp}] WARNING {warning}")
+    if update.starting:
+        say(f"[{stamp}] {update.starting}")
 
 
 def _final_figures(status: JobStatus) -> dict[str, str]:

@@ -54,6 +54,8 @@ def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobSt
                   file=stream, flush=True)
         for warning in update.new_warnings:
             print(f"[tony {stamp}] warning: {warning}", file=stream, flush=True)
+        if update.starting:
+            print(f"[tony {stamp}] {update.starting}", file=stream, flush=True)
         if update.final and status.diagnostics:
             print(hanging(f"[tony {stamp}] diagnostics: {status.diagnostics}"), file=stream, flush=True)
     return status if status is not None else handle.status()

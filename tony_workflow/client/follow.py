@@ -9,11 +9,12 @@ a :class:`JobUpdate` naming each change, or None when nothing a user would see h
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..status import JobStatus
+from ..status import JobStatus, TaskState
 
 __all__ = ["Follower", "JobUpdate", "TaskChange", "diff"]
 
@@ -57,6 +58,9 @@ class JobUpdate:
     progressed: bool = False
     waiting: str | None = None
     gang_formed: bool = False
+    #: tasks whose containers were launched a while ago and have not started yet, said now and
+    #: then while that lasts (their nodes are fetching and unpacking the job's files)
+    starting: str | None = None
 
     @property
     def first(self) -> bool:
@@ -124,16 +128,22 @@ class Follower:
 
     Training progress is news when it is first reported and then at most every ``progress_every``
     seconds while the step moves, so a log gets a progress line now and then, not one per poll.
-    ``last`` is the last status read (None before the first).
+    So is a container launched more than ``starting_after`` seconds ago whose task has not started:
+    on YARN its NodeManager is fetching and unpacking the job's files, which for an environment of
+    gigabytes takes minutes the first time on a node, and the job would otherwise say nothing all
+    that while. ``last`` is the last status read (None before the first).
     """
 
     def __init__(self, read: Callable[[], JobStatus], progress_every: float = 15.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, starting_after: float = 10.0):
         self._read = read
         self.last: JobStatus | None = None
         self.progress_every = progress_every
+        self.starting_after = starting_after
         self._clock = clock
         self._shown: tuple[float, object] | None = None  # when progress was last shown, and its step
+        self._launched: dict[tuple[int, str, int], float] = {}  # when each task was first seen LAUNCHED
+        self._starting_said = float("-inf")
 
     def poll(self) -> JobUpdate | None:
         """Reads the status once; the update since the previous read, or None if nothing changed."""
@@ -148,5 +158,22 @@ class Follower:
         update = diff(self.last, status, progressed=due)
         if update is not None and status.progress:
             self._shown = (now, step)  # any line shows the progress (status.summary())
+        starting = self._starting(status, now)
+        if starting is not None:
+            update = dataclasses.replace(update or JobUpdate(status, self.last, False, False), starting=starting)
         self.last = status
         return update
+
+    def _starting(self, status: JobStatus, now: float) -> str | None:
+        """The line about tasks launched long ago and not started, when one is due."""
+        launched = {(status.session_id, t.task_id, t.restarts) for t in status.tasks
+                    if t.state == TaskState.LAUNCHED and not status.is_final}
+        self._launched = {k: self._launched.get(k, now) for k in launched}
+        slow = sorted(k[1] for k, since in self._launched.items() if now - since >= self.starting_after)
+        if not slow or now - self._starting_said < self.progress_every:
+            return None
+        self._starting_said = now
+        longest = max(now - since for since in self._launched.values())
+        return (f"{', '.join(slow)} launched {longest:.0f} s ago and not started yet: "
+                f"{'their nodes are' if len(slow) > 1 else 'its node is'} fetching and unpacking the job's files "
+                "(its environment comes once per node and user, then is kept)")

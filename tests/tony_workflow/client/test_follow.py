@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import app_processes, wait_for
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.client.follow import Follower, diff
-from tony_workflow.status import JobStatus, TaskStatus
+from tony_workflow.status import JobState, JobStatus, TaskStatus
 
 
 def status(state="RUNNING", session=0, tasks=(), tracking=None, tensorboard=None, diagnostics=""):
@@ -119,3 +119,33 @@ def test_a_wait_for_the_gang_is_news_when_its_reason_or_count_changes_and_when_i
     formed = status(state="RUNNING")
     update = diff(more, formed)
     assert update.gang_formed and update.waiting is None
+
+
+def test_tasks_launched_long_ago_and_not_started_are_said_now_and_then():
+    clock = [0.0]
+    statuses = []
+
+    def status(*states):
+        return JobStatus("application_1_0001", JobState.RUNNING,
+                         tasks=[TaskStatus("worker", i, s) for i, s in enumerate(states)])
+
+    follower = Follower(lambda: statuses[-1], progress_every=15, clock=lambda: clock[0], starting_after=10)
+    statuses.append(status("LAUNCHED", "LAUNCHED"))
+    assert follower.poll().starting is None  # the first update: just launched
+    clock[0] = 5
+    assert follower.poll() is None
+    clock[0] = 12
+    said = follower.poll()
+    assert said is not None and said.starting.startswith("worker:0, worker:1 launched 12 s ago and not started yet")
+    assert "fetching and unpacking the job's files" in said.starting and not said.state_changed
+    clock[0] = 20
+    assert follower.poll() is None  # not again before progress_every has passed
+    clock[0] = 28
+    assert "launched 28 s ago" in follower.poll().starting
+    statuses.append(status("RUNNING", "LAUNCHED"))
+    clock[0] = 50
+    update = follower.poll()
+    assert update.tasks and update.starting.startswith("worker:1 launched 50 s ago")
+    statuses.append(status("RUNNING", "RUNNING"))
+    clock[0] = 70
+    assert follower.poll().starting is None

@@ -280,4 +280,6 @@ def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_i
     # imports), its upload, and the final state.
     assert "the job's environment:" in said and "tensorflow" in said.split("the job's environment:", 1)[1], said[-4000:]
     assert "uploading tensorflow" in said or "every one already in the cache" in said, said[-4000:]
+    # While the node unpacked it (minutes for TensorFlow, the first time), the wait was said too.
+    assert "not started yet" in said and "fetching and unpacking the job's files" in said, said[-4000:]
     assert done.stdout.split()[-1] == "SUCCEEDED", done.stdout

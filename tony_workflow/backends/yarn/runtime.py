@@ -166,9 +166,9 @@ def _cache_dir() -> Path:
     return cache / "tony-workflow" / "runtime"
 
 
-def is_built(key: str) -> bool:
+def is_built(key: str, suffix: str = ".zip") -> bool:
     """Whether the archive named ``key`` is in this machine's cache."""
-    return (_cache_dir() / f"{key}.zip").is_file()
+    return (_cache_dir() / f"{key}{suffix}").is_file()
 
 
 def _build(key: str, files: Iterable[tuple[Path, str]], distributions: int, compress: bool = True) -> Pack:
@@ -209,4 +209,4 @@ def runtime() -> Pack:
 def local_archives() -> list[Path]:
     """The archives this machine keeps (runtimes and environments, every version built here)."""
     cache = _cache_dir()
-    return sorted(cache.glob("*.zip")) if cache.is_dir() else []
+    return sorted([*cache.glob("*.zip"), *cache.glob("*.tar")]) if cache.is_dir() else []

@@ -134,12 +134,13 @@ class UploadProgress:
         self.what, self.total, self.say, self.every = what, total, say, every
         self.clock = time.monotonic
         self.started = self.last = self.clock()
+        self.ended = False
 
     def __call__(self, done: int) -> None:
         now = self.clock()
-        if now - self.last < self.every and done < self.total:
+        if self.ended or (now - self.last < self.every and done < self.total):
             return
-        self.last = now
+        self.last, self.ended = now, done >= self.total
         rate = done / max(now - self.started, 1e-6) / 1e6
         self.say(f"uploading {self.what}: {100 * done / max(self.total, 1):.0f} % ({done / 1e6:.0f} of "
                  f"{self.total / 1e6:.0f} MB, {rate:.0f} MB/s)")

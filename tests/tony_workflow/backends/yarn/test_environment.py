@@ -6,7 +6,7 @@ A real job on nodes with nothing installed: tests/tony_workflow/jobs/test_yarn_n
 from __future__ import annotations
 
 import logging
-import zipfile
+import tarfile
 from importlib import metadata
 from pathlib import Path
 
@@ -71,10 +71,12 @@ def test_each_distribution_is_a_part_of_its_own_named_by_its_content_and_packed_
     assert "tony-workflow" not in names and "tensorflow" not in names
     part = next(p for p in plan.parts if p.name == "requests")
     assert part.path.parent == cache and part.key.startswith(f"env-requests-{metadata.version('requests')}-")
-    with zipfile.ZipFile(part.path) as z:
-        tops = {n.split("/")[0] for n in z.namelist()}
-        assert z.getinfo("requests/__init__.py").compress_type == zipfile.ZIP_DEFLATED  # a small part
+    assert part.path.name == f"{part.key}.tar"  # NodeManagers unpack a tar with the system's tar
+    with tarfile.open(part.path) as tar:
+        members = tar.getmembers()
+    tops = {m.name.split("/")[0] for m in members}
     assert "requests" in tops and "urllib3" not in tops  # its own files only
+    assert all(m.isfile() and m.mtime == members[0].mtime and m.uid == 0 for m in members)
     stamp = part.path.stat().st_mtime_ns
     assert part_of("requests", metadata.distribution("requests")) == part
     assert part.path.stat().st_mtime_ns == stamp  # not packed again

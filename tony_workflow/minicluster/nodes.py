@@ -71,6 +71,24 @@ def nodemanager_of(info: dict, address: str) -> int:
                            f"{[(n['node_id'], n['http_address']) for n in info['nodes']]}")
 
 
+def _ask_to_stop(d: Path, info: dict, kind: str, what: str, index: int, timeout: float) -> str:
+    """Asks the launcher's JVM to stop daemon ``index`` of ``kind`` (``nodemanager``,
+    ``datanode``) through a file under ``run/control/``; returns its answer."""
+    control = d / "run" / "control"
+    request, done = control / f"stop-{kind}-{index}", control / f"stop-{kind}-{index}.done"
+    done.unlink(missing_ok=True)
+    write_file(request, "")
+    deadline = time.monotonic() + timeout
+    while not done.exists():
+        if _running(d) is None:
+            raise MiniClusterError(f"the mini cluster in {d} stopped before {what} did")
+        if time.monotonic() > deadline:
+            request.unlink(missing_ok=True)
+            raise MiniClusterError(f"{what} did not stop within {timeout:.0f} s; see {info['log']}")
+        time.sleep(0.2)
+    return done.read_text().strip()
+
+
 def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int = 0, *, timeout: float = 60.0,
                      wait_lost: bool = False) -> dict:
     """Stops NodeManager ``index`` of the cluster in ``directory``, killing its containers, without
@@ -89,19 +107,7 @@ def stop_nodemanager(directory: str | os.PathLike[str] | None = None, index: int
     # NodeManager stops, so that its SIGTERM (the graceful stop a NodeManager gives its containers)
     # is never handled, and killed once it has stopped.
     frozen = _signal_containers(nodes[index]["node_id"], signal.SIGSTOP)
-    control = d / "run" / "control"
-    request, done = control / f"stop-nodemanager-{index}", control / f"stop-nodemanager-{index}.done"
-    done.unlink(missing_ok=True)
-    write_file(request, "")
-    deadline = time.monotonic() + timeout
-    while not done.exists():
-        if _running(d) is None:
-            raise MiniClusterError(f"the mini cluster in {d} stopped before NodeManager {index} did")
-        if time.monotonic() > deadline:
-            request.unlink(missing_ok=True)
-            raise MiniClusterError(f"NodeManager {index} did not stop within {timeout:.0f} s; see {info['log']}")
-        time.sleep(0.2)
-    outcome = done.read_text().strip()
+    outcome = _ask_to_stop(d, info, "nodemanager", f"NodeManager {index}", index, timeout)
     for proc in frozen:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
@@ -158,19 +164,7 @@ def stop_datanode(directory: str | os.PathLike[str] | None = None, index: int = 
         raise MiniClusterError(f"no DataNode {index!r}: this cluster's are numbered 0 to {len(datanodes) - 1}")
     if datanodes[index]["stopped"]:
         raise MiniClusterError(f"DataNode {index} ({datanodes[index]['xfer_address']}) is already stopped")
-    control = d / "run" / "control"
-    request, done = control / f"stop-datanode-{index}", control / f"stop-datanode-{index}.done"
-    done.unlink(missing_ok=True)
-    write_file(request, "")
-    deadline = time.monotonic() + timeout
-    while not done.exists():
-        if _running(d) is None:
-            raise MiniClusterError(f"the mini cluster in {d} stopped before DataNode {index} did")
-        if time.monotonic() > deadline:
-            request.unlink(missing_ok=True)
-            raise MiniClusterError(f"DataNode {index} did not stop within {timeout:.0f} s; see {info['log']}")
-        time.sleep(0.2)
-    outcome = done.read_text().strip()
+    outcome = _ask_to_stop(d, info, "datanode", f"DataNode {index}", index, timeout)
     if not outcome.startswith("stopped "):
         raise MiniClusterError(f"DataNode {index} could not be stopped: {outcome}")
     datanodes[index]["stopped"] = True

@@ -53,6 +53,16 @@ def yarn_reader_job(uri: str, out: Path, workers: int = 2) -> dict:
             "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}
 
 
+def elastic_reader_job(data: Path, out: Path, params: str, conf: dict) -> dict:
+    """The elastic reading trainer (data_trainer/elastic.py): three PyTorch workers, two enough."""
+    job = reader_job(data, out, params)
+    job["framework"] = "pytorch"
+    job["executes"] = "elastic.py"
+    job["tasks"]["worker"] = {"instances": 3, "min_instances": 2, "memory": "3g"}
+    job["conf"].update(conf)
+    return job
+
+
 def ids_read(out: Path, workers: int) -> collections.Counter:
     """How many times each id was read, over every rank's record."""
     seen: collections.Counter = collections.Counter()
@@ -122,11 +132,8 @@ def test_an_elastic_group_of_three_then_two_then_three_within_one_epoch_reads_ev
     from tests.tony_workflow.jobs.test_elastic_jobs import kill_container, regrown, running_at
     data, out = write_input(tmp_path / "data"), tmp_path / "out"
     out.mkdir()
-    job = reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.4")
-    job["framework"] = "pytorch"
-    job["executes"] = "elastic.py"
-    job["tasks"]["worker"] = {"instances": 3, "min_instances": 2, "memory": "3g"}
-    job["conf"].update({"tony.elastic.regroup": "in-place", "tony.elastic.max-membership-changes": "4"})
+    job = elastic_reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.4",
+                             {"tony.elastic.regroup": "in-place", "tony.elastic.max-membership-changes": "4"})
     h = TonyClient("local").submit(load_job(job))
     st = running_at(h, 10)
     kill_container(st, "worker:1")
@@ -213,13 +220,10 @@ def test_under_torchs_agent_a_regroup_and_a_relaunched_session_in_one_epoch_read
     data, out = write_input(tmp_path / "data"), tmp_path / "out"
     out.mkdir()
     # Rank 0 saves the step and the reader's state after every step; every trainer starts from it.
-    job = reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.25 --save")
-    job["framework"] = "pytorch"
-    job["executes"] = "elastic.py"
-    job["tasks"]["worker"] = {"instances": 3, "min_instances": 2, "memory": "3g"}
-    job["conf"].update({"tony.elastic.regroup": "restart", "tony.elastic.fallback-timeout-ms": "1",
-                        # the replacement held back below is not taken for lost while it is
-                        "tony.task.heartbeat-timeout-ms": "600000", "tony.task.max-missed-heartbeats": "600"})
+    job = elastic_reader_job(data, out, "--global-batch 30 --epochs 1 --step-sleep 0.25 --save",
+                             {"tony.elastic.regroup": "restart", "tony.elastic.fallback-timeout-ms": "1",
+                              # the replacement held back below is not taken for lost while it is
+                              "tony.task.heartbeat-timeout-ms": "600000", "tony.task.max-missed-heartbeats": "600"})
     h = TonyClient("local").submit(load_job(job))
 
     def step(s) -> int:

@@ -17,6 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The tony commands the tests run keep no skein driver for a next command: a detached driver
+# would outlive the test's cluster by its idle time. The detached driver's own test sets its own.
+os.environ.setdefault("TONY_DRIVER_IDLE_S", "0")
+
 
 def shared_dir() -> Path:
     return Path(os.environ.get("TONY_SHARED_DIR") or REPO.parent / "shared")

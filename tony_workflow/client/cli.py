@@ -484,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     try:
         args.backend = args.backend or default_backend()
+        if args.backend == "yarn":  # a command lives for seconds: its driver is kept for the next one
+            from ..backends.yarn.driver import detach_drivers
+            detach_drivers()
         status: int = args.fn(args)
         sys.stdout.flush()  # here, where a reader gone away can still be answered
         return status

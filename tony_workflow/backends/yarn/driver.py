@@ -9,6 +9,17 @@ driver is reached with), and a later process for the same cluster and login conn
 rather than starting a JVM of its own (a ``tony submit`` beside an Airflow worker, say). When
 the owner exits its driver goes with it, and the next process starts one again.
 
+**A driver kept for the next command.** A ``tony`` command lives for seconds, and a driver's JVM
+takes seconds to start: the command (any front end that calls :func:`detach_drivers`) starts its
+driver in a process of its own instead, detached from the command, which serves the user's next
+commands until none has come for ``TONY_DRIVER_IDLE_S`` seconds (default 600; 0 keeps every
+driver in the process that started it, as before). It is the user's alone: it is recorded in the
+user's skein directory (mode 700) and reached with the user's skein certificate. Every use renews
+its lease (the record's modification time); idle past it, it stops its JVM, removes its record and
+exits, leaving nothing. On a Kerberized cluster a driver logged in from a ticket cache is not
+used once that cache holds a newer ticket than the driver started with (``kinit`` again): it is
+told to stop, and a new one starts with the new ticket.
+
 On a Kerberized cluster the driver logs in as the backend's login: with a principal and keytab it
 logs itself in (and renews from the keytab), else it takes the ticket ``kinit`` left in the cache
 that ``KRB5CCNAME`` names. It is the driver that obtains the application's delegation tokens (HDFS,
@@ -24,7 +35,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +48,8 @@ from ... import process
 from ...errors import ConfigError
 from ...kerberos import Login, is_secure
 
-__all__ = ["check_driver_can_start", "close_drivers", "driver_running", "shared_driver"]
+__all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_running", "idle_seconds",
+           "shared_driver"]
 
 # skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
 # polling threads in every child this process forks. A child that then closes its descriptors
@@ -43,6 +59,27 @@ __all__ = ["check_driver_can_start", "close_drivers", "driver_running", "shared_
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 _ENV_LOCK = threading.Lock()
+
+#: How long a detached driver waits for the next command before it stops (``TONY_DRIVER_IDLE_S``).
+DEFAULT_IDLE_S = 600.0
+#: How long a command waits for the detached driver it started to answer.
+_DETACHED_START_S = 120.0
+_DETACH = False
+
+
+def detach_drivers(yes: bool = True) -> None:
+    """Whether the drivers this process starts are started detached, kept for the user's next
+    commands (see the module's docstring): for short-lived front ends, the ``tony`` command."""
+    global _DETACH
+    _DETACH = yes
+
+
+def idle_seconds() -> float:
+    """How long a detached driver waits for a command (``TONY_DRIVER_IDLE_S``; 0: none is detached)."""
+    try:
+        return max(0.0, float(os.environ.get("TONY_DRIVER_IDLE_S", DEFAULT_IDLE_S)))
+    except ValueError:
+        return DEFAULT_IDLE_S
 
 
 @contextlib.contextmanager
@@ -114,9 +151,20 @@ def _forget_record(key: tuple[Any, ...], client: Any) -> None:
             path.unlink()
 
 
+def _ticket_time() -> float | None:
+    """When the ticket cache ``KRB5CCNAME`` names (a file) was last written: a ``kinit`` since."""
+    cache = os.environ.get("KRB5CCNAME", "")
+    path = cache[len("FILE:"):] if cache.startswith("FILE:") else (cache if cache.startswith("/") else "")
+    try:
+        return os.stat(path).st_mtime if path else None
+    except OSError:
+        return None
+
+
 def _neighbours_driver(key: tuple[Any, ...]) -> Any:
     """A client of the driver another process of this user runs for ``key``, or None when there is
-    none, or the one recorded has ended or does not answer."""
+    none, or the one recorded has ended, does not answer, or logged in before the ticket cache got a
+    newer ticket (it is told to stop: its record is removed). Using it renews its lease."""
     import skein
     path = _record(key)
     try:
@@ -124,14 +172,70 @@ def _neighbours_driver(key: tuple[Any, ...]) -> Any:
         address, pid, started = found["address"], int(found["pid"]), found.get("started")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not process.alive(pid, started):
+    ticket = _ticket_time() if len(key) > 3 and key[-1] else None
+    if not process.alive(pid, started) or (ticket is not None and started is not None and ticket > started):
         with contextlib.suppress(OSError):
             path.unlink()
         return None
     try:
-        return skein.Client(address=address, security=skein.Security.from_default())
+        client = skein.Client(address=address, security=skein.Security.from_default())
     except Exception:  # noqa: BLE001 - any failure to reach it means starting one of our own
         return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # its lease: a detached driver stops once none is renewed for its idle time
+    return client
+
+
+def _start_detached(key: tuple[Any, ...], conf: dict[str, str], conf_dir: Path, principal: str | None,
+                    keytab: str | None) -> Any:
+    """Starts this user's driver for ``key`` in a process of its own (``python -m`` this module)
+    and returns a client of it, once it answers. Its output goes to a log beside its record."""
+    record = _record(key)
+    record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    params = {"conf": conf, "conf_dir": str(conf_dir), "principal": principal, "keytab": keytab,
+              "idle": idle_seconds()}
+    with open(record.with_suffix(".log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.backends.yarn.driver"], stdin=subprocess.PIPE,
+                                stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                                env={**os.environ, "HADOOP_CONF_DIR": str(conf_dir)})
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(params).encode())
+    proc.stdin.close()
+    deadline = time.monotonic() + _DETACHED_START_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(record.read_text()).get("owner") == proc.pid:
+                client = _neighbours_driver(key)
+                if client is not None:
+                    return client
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    tail = record.with_suffix(".log").read_text(errors="replace")[-2000:] if record.with_suffix(".log").exists() else ""
+    raise ConfigError(f"skein's Java driver did not start in a process of its own: {tail.strip() or 'no output'}")
+
+
+def _serve(params: dict[str, Any]) -> None:
+    """A detached driver (see the module's docstring): starts the JVM, records it, and stops it
+    once its lease has not been renewed for its idle time, its record is gone or changed, or its
+    JVM has died."""
+    conf, principal, keytab, idle = params["conf"], params.get("principal"), params.get("keytab"), params["idle"]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stops the JVM on the way out (atexit)
+    client = shared_driver(conf, Path(params["conf_dir"]), principal, keytab)
+    record = _record(_driver_key(conf, principal, keytab))
+    proc = getattr(client, "_proc", None)
+    while True:
+        time.sleep(max(0.2, min(5.0, idle / 4)))
+        try:
+            held = json.loads(record.read_text()).get("address") == client.address
+            idle_for = time.time() - record.stat().st_mtime
+        except (OSError, ValueError):
+            break
+        if not held or idle_for > idle or (proc is not None and proc.poll() is not None):
+            break
+    close_drivers()
 
 
 def _answers(client: Any) -> bool:
@@ -170,14 +274,21 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
     with _DRIVERS_LOCK:
         client = _DRIVERS.get(key)
         proc = getattr(client, "_proc", None)
-        if client is not None and proc is None and not _answers(client):
-            client = None
+        if client is not None and proc is None:
+            if _answers(client):
+                with contextlib.suppress(OSError):
+                    os.utime(_record(key))  # a neighbour's driver, detached or not: its lease renewed
+            else:
+                client = None
         if client is None or (proc is not None and proc.poll() is not None):
             client = _neighbours_driver(key)
             if client is not None:
                 _DRIVERS[key] = client
                 return client
             check_driver_can_start()
+            if _DETACH and idle_seconds() > 0:
+                client = _DRIVERS[key] = _start_detached(key, conf, conf_dir, principal, keytab)
+                return client
             kwargs: dict[str, Any] = {"principal": principal, "keytab": keytab} if keytab else {}
             if is_secure(conf):
                 kwargs["java_options"] = _java_options()
@@ -215,3 +326,7 @@ def close_drivers(resource_manager: str | None = None) -> None:
 
 
 atexit.register(close_drivers)
+
+
+if __name__ == "__main__":
+    _serve(json.loads(sys.stdin.read()))

@@ -141,3 +141,56 @@ def test_another_process_of_the_user_submits_through_the_running_driver(yarn_clu
     third.stdin.close()
     assert third.wait(60) == 0
     wait_for(lambda: not (_driver_jvms() & own), timeout=30)
+
+
+def test_the_idle_time_of_a_detached_driver_comes_from_the_environment(monkeypatch):
+    from tony_workflow.backends.yarn.driver import DEFAULT_IDLE_S, idle_seconds
+    monkeypatch.setenv("TONY_DRIVER_IDLE_S", "30")
+    assert idle_seconds() == 30
+    monkeypatch.setenv("TONY_DRIVER_IDLE_S", "x")
+    assert idle_seconds() == DEFAULT_IDLE_S
+    monkeypatch.setenv("TONY_DRIVER_IDLE_S", "-5")
+    assert idle_seconds() == 0
+
+
+def _detached_drivers(skein_config: str) -> list:
+    """The detached drivers of a skein configuration directory: the processes serving one."""
+    import psutil
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if "tony_workflow.backends.yarn.driver" in " ".join(p.cmdline()) and \
+                    p.environ().get("SKEIN_CONFIG") == skein_config:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.yarn
+@pytest.mark.filterwarnings("ignore:Skein global security credentials not found")  # a fresh SKEIN_CONFIG
+def test_a_tony_commands_driver_waits_for_the_next_command_and_goes_when_idle(yarn_cluster, tmp_path):
+    import json
+
+    from tests.conftest import run_tony, sleeper_job
+    skein_config = str(tmp_path / "skein")
+    env = {"SKEIN_CONFIG": skein_config, "TONY_DRIVER_IDLE_S": "8", "TONY_HOME": str(tmp_path / "home")}
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps(sleeper_job("kept-driver", memory="256m", seconds=1)))
+    first = run_tony("--backend", "yarn", "submit", str(spec), env=env)
+    assert first.returncode == 0, first.stderr
+    # The command has ended; its driver has not: a process of its own, with its JVM under it.
+    [kept] = _detached_drivers(skein_config)
+    jvms = _driver_jvms(under=kept.pid)
+    assert len(jvms) == 1
+    records = list((tmp_path / "skein" / "tony-drivers").glob("*.json"))
+    assert len(records) == 1 and (records[0].parent.stat().st_mode & 0o077) == 0  # the user's alone
+    leased = records[0].stat().st_mtime
+    # The next command submits through it: no other driver, no other JVM, and its lease renewed.
+    second = run_tony("--backend", "yarn", "submit", str(spec), env=env)
+    assert second.returncode == 0, second.stderr
+    assert [p.pid for p in _detached_drivers(skein_config)] == [kept.pid]
+    assert _driver_jvms(under=kept.pid) == jvms and records[0].stat().st_mtime > leased
+    # Idle past its time, it stops its JVM, removes its record and is gone.
+    wait_for(lambda: not _detached_drivers(skein_config) and not (_driver_jvms() & jvms), timeout=90)
+    assert not records[0].exists()

@@ -35,8 +35,24 @@ class SpecIssue:
     def __str__(self) -> str:
         text = f"{self.key}: {self.message}"
         if self.value is not None:
-            text += f" (got {_shown(self.value, self.key)})"
+            text += f" (got {_shown(self.value, self.key)})" + _closest_allowed(self.value, self.message)
         return f"{self.source}: {text}" if self.source else text
+
+
+_QUOTED = re.compile(r"'([A-Za-z0-9_.*-]+)'")
+
+
+def _closest_allowed(value: object, message: str) -> str:
+    """"; did you mean 'x'?" when ``value`` is a near miss of a value ``message`` allows (those it
+    quotes, or lists after "allowed:"), else nothing."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 40 or "did you mean" in message:
+        return ""
+    allowed = set(_QUOTED.findall(message))
+    if "allowed:" in message:
+        allowed.update(w.strip(" .'") for w in message.split("allowed:", 1)[1].split(";")[0].split(","))
+    allowed.discard("")
+    close = difflib.get_close_matches(value.strip().lower(), sorted(allowed), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close and close[0] != value else ""
 
 
 #: How much of a bad value a message repeats: enough to recognise it, never a whole file.

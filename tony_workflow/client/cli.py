@@ -196,9 +196,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         files = handle.logs(args.task, into=Path(copies))
         if args.task and not files:
             tasks = ["am", *(t.task_id for t in handle.status().tasks)]
-            print(f"tony: {args.task} of {args.app_id} has no container yet, so no logs" if args.task in tasks
-                  else f"tony: no task {args.task!r} in {args.app_id} (its tasks: {', '.join(tasks)})", file=sys.stderr)
-            return 3
+            if args.task in tasks:
+                print(f"tony: {args.task} of {args.app_id} has no container yet, so no logs", file=sys.stderr)
+                return 0
+            # The application exists (3 would say it does not): the task named is a usage error.
+            print(f"tony: no task {args.task!r} in {args.app_id} (its tasks: {', '.join(tasks)})", file=sys.stderr)
+            return 2
         for name, path in files.items():
             if args.stdout_only and not name.split("#")[0].endswith("stdout"):
                 continue
@@ -300,9 +303,10 @@ def _clean_shipped(args: argparse.Namespace) -> int:
 BACKEND_HELP = "the cluster: local or yarn (default $TONY_BACKEND, else tony.client.backend in tony-site.xml, else local)"
 
 EXIT_CODES = """exit status:
-  0    done: the job succeeded, or the command did what it was asked
+  0    done: the job succeeded, or the command did what it was asked (a server,
+       tony history serve or tony tensorboard, stopped with Ctrl-C or SIGTERM)
   1    the job failed or was killed, or the cluster or a store failed
-  2    a usage or job spec error: nothing was submitted
+  2    a usage or job spec error (nothing was submitted), or no such task of a job
   3    no such application
   130  stopped following (Ctrl-C): the job keeps running"""
 

@@ -196,6 +196,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     try:
         server.run()
+    except KeyboardInterrupt:  # a server stopped as servers are (Ctrl-C), as tony tensorboard is: done, 0
+        pass
     finally:
         keeper.stop()
     return 0

@@ -235,3 +235,22 @@ def test_with_the_cluster_away_the_list_still_shows_the_history_and_says_so(tony
     app.state.pages.keeper.stop()
     assert page.status_code == 200 and "cannot be read now: the ResourceManager at rm:8032 did not answer" in page.text
     assert listed(page.text) == ["application_1_0001"]
+
+
+@pytest.mark.job
+def test_ctrl_c_stops_the_server_as_done(tony_home):
+    # A server is stopped by Ctrl-C as much as by SIGTERM: it ends 0 either way, as tony tensorboard does.
+    import signal
+    # A test worker ignores SIGINT, and so would its children: the command is given Python's own handler.
+    tony = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv = ['tony', 'history', 'serve', '--port', '0']; "
+            "runpy.run_module('tony_workflow.client.cli', run_name='__main__')")
+    serve = subprocess.Popen([sys.executable, "-c", tony], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=REPO)
+    try:
+        assert serve.stdout.readline().startswith("http://localhost:")
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(30) == 0
+        assert "Traceback" not in serve.stderr.read()
+    finally:
+        serve.kill()

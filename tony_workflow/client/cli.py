@@ -478,7 +478,34 @@ def error_report(error: TonyError) -> tuple[str, int]:
     raise AssertionError("TonyError is the last row")
 
 
+#: The extra of this project that installs a module a command may need, by the module's top name.
+EXTRAS = {"fastapi": "history", "uvicorn": "history", "multipart": "history", "skein": "yarn", "pyhdfs": "yarn",
+          "requests_gssapi": "yarn", "gssapi": "yarn", "pyarrow": "data", "fastavro": "data", "cramjam": "data",
+          "google_crc32c": "data", "tensorboard": "tensorflow", "tensorflow": "tensorflow",
+          "openlineage": "lineage", "airflow": "airflow"}
+
+
+def missing_extra(error: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install for a module that is not there; None for any other."""
+    module = (error.name or "").split(".", 1)[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (f"this needs {module}, which is not installed: pip install 'tony-workflow[{extra}]' (the {extra} extra)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as e:
+        line = missing_extra(e)
+        if line is None:
+            raise
+        print(f"tony: {line}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     serve = _history_serve(argv)
     if serve is not None:  # beside `tony history [APP]`, whose argument could be any word

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,16 @@ def test_data_inspect_says_what_an_input_holds_and_refuses_a_bad_one(tmp_path):
     bad = run_tony("data", "inspect", str(tmp_path))
     assert bad.returncode == 2 and "p2.parquet: not a readable Parquet file" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("module,argv,extra", [("fastapi", ["history", "serve", "--help"], "history"),
+                                               ("pyarrow", ["data", "inspect", "x.parquet"], "data")])
+def test_a_command_whose_extra_is_not_installed_names_it_in_one_line(module, argv, extra, tmp_path):
+    # The module made absent in the command's own interpreter, as in an install without the extra.
+    code = (f"import runpy, sys; sys.modules[{module!r}] = None; sys.argv = ['tony', *{argv!r}]; "
+            "runpy.run_module('tony_workflow.client.cli', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "TONY_HOME": str(tmp_path)}, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"tony: this needs {module}, which is not installed: pip install "
+                                f"'tony-workflow[{extra}]' (the {extra} extra)"), r.stderr

@@ -35,6 +35,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from ..advice import advise, runs_of
 from ..context import FIELDS
 from ..context import describe as describe_context
+from ..spec.table import TONY_DEFAULTS
 from ..spec.values import parse_acl
 from ..status import FINAL_STATES, check_application_id, progress_text
 from .access import Viewer, may_view
@@ -48,6 +49,18 @@ __all__ = ["JobPages", "chart", "charts", "render"]
 
 _TEMPLATES = Environment(loader=FileSystemLoader(str(Path(__file__).parent / "templates")),
                          autoescape=select_autoescape(["html"]))
+
+
+def _set_by_the_job(conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], int]:
+    """The keys a job's configuration holds at other values than their defaults (what it set), and
+    how many are left out: TonY's defaults include placeholders (``/path/to/tony-history``) that
+    would read as if the job had set them."""
+    conf = conf or {}
+    own = {k: v for k, v in conf.items() if TONY_DEFAULTS.get(k) != str(v)}
+    return own, len(conf) - len(own)
+
+
+_TEMPLATES.globals["set_by_the_job"] = _set_by_the_job
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 #: The list's filters on the context, by query parameter (tony list's options): the field each names.
 CONTEXT_FILTERS = {f.option: f.name for f in FIELDS if f.option}

@@ -254,3 +254,28 @@ def test_ctrl_c_stops_the_server_as_done(tony_home):
         assert "Traceback" not in serve.stderr.read()
     finally:
         serve.kill()
+
+
+def test_a_job_pages_configuration_shows_what_the_job_set_not_tonys_placeholders(tony_home, tmp_path):
+    from starlette.testclient import TestClient
+
+    from tony_workflow.client import TonyClient
+    from tony_workflow.web.access import TokenBook
+    from tony_workflow.web.server import create_server
+
+    history = JobHistory(LocalStorage(tony_home / "history"), retention_s=0)
+    r = record(1, user="svc")
+    # As a job's record keeps it: what it set, over TonY's defaults, placeholders among them.
+    r["conf"] = {"tony.worker.memory": "4g", "tony.worker.instances": "2", "tony.history.location": "/path/to/tony-history",
+                 "tony.keytab.user": "user1", "tony.am.memory": "2g"}
+    history.write(r)
+    (tmp_path / "tokens").write_text("")
+    (tmp_path / "tokens").chmod(0o600)
+    app = create_server(TonyClient("local"), TokenBook("svc", tmp_path / "tokens", owner_token=OWNER), index_ttl=0)
+    with TestClient(app) as c:
+        page = c.get("/jobs/application_1_0001", headers={"authorization": f"Bearer {OWNER}"}).text
+    app.state.pages.keeper.stop()
+    table = page.split('id="configuration"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r"<td>(tony\.[^<]+)</td>", table) == ["tony.worker.instances", "tony.worker.memory"], table
+    assert "/path/to/tony-history" not in page and "user1" not in page
+    assert "3 keys at their default left out" in page

@@ -127,7 +127,7 @@ def own_minicluster(directory: Path, **options) -> Iterator[dict]:
     from tony_workflow import minicluster
     from tony_workflow.backends.yarn.driver import close_drivers
 
-    info = minicluster.start(directory, **{"timeout": START_TIMEOUT, **options})
+    info = minicluster.start(directory, **{"timeout": START_TIMEOUT, "gpus_per_nm": 4, **options})
     saved = dict(os.environ)
     os.environ.update(minicluster.client_env(info))
     try:
@@ -147,7 +147,8 @@ def hadoop_cluster(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     d = tmp_path_factory.mktemp("minicluster")
-    info = minicluster.start(d, timeout=START_TIMEOUT)
+    # Four stand-in GPUs a NodeManager (the machine has none): the GPU scheduling tests ask for them.
+    info = minicluster.start(d, timeout=START_TIMEOUT, gpus_per_nm=4)
     yield info
     minicluster.stop(d)
 

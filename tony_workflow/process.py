@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["alive", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
+__all__ = ["alive", "detect_gpus", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
 
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 # Start times are whole clock ticks: equal for one process, a tick or more apart for two.
@@ -182,3 +182,18 @@ def login_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "tony"
+
+
+def detect_gpus() -> list[int]:
+    """This machine's NVIDIA GPUs, by index, as ``nvidia-smi`` lists them; none without it."""
+    import shutil
+    import subprocess
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [int(x) for x in out.split() if x.strip().isdigit()]

@@ -22,7 +22,7 @@ from .scheduling import parse_node_labels
 __all__ = ["add_parser", "build_parser", "main"]
 
 # start()'s defaults, shown by --help.
-_DEFAULTS = {"nodemanagers": 1, "datanodes": 1, "gpus_per_nm": 4, "nm_memory_mb": 16384, "nm_vcores": 16}
+_DEFAULTS = {"nodemanagers": 1, "datanodes": 1, "gpus_per_nm": None, "nm_memory_mb": 16384, "nm_vcores": 16}
 
 _PROG = "tony minicluster"
 _HELP = f"run a local Hadoop {HADOOP_VERSION} cluster (YARN + HDFS)"
@@ -114,7 +114,9 @@ def _add_commands(mc: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--nodemanagers", type=int, default=_DEFAULTS["nodemanagers"])
     s.add_argument("--datanodes", type=int, default=_DEFAULTS["datanodes"],
                    help="HDFS DataNodes; every block is kept on each of them, up to three")
-    s.add_argument("--gpus", type=int, default=_DEFAULTS["gpus_per_nm"], help="yarn.io/gpu per NodeManager")
+    s.add_argument("--gpus", type=int, default=_DEFAULTS["gpus_per_nm"],
+                   help="yarn.io/gpu per NodeManager (default: this machine's GPUs; more are stand-ins with no GPU "
+                        "behind them, for trying GPU scheduling)")
     s.add_argument("--memory-mb", type=int, default=_DEFAULTS["nm_memory_mb"], help="memory per NodeManager")
     s.add_argument("--vcores", type=int, default=_DEFAULTS["nm_vcores"], help="vcores per NodeManager")
     s.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the daemons")

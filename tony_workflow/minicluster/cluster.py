@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from ..process import alive, login_name, start_time, user_name
+from ..process import alive, detect_gpus, login_name, start_time, user_name
 from .build import (
     HADOOP_VERSION,
     JAVA_MODULE_OPTIONS,
@@ -190,7 +190,7 @@ def _check_ports(ports: dict[str, int]) -> None:
                                        "or 0 for any free port") from None
 
 
-def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int = 1, gpus_per_nm: int = 4,
+def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int = 1, gpus_per_nm: int | None = None,
           nm_memory_mb: int = 16384, nm_vcores: int = 16, timeout: float = 180.0, rm_port: int = 0,
           rm_web_port: int = 0, namenode_port: int = 0, webhdfs_port: int = 0, secure: bool = False,
           preemption: bool = False, node_labels: dict[str, list[int]] | None = None, max_priority: int = 0,
@@ -199,7 +199,9 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
     """Starts a mini cluster in ``directory`` (default ``$TONY_HOME/minicluster``) and returns its
     ``cluster.json``, once YARN has ``nodemanagers`` RUNNING NodeManagers and WebHDFS answers.
 
-    Each NodeManager advertises ``gpus_per_nm`` ``yarn.io/gpu`` (no GPU need exist),
+    Each NodeManager advertises ``gpus_per_nm`` ``yarn.io/gpu`` (default: this machine's GPUs, as
+    ``nvidia-smi`` lists them; more are stand-ins, declared without any GPU behind them, which
+    ``cluster.json`` says as ``gpus_stand_in``),
     ``nm_memory_mb`` MiB and ``nm_vcores`` vcores (virtual: not checked against the machine's
     cores). ``timeout`` bounds the wait for the daemons, not the one-time jar download. The
     ResourceManager's RPC and web ports and the NameNode's RPC and HTTP (WebHDFS) ports are free
@@ -232,6 +234,8 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
 
     Raises :class:`MiniClusterError` when a cluster already runs there or it cannot start.
     """
+    real_gpus = len(detect_gpus())
+    gpus_per_nm = real_gpus if gpus_per_nm is None else gpus_per_nm
     for name, value, least in (("nodemanagers", nodemanagers, 1), ("datanodes", datanodes, 1),
                                ("gpus_per_nm", gpus_per_nm, 0),
                                ("nm_memory_mb", nm_memory_mb, 1024), ("nm_vcores", nm_vcores, 1),
@@ -388,6 +392,7 @@ def start(directory: str | os.PathLike[str] | None = None, *, nodemanagers: int 
         "log": str(logs / "minicluster.log"),
         "nodemanagers": nodemanagers,
         "gpus_per_nm": gpus_per_nm,
+        "gpus_stand_in": gpus_per_nm > real_gpus,
         "nm_memory_mb": nm_memory_mb,
         "nm_vcores": nm_vcores,
         "secure": krb is not None,

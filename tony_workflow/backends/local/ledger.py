@@ -22,8 +22,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from typing import Any
 import psutil
 
 from ... import process
+from ...process import detect_gpus
 from ...spec import LocalCapacity
 from ...spec.site import tony_home
 from ..base import Capacity, ContainerRequest, Wait, check_fits
@@ -74,18 +73,6 @@ def next_application_id() -> str:
         c.setdefault("cluster_timestamp", int(time.time() * 1000))
         c["next_seq"] = c.get("next_seq", 0) + 1
         return f"application_{c['cluster_timestamp']}_{c['next_seq']:04d}"
-
-
-def detect_gpus() -> list[int]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
 @dataclass

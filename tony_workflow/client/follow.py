@@ -134,7 +134,7 @@ class Follower:
     that while. ``last`` is the last status read (None before the first).
     """
 
-    def __init__(self, read: Callable[[], JobStatus], progress_every: float = 15.0,
+    def __init__(self, read: Callable[[], JobStatus], progress_every: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, starting_after: float = 10.0):
         self._read = read
         self.last: JobStatus | None = None

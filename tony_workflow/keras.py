@@ -6,11 +6,19 @@ iteration count, so a run restored by ``BackupAndRestore`` carries on from where
 half second, plus each epoch's logs (validation metrics included) at its end. Outside a
 tony-workflow task it does nothing.
 
+Under a multi-worker strategy whose per-step logs are the sum over its replicas (a model's
+``distribute_reduction_method`` of ``"sum"``, which ``"auto"`` means in Keras 2), a batch's
+figures are divided by the number of replicas, so an accuracy never reads above 1. The
+epoch's logs need no such care: Keras reads them from the metrics, aggregated. The batch's are not
+read that way on purpose: reading an aggregated metric is a collective operation that every worker
+would have to do at the same step, and this callback reports by the clock.
+
 Pass the Keras you build the model with (``tf_keras`` for Keras 2, ``keras`` for Keras 3); a
 callback must derive from that Keras's own ``Callback`` class, so the class is made for it.
 """
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -29,6 +37,25 @@ def _numbers(logs: dict | None, prefix: str = "") -> dict[str, float]:
         except (TypeError, ValueError):
             continue  # a non-scalar log entry: not a metric to report
     return out
+
+
+def _replicas_summed(model: Any, keras: Any) -> int:
+    """How many replicas a batch's logs are the sum of: Keras sums them over the workers only
+    under a multi-worker ``MultiWorkerMirroredStrategy`` with the reduction ``"sum"`` (1 when
+    they are a mean, or one replica's)."""
+    tf = sys.modules.get("tensorflow")
+    strategy = getattr(model, "distribute_strategy", None)
+    try:
+        multi_worker = (tf is not None and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                        and bool(strategy.extended._in_multi_worker_mode()))
+        replicas = int(strategy.num_replicas_in_sync) if multi_worker else 1
+    except (AttributeError, TypeError, ValueError):
+        return 1
+    method = getattr(model, "distribute_reduction_method", None) or "auto"
+    if method == "auto":  # Keras 2 sums (off TPUs, and this strategy is not one), Keras 3 takes the mean
+        keras_2 = str(getattr(keras, "__version__", "")).startswith("2.")
+        method = "sum" if keras_2 else "mean"
+    return replicas if method == "sum" and replicas > 1 else 1
 
 
 def _callback_class(keras: Any) -> type:
@@ -58,7 +85,9 @@ def _callback_class(keras: Any) -> type:
             if now - self._last < self.every:
                 return  # report() merges calls anyway; this spares reading the step and the logs
             self._last = now
-            report(step=self._step(), total=self.total, **_numbers(logs))
+            summed = _replicas_summed(self.model, keras)
+            figures = {k: v / summed for k, v in _numbers(logs).items()}
+            report(step=self._step(), total=self.total, **figures)
 
         def on_epoch_end(self, epoch, logs=None):
             self._last = time.monotonic()

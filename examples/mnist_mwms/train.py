@@ -34,9 +34,10 @@ import tensorflow as tf
 import tf_keras as keras
 
 try:  # progress for the job's status, progress bar and hang detection
+    from tony_workflow import report
     from tony_workflow.keras import ProgressCallback
 except ImportError:  # run outside tony-workflow
-    ProgressCallback = None
+    ProgressCallback = report = None
 
 TAG = "[mnist]"
 SEED = 7
@@ -149,6 +150,13 @@ class ProgressLogger(keras.callbacks.Callback):
             loss = float((logs or {}).get("loss", float("nan"))) / replicas
             log(f"session={self.session} step={step} loss={loss:.4f}")
 
+    def on_epoch_end(self, epoch, logs=None):
+        # An epoch's figures come aggregated over the workers: no division.
+        logs = logs or {}
+        log(f"session={self.session} epoch={epoch + 1} "
+            f"loss={logs.get('loss', float('nan')):.4f} "
+            f"accuracy={logs.get('accuracy', float('nan')):.4f}")
+
 
 class StepSleeper(keras.callbacks.Callback):
     """Slows training down so that a run can be interrupted part-way."""
@@ -209,8 +217,8 @@ def main(argv=None):
     with strategy.scope():
         model = synthetic_mnist.build_model(keras)
     # Per-step logs hold each replica's running mean added up over all
-    # replicas ("auto" already means this for this strategy); pinning it keeps
-    # the division in ProgressLogger right should that default ever change.
+    # replicas (what "auto" means in Keras 2); pinning it keeps the division
+    # in ProgressLogger right should that default ever change.
     model.distribute_reduction_method = "sum"
 
     # TensorBoard events from every worker in one directory would clash;
@@ -280,7 +288,10 @@ def main(argv=None):
     for path in scratch_dirs:
         shutil.rmtree(path, ignore_errors=True)
 
-    log(f"session={session} done steps={steps} accuracy={accuracy:.4f}")
+    if report is not None:
+        report(val_loss=float(loss), val_accuracy=float(accuracy))
+    log(f"session={session} done steps={steps} "
+        f"val_loss={loss:.4f} val_accuracy={accuracy:.4f}")
     return 0
 
 

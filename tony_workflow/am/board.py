@@ -49,8 +49,10 @@ class Series:
         self.metrics: dict[str, list[float | None]] = {}
         self._last = 0.0
 
-    def add(self, now: float, status: JobStatus) -> None:
-        if now - self._last < self.every:
+    def add(self, now: float, status: JobStatus, force: bool = False) -> None:
+        """A point for ``now``, if ``every`` seconds passed since the last (with ``force``, if any
+        time did: the job's last figures are its end's, not what the last pass before it saw)."""
+        if now - self._last < self.every and not (force and now > self._last):
             return
         self._last = now
         n = len(self.t)
@@ -102,7 +104,9 @@ class StatusBoard:
     def series_dict(self) -> dict[str, Any]:
         return self.series.to_dict()
 
-    def save_series(self, path: Path) -> None:
+    def save_series(self, path: Path, now: float) -> None:
+        """Writes the figures' history, ending on a point for ``now``."""
+        self.series.add(now, self.status, force=True)
         try:
             path.write_text(json.dumps(self.series.to_dict()))
         except OSError:

@@ -564,7 +564,7 @@ class ApplicationMaster(AMState):
         from ..history import record_history  # the store's client: imported only as the job ends
 
         # The record first: once the cluster hears the end (YARN), the AM's container may be stopped.
-        self.board.save_series(self.app_dir / SERIES_FILE)
+        self.board.save_series(self.app_dir / SERIES_FILE, time.time())
         record_history(self.app_dir, self.status.backend, self.cluster.board_store())
         try:
             self.cluster.release()

@@ -100,7 +100,9 @@ def show_record(r: dict) -> None:
         print(f"  progress: {progress_text(r['progress'], metrics=8)}")
     for name, line in ((r.get("series") or {}).get("metrics") or {}).items():
         points = [v for v in line if v is not None]
-        if points:
+        if len(points) == 1:
+            print(f"  {name}: {points[0]:.4g} (1 point)")
+        elif points:
             print(f"  {name}: {points[0]:.4g} first, {min(points):.4g} to {max(points):.4g}, {points[-1]:.4g} last "
                   f"({len(points)} points)")
     if r.get("elastic"):

@@ -161,7 +161,8 @@ class ReportInbox:
         self._count = 0
         self._at = 0.0
         self._closed = False
-        threading.Thread(target=self._receive, name="reports", daemon=True).start()
+        self._receiver = threading.Thread(target=self._receive, name="reports", daemon=True)
+        self._receiver.start()
 
     def environment(self) -> dict[str, str]:
         return {ADDRESS_ENV: self.address, KEY_ENV: self.key}
@@ -199,16 +200,21 @@ class ReportInbox:
         return True
 
     def drain(self) -> None:
-        """Takes every datagram already waiting, in the caller's thread: the last reports of a
-        process that has just exited, before the final heartbeat."""
-        # MSG_DONTWAIT does not make recv return at once: a socket with a timeout (the receiving
-        # thread's) is first polled for up to that timeout. Poll without waiting instead.
+        """Takes every datagram still waiting, in the caller's thread: the last reports of a process
+        that has just exited, before the final heartbeat. The receiving thread is stopped first: a
+        datagram it had taken off the socket but not yet kept would otherwise miss that heartbeat.
+        Nothing is received after this."""
+        self._closed = True
+        if self._receiver is not threading.current_thread():
+            self._receiver.join(timeout=2.0)  # its recv waits at most the socket's timeout
+        # MSG_DONTWAIT does not make recv return at once: a socket with a timeout is first polled
+        # for up to that timeout. Poll without waiting instead.
         while True:
             try:
                 if not select.select([self.sock], [], [], 0)[0]:
                     return
                 data = self.sock.recv(65536)
-            except (OSError, ValueError):  # the receiving thread took it first (timeout), or closed
+            except (OSError, ValueError):  # closed
                 return
             self.accept(data)
 

@@ -53,6 +53,46 @@ def test_mwms_example_succeeds_through_the_cli(tony_home):
     outs = [p.read_text() for p in sorted(app_dir.glob("containers/*/stdout"))]
     steps = [re.findall(r"step=(\d+) loss=([\d.]+)", o) for o in outs]
     assert steps[0] and steps[0] == steps[1]
+    figures_shown_are_the_chiefs(st["application_id"], app_dir, stdout=outs[0])
+
+
+def figures_shown_are_the_chiefs(app_id: str, app_dir: Path, stdout: str) -> None:
+    """What the chief printed at its last epoch's end and after scoring, against what the job's
+    history shows: ``tony history --json``, ``tony history`` and the job's page."""
+    from starlette.testclient import TestClient
+
+    from tony_workflow.client import TonyClient
+    from tony_workflow.web.access import TokenBook
+    from tony_workflow.web.server import create_server
+
+    *_, (loss, accuracy) = re.findall(r"epoch=3 loss=([\d.]+) accuracy=([\d.]+)", stdout)
+    (val_loss, val_accuracy), = re.findall(r"done steps=120 val_loss=([\d.]+) val_accuracy=([\d.]+)", stdout)
+    printed = {"loss": loss, "accuracy": accuracy, "val_loss": val_loss, "val_accuracy": val_accuracy}
+
+    shown = run_tony("history", app_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    record = json.loads(shown.stdout)
+    last = {k: record["progress"]["metrics"][k] for k in printed}
+    assert {k: f"{v:.4f}" for k, v in last.items()} == printed
+    lines = record["series"]["metrics"]
+    assert {k: f"{[v for v in lines[k] if v is not None][-1]:.4f}" for k in printed} == printed
+    assert all(0 <= v <= 1 for v in lines["accuracy"] if v is not None), lines["accuracy"]
+
+    text = run_tony("history", app_id).stdout
+    for name, value in printed.items():
+        (last_shown,) = re.findall(rf"^  {name}: (?:.* )?([\d.]+) (?:last|\(1 point\))", text, re.MULTILINE)
+        assert float(last_shown) == pytest.approx(float(value), abs=1e-3), (name, text)
+
+    token = "owner-token-0123456789"
+    app = create_server(TonyClient("local"), TokenBook("svc", owner_token=token), index_ttl=0)
+    with TestClient(app) as c:
+        page = c.get(f"/jobs/{app_id}", headers={"authorization": f"Bearer {token}"})
+    app.state.pages.keeper.stop()
+    assert page.status_code == 200, page.text[:2000]
+    (progress,) = re.findall(r'<p id="progress">(.*?)</p>', page.text)
+    for name, value in printed.items():
+        (on_page,) = re.findall(rf"\b{name}=([\d.]+)", progress)
+        assert float(on_page) == pytest.approx(float(value), abs=1e-3), (name, progress)
 
 
 def test_mwms_tonyxml_spec_runs(tony_home):

@@ -64,3 +64,20 @@ def test_numpy_scalars_and_nan_are_handled(inbox):
     reporting.report(step=np.int64(7), total=np.int32(10), loss=np.float32(0.25), bad=float("nan"))
     snap = wait_for(lambda: inbox.snapshot(), timeout=5, interval=0.05)
     assert (snap["step"], snap["total"], snap["metrics"]) == (7, 10, {"loss": 0.25})
+
+
+def test_drain_keeps_the_last_reports_of_an_exited_process_and_then_stops_receiving(inbox):
+    """A real process reports and exits at once (its last report sent as it exits); drain() keeps
+    every datagram it sent, whichever thread had taken it, and leaves no thread receiving."""
+    import subprocess
+    import sys
+
+    code = ("from tony_workflow import report\n"
+            "for step in range(1, 51):\n"
+            "    report(step=step, total=50, loss=1.0 / step)\n"
+            "report(val_accuracy=0.75)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    inbox.drain()
+    snap = inbox.snapshot()
+    assert snap["step"] == 50 and snap["metrics"] == {"loss": 1.0 / 50, "val_accuracy": 0.75}
+    assert not inbox._receiver.is_alive()

@@ -72,7 +72,10 @@ def validate_project(project: Project, params: dict[str, str] | None = None) -> 
                                  project_dir=project.root)
         except SpecError as exc:
             issues, spec = exc.issues, None
-        entry["errors"] = [str(issue) for issue in issues]
+            if exc.spec is not None:  # every problem at once: the paths of a spec with bad values too
+                issues = [*issues, *path_issues(exc.spec, instance.props, source=instance.node.source,
+                                                origins=instance.props.origins(), project_dir=project.root)]
+        entry["errors"] = list(dict.fromkeys(str(issue) for issue in issues))
         if spec is not None and not issues:
             entry["errors"] += _never_fits(spec, instance, backends, warnings)
             inputs, input_errors = _inputs(spec, instance)

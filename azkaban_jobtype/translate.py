@@ -160,7 +160,7 @@ def translate(props: Mapping[str, str], *, source: str | None = None,
     if spec is not None and check_paths:
         issues.extend(path_issues(spec, props, source=source, origins=origins, project_dir=base_dir))
     if issues:
-        raise SpecError(issues)
+        raise SpecError(issues, spec=spec)  # the spec as far as it could be read: its paths are still checked
     return spec
 
 

@@ -62,8 +62,12 @@ class SpecError(TonyError, ValueError):
     """A spec that cannot be used. ``issues`` lists every problem found (each a
     :class:`~tony_workflow.spec.errors.SpecIssue`); ``str()`` gives one per line."""
 
-    def __init__(self, issues: Iterable[Any]):
-        self.issues = list(issues)
+    def __init__(self, issues: Iterable[Any], spec: Any = None):
+        # A problem found by two checks is said once.
+        self.issues = list({str(issue): issue for issue in issues}.values())
+        #: the spec as far as it could be read despite these problems (a JobSpec, or None): what
+        #: the checks after loading can still look at, so that every problem is said at once
+        self.spec = spec
         super().__init__(self.issues)
 
     def __str__(self) -> str:

@@ -228,3 +228,17 @@ def test_validate_shows_each_jobs_inputs_and_refuses_a_bad_one(tmp_path):
     assert any("has no column idd" in e and "did you mean id" in e for e in jobs["bad"]["errors"]), jobs["bad"]
     assert r.returncode == 2
     assert "input train: parquet, 1 files, 10 rows" in run_cli("validate", str(project)).stdout
+
+
+def test_a_job_with_three_problems_has_three_errors_said(tmp_path):
+    """A misspelled key, a value that does not parse and a missing script, in one job: all three
+    are said, and counted as three."""
+    root = project_with(tmp_path, {"three": "type=TensorFlowJob\nexecutes=trian.py\ntony.worker.instances=2\n"
+                                            "tony.worker.memroy=2g\ntony.worker.vcores=x\n"})
+    r = run_cli("validate", str(root))
+    assert r.returncode == 2
+    assert "cannot be submitted: 3 errors (listed on stderr)" in r.stdout
+    for said in ("three.job: tony.worker.memroy (line 4): unknown key (did you mean tony.worker.memory?)",
+                 "three.job: tony.worker.vcores (line 5): must be an integer >= 1 (got 'x')",
+                 "three.job: executes (line 2): is not a file in src_dir"):
+        assert said in r.stderr, r.stderr

@@ -80,7 +80,11 @@ def executes_problem(spec: JobSpec) -> str | None:
     Without ``src_dir`` the script is the nodes' own, which only the nodes can tell."""
     if not spec.executes or not spec.src_dir or not Path(spec.src_dir).is_dir():
         return None
-    runners = [task_key(t, "command") for t in spec.tasks] or ["tony.am.command"]
+    try:
+        types = list(spec.tasks)
+    except SpecError:  # a type's values do not parse (said elsewhere): its script is still checked
+        types = spec.declared_types()
+    runners = [task_key(t, "command") for t in types] or ["tony.am.command"]
     if all(spec.get(key) or spec.container_command for key in runners):
         return None
     try:
@@ -284,11 +288,13 @@ class TonyClient:
     def __init__(self, backend: str | Backend = "local", **backend_kwargs: object):
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_kwargs)
 
-    def submit(self, spec: JobSpec) -> JobHandle:
+    def submit(self, spec: JobSpec, *, checked: bool = False) -> JobHandle:
         """Validates ``spec`` (raising :class:`SpecError` listing every problem, with nothing
         submitted), checks the cluster can ever hold it (:class:`SubmissionRefused`, naming the key
-        to change, otherwise), and starts the application."""
-        spec = self.preflight(spec)
+        to change, otherwise), and starts the application. ``checked``: the spec is what
+        :meth:`preflight` or :meth:`checked` returned, not to be checked again."""
+        if not checked:
+            spec = self.preflight(spec)
         app_id = self.backend.submit(spec)
         handle = JobHandle(app_id, self.backend, spec)
         # Return once the AM answers, so callers can show the tracking URL straight away.
@@ -315,6 +321,22 @@ class TonyClient:
         if issues:
             raise SpecError(issues)
         return with_manifest(spec, plans)
+
+    def checked(self, load: Callable[[], JobSpec]) -> JobSpec:
+        """The spec ``load()`` gives (:func:`load_job`), through :meth:`preflight`: every problem
+        of both at once, in one SpecError. A spec that loads with problems (an unknown field, a
+        value that does not parse) is still checked as far as it could be read."""
+        try:
+            return self.preflight(load())
+        except SpecError as exc:
+            if exc.spec is None:
+                raise
+            found = exc.issues
+            try:
+                self.preflight(exc.spec)
+            except SpecError as more:
+                found = [*found, *more.issues]
+            raise SpecError(found) from None
 
     def attach(self, app_id: str) -> JobHandle:
         """A handle on an existing application; :class:`UnknownApplication` if the cluster does not

@@ -27,7 +27,7 @@ from ..errors import (
     UsageError,
 )
 from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
-from ..status import JobStatus, TaskStatus, hanging
+from ..status import JobStatus, TaskStatus, counted, hanging
 from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
 from .data import cmd_data_inspect
@@ -106,10 +106,12 @@ def _say(line: str) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    spec = submitted_spec(args)
     client = TonyClient(args.backend)
+    spec = client.checked(lambda: submitted_spec(args))
+    if args.dry_run:
+        return _valid(spec, args)
     with saying(_say):
-        handle = client.submit(spec)
+        handle = client.submit(spec, checked=True)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
     print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
     if not args.wait:
@@ -119,6 +121,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
               f"'{_tony(args)} logs {handle.app_id}'", file=sys.stderr, flush=True)
         return 0
     return _follow_to_the_end(handle, args)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Every check ``tony submit`` makes, every problem at once (exit 2), nothing submitted."""
+    return _valid(TonyClient(args.backend).checked(lambda: submitted_spec(args)), args)
+
+
+def _valid(spec: JobSpec, args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps(spec.to_dict(), indent=1))
+        return 0
+    print(f"{spec.source or 'the job'}: valid; nothing was submitted")
+    for task in spec.tasks.values():
+        r = task.resources
+        print(f"  {task.type}: {counted(task.instances, 'instance')} of {r.memory_mb} MB, "
+              f"{counted(r.vcores, 'vcore')}, {counted(r.gpus, 'GPU')}; runs {task.command or '-'}")
+    return 0
 
 
 def _tony(args: argparse.Namespace) -> str:
@@ -346,7 +365,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="files every container is given, e.g. an hdfs:// directory (tony.containers.resources)")
     s.add_argument("--sidecar-tensorboard-log-dir", "--sidecar_tensorboard_log_dir", dest="tensorboard_log_dir",
                    metavar="DIR", help="a TensorBoard task serves this directory (tony.application.tensorboard-log-dir)")
+    s.add_argument("--dry-run", action="store_true",
+                   help="check the job as submitting would, every problem at once (exit 2), and submit nothing")
     s.set_defaults(fn=cmd_submit)
+    v = sub.add_parser("validate", parents=[], add_help=True, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       help="check a job as submit would (every problem at once, exit 2) and submit nothing")
+    for action in s._actions:
+        if action.dest not in ("help", "wait", "poll_interval", "dry_run"):
+            v._add_action(action)
+    v.set_defaults(fn=cmd_validate)
 
     for name, fn, helptext in (("status", cmd_status, "show an application's status (--wait: follow it)"),
                                ("kill", cmd_kill, "kill an application")):

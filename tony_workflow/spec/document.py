@@ -18,6 +18,7 @@ from .data import DATA_FIELDS, DATA_NAME
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .model import JobSpec
 from .table import TASK_KEYS, TONY_DEFAULTS
+from .validation import problems as validation_problems
 from .values import conf_value, parse_env
 
 if TYPE_CHECKING:
@@ -241,10 +242,16 @@ def spec_from_mapping(data: object, *, source: str | None = None) -> JobSpec:
         raise error("document", type(data).__name__, "the top level must be a mapping of fields", source)
     reader = DocumentReader(source)
     reader.read(data)
-    if reader.issues:
-        raise SpecError(reader.issues)
-    return JobSpec(conf={**TONY_DEFAULTS, **reader.conf}, source=source, key_origin=reader.origin,
-                   **reader.args)
+    if not reader.issues:
+        return JobSpec(conf={**TONY_DEFAULTS, **reader.conf}, source=source, key_origin=reader.origin,
+                       **reader.args)
+    # The rest of the document is still checked, so that every problem is said at once.
+    try:
+        partial = JobSpec(conf={**TONY_DEFAULTS, **reader.conf}, source=source, key_origin=reader.origin,
+                          **reader.args)
+    except SpecError as exc:
+        raise SpecError([*reader.issues, *exc.issues]) from None
+    raise SpecError([*reader.issues, *validation_problems(partial)], spec=partial)
 
 
 #: Aliases one YAML document may use: enough for anchors shared between task types, far too few

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .document import parse_json, parse_yaml, spec_from_mapping, xml_conf
-from .errors import error
+from .errors import SpecError, SpecIssue, error
 from .keys import CLIENT_DEFAULTS, LOCAL_CLUSTER_DEFAULTS
 from .model import JobSpec
 from .render import render_template
@@ -117,10 +117,25 @@ def load_spec(path_or_text: str | os.PathLike[str], *, overrides: Iterable[str] 
         data = parse_json(text, source) if kind == "json" else parse_yaml(text, source)
         if data is None:
             raise error("document", None, "the spec is empty; expected a mapping of fields", source)
-        spec = spec_from_mapping(data, source=source)
+        try:
+            spec = spec_from_mapping(data, source=source)
+        except SpecError as exc:
+            if exc.spec is None or not overrides:
+                raise
+            raise SpecError(exc.issues, spec=_overridden(exc.spec, overrides, overrides_origin, exc.issues)) from None
     if overrides:
         spec = spec.with_overrides(overrides, overrides_origin)
     return spec
+
+
+def _overridden(spec: JobSpec, overrides: Iterable[str] | Mapping[str, object], origin: str,
+                issues: list[SpecIssue]) -> JobSpec:
+    """``spec`` with ``overrides`` applied where they can be; their own problems join ``issues``."""
+    try:
+        return spec.with_overrides(overrides, origin)
+    except SpecError as exc:
+        issues.extend(exc.issues)
+        return spec
 
 
 def site_path(conf_dir: str | os.PathLike[str] | None = None) -> Path | None:
@@ -157,12 +172,35 @@ def load_job(spec: str | os.PathLike[str] | Mapping[str, object], *,
     names the overrides in what is said of them (``--conf``, or an operator's ``conf``).
     Does not validate; :meth:`tony_workflow.client.TonyClient.submit` does.
     """
-    if isinstance(spec, Mapping):
-        loaded = spec_from_mapping(spec)
-        if conf:
-            loaded = loaded.with_overrides(conf, conf_origin)
-    else:
-        loaded = load_spec(spec, overrides=conf, variables=variables, overrides_origin=conf_origin)
+    problems: list[SpecIssue] = []  # found while loading, where the rest could still be read
+    try:
+        if isinstance(spec, Mapping):
+            loaded = spec_from_mapping(spec)
+            if conf:
+                loaded = loaded.with_overrides(conf, conf_origin)
+        else:
+            loaded = load_spec(spec, overrides=conf, variables=variables, overrides_origin=conf_origin)
+    except SpecError as exc:
+        if exc.spec is None:
+            raise
+        problems = exc.issues
+        loaded = exc.spec if not isinstance(spec, Mapping) or not conf else _overridden(exc.spec, conf, conf_origin,
+                                                                                       problems)
+    try:
+        resolved = _resolved(loaded, conf, base_dir, fields)
+    except SpecError as exc:
+        if not problems:
+            raise
+        raise SpecError([*problems, *exc.issues]) from None
+    if problems:
+        raise SpecError(problems, spec=resolved)
+    return resolved
+
+
+def _resolved(loaded: JobSpec, conf: Iterable[str] | Mapping[str, object], base_dir: str | os.PathLike[str] | None,
+              fields: Mapping[str, object]) -> JobSpec:
+    """``loaded`` with the site's settings, ``fields`` and its local paths made absolute (see
+    :func:`load_job`)."""
     # The site's job settings apply to every job; its tony.local.* keys are the local cluster's
     # own (spec.site reads them) and its client settings (tony.client.*, the history server's
     # address) the tony command's, not the job's.

@@ -249,3 +249,41 @@ def test_a_command_whose_extra_is_not_installed_names_it_in_one_line(module, arg
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == (f"tony: this needs {module}, which is not installed: pip install "
                                 f"'tony-workflow[{extra}]' (the {extra} extra)"), r.stderr
+
+
+def test_validate_and_dry_run_say_every_problem_at_once_and_submit_nothing(tony_home, tmp_path):
+    """A misspelled field, a value that does not parse and a missing script: three problems, said
+    together by `tony validate` and `tony submit --dry-run`, exit 2; fixed, the job is described,
+    exit 0. Neither submits anything."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    spec = tmp_path / "three.yaml"
+    spec.write_text("name: three\nframework: tensorflow\nexecutes: trian.py\nsrc_dir: .\n"
+                    "tasks:\n  worker: {instances: 2, memroy: 2g, vcores: x}\n")
+    problems = ["tasks.worker.memroy: unknown task field (did you mean 'memory'?)",
+                "tasks.worker.vcores (tony.worker.vcores): must be an integer >= 1 (got 'x')",
+                "executes: is not a file in src_dir", "(did you mean train.py?)"]
+    for command in (["validate", str(spec)], ["submit", str(spec), "--dry-run"]):
+        r = run_tony(*command)
+        assert r.returncode == 2, r
+        assert all(p in r.stderr for p in problems), r.stderr
+        assert r.stderr.count("\n") == 4 and "Traceback" not in r.stderr  # the heading and one line each
+    xml = tmp_path / "three.xml"
+    xml.write_text("<configuration>" + "".join(
+        f"<property><name>{k}</name><value>{v}</value></property>" for k, v in
+        [("tony.worker.instances", "2"), ("tony.worker.memroy", "2g"), ("tony.worker.vcores", "x"),
+         ("tony.application.framework", "tensorfow")]) + "</configuration>")
+    r = run_tony("validate", str(xml), "--executes", "train.py", "--src-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert all(p in r.stderr for p in ["tony.worker.memroy: unknown key (did you mean tony.worker.memory?)",
+                                       "tony.worker.vcores: must be an integer >= 1 (got 'x')",
+                                       "(got 'tensorfow'); did you mean 'tensorflow'?"]), r.stderr
+
+    spec.write_text(spec.read_text().replace("memroy: 2g, vcores: x", "memory: 2g").replace("trian", "train"))
+    r = run_tony("validate", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert "valid; nothing was submitted" in r.stdout
+    assert "worker: 2 instances of 2048 MB, 1 vcore, 0 GPUs; runs python train.py" in r.stdout
+    as_json = run_tony("submit", str(spec), "--dry-run", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["conf"]["tony.worker.instances"] == "2"
+    apps = tony_home / "local" / "apps"
+    assert not apps.exists() or not any(apps.iterdir()), "nothing was submitted"

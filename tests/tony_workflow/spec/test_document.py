@@ -172,7 +172,8 @@ def test_unknown_fields_suggest_the_close_one():
         spec_from_mapping({"framwork": "tensorflow", "tasks": {"worker": {"instance": 2}}, "am": {"cores": 1}},
                           source="job.yaml")
     keys = [issue.key for issue in info.value.issues]
-    assert keys == ["framwork", "tasks.worker.instance", "am.cores"]
+    # The rest of the document is checked too: with its instances misspelled, the worker has no command.
+    assert keys == ["framwork", "tasks.worker.instance", "am.cores", "tony.worker.command"]
     message = str(info.value)
     assert "did you mean 'framework'?" in message and "did you mean 'instances'?" in message
     assert "job.yaml: framwork: unknown field" in message

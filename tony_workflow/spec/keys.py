@@ -128,6 +128,9 @@ LOCAL_CLUSTER_DEFAULTS: dict[str, str] = {
     # A container over its memory is killed, as YARN's NodeManager does (same names, same defaults).
     "tony.local.pmem-check-enabled": "true",
     "tony.local.container-monitor-interval-ms": "3000",
+    # A smaller memory request is raised to this, as YARN's scheduler does (its key's name and the
+    # mini cluster's value; YARN's own default is 1024).
+    "tony.local.minimum-allocation-mb": "128",
 }
 
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")

@@ -50,6 +50,9 @@ class LocalSettings:
     pmem_check: bool = True
     #: how often containers' memory is measured
     monitor_interval_ms: int = 3000
+    #: the least memory a container is given: a smaller request is raised to it, as YARN's
+    #: scheduler does with yarn.scheduler.minimum-allocation-mb
+    minimum_mb: int = 128
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, str], source: str | None = None) -> LocalSettings:
@@ -80,6 +83,7 @@ class LocalSettings:
         retention = typed("tony.local.retention-sec", lambda v: parse_int(v, 0))
         pmem_check = typed("tony.local.pmem-check-enabled", parse_bool)
         interval = typed("tony.local.container-monitor-interval-ms", lambda v: parse_int(v, 100))
+        minimum = typed("tony.local.minimum-allocation-mb", lambda v: parse_int(v, 1))
         whitelist = tuple(parse_list(values["tony.local.env-whitelist"]))
         bad = [p for p in whitelist if not _whitelist_entry_ok(p)]
         if bad:
@@ -89,9 +93,10 @@ class LocalSettings:
             raise SpecError(issues)
         # typed() gives None only with an issue recorded, and every issue was raised just above.
         assert oversubscription is not None and retention is not None and interval is not None
+        assert minimum is not None
         capacity = LocalCapacity(memory_mb=memory_mb, vcores=vcores, gpus=gpu_indices,
                                  oversubscription=oversubscription)
-        return cls(capacity, bool(fork_server), whitelist, retention, bool(pmem_check), interval)
+        return cls(capacity, bool(fork_server), whitelist, retention, bool(pmem_check), interval, minimum)
 
     def inherited_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The part of ``environ`` that the whitelist lets a local job inherit from its submitter."""
@@ -109,7 +114,7 @@ class LocalSettings:
             cap["gpus"] = tuple(cap["gpus"])
         return cls(LocalCapacity(**cap), bool(data["fork_server"]), tuple(data["env_whitelist"]),
                    int(data.get("retention_s", 7 * 86400)), bool(data.get("pmem_check", True)),
-                   int(data.get("monitor_interval_ms", 3000)))
+                   int(data.get("monitor_interval_ms", 3000)), int(data.get("minimum_mb", 128)))
 
 
 def _gpu_indices(text: str) -> tuple[int, ...] | None:

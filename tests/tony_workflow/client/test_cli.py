@@ -287,3 +287,16 @@ def test_validate_and_dry_run_say_every_problem_at_once_and_submit_nothing(tony_
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["conf"]["tony.worker.instances"] == "2"
     apps = tony_home / "local" / "apps"
     assert not apps.exists() or not any(apps.iterdir()), "nothing was submitted"
+
+
+def test_a_memory_below_the_clusters_minimum_is_raised_to_it_and_said(tony_home, tmp_path):
+    """2 MB cannot hold a Python: the embedded cluster gives the minimum allocation, 128 MB, as YARN
+    would, says so naming the key, and the job runs with what it is given."""
+    p = write_job(tmp_path, command="python -c 'print(42)'", tasks={"worker": {"instances": 1, "memory": "2m"}})
+    r = run_tony("submit", str(p), "--wait", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ("warning: tasks.worker.memory (tony.worker.memory): 2 MB is below the cluster's minimum allocation, "
+            "128 MB (tony.local.minimum-allocation-mb): the container is given 128 MB") in r.stderr
+    app = json.loads(r.stdout)["application_id"]
+    kept = json.loads((tony_home / "local" / "apps" / app / "spec.json").read_text())
+    assert kept["conf"]["tony.worker.memory"] == "128m" and kept["conf"]["tony.am.memory"] == "128m"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -304,7 +305,11 @@ class LocalBackend(Backend):
         return settings
 
     def submit(self, spec: JobSpec) -> str:
-        settings = self.check_fits(spec)
+        settings = local_settings()
+        spec, raised = spec.with_minimum_memory(settings.minimum_mb, "tony.local.minimum-allocation-mb")
+        for line in raised:
+            logging.getLogger("tony.ship").warning(line)
+        settings = self.check_fits(spec, settings)
         clean_now_and_then(cluster_dir(), settings.retention_s)
         app_id = next_application_id()
         d = self.app_dir(app_id)

@@ -329,6 +329,11 @@ class YarnBackend(Backend):
         if spec.proxy_user:
             spec = act_as(spec, self.submitting_user(), str(self.conf_dir), login)
         gang = self.check_fits(spec, rm)
+        # YARN gives a smaller request its minimum allocation: the job is told what it is given.
+        spec, raised = spec.with_minimum_memory(minimum_allocation(gang.queue_info)[0],
+                                                "yarn.scheduler.minimum-allocation-mb")
+        for line in raised:
+            logging.getLogger("tony.ship").warning(line)
         plan = self._start_plan(spec, rm, gang, login)
         try:
             return plan.asked(self._submit(spec, rm, gang, plan, login))

@@ -59,3 +59,24 @@ def test_the_marker_check_can_fail(tmp_path):
     assert found_in("tasks:\n  worker: {instances: 2}\n", source)
     assert found_in("    tasks:\n      worker: {instances: 2}\n", source)  # indented as a block in a list
     assert not found_in("tasks:\n  worker: {instances: 3}\n", source)
+
+
+def test_the_readmes_airflow_quick_start_is_what_make_run_runs():
+    """The three commands a reader pastes set Airflow up as ``make run`` does (which runs the same
+    DAG): the same DAG folder and settings, extras that exist, and the DAG make run tests."""
+    import configparser
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- airflow quick start -->\n```\n", 1)[1].split("```", 1)[0]
+    install, export, run = block.strip().splitlines()
+    makefile = (REPO / "Makefile").read_text()
+    settings = dict(re.findall(r"(AIRFLOW__\w+)=(\S+)", makefile))
+    for name, value in re.findall(r"(AIRFLOW__\w+)=(\S+)", export):
+        assert settings[name].replace("$(CURDIR)", "$PWD") == value, name
+    assert "AIRFLOW_HOME=" in export and "AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags" in export
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    extras = set(setup["options.extras_require"])
+    asked = re.search(r"-e '\.\[([\w,]+)\]'", install)[1].split(",")
+    assert set(asked) <= extras and {"airflow", "tensorflow", "data"} <= set(asked)
+    assert run == "airflow db migrate && airflow dags test tony_mnist" and "dags test tony_mnist" in makefile

@@ -118,7 +118,7 @@ def tony_job(yarn, n: int, memory: str) -> dict:
     submitted = time.time() - t0
     try:
         running = yarn_running(yarn.backend.rm, h.app_id, t0)
-        stamps = started_at(h.app_id, "tony-worker.log", n)
+        stamps = started_at(h.app_id, "stdout", n)
         phases = am_phases(h.app_id, t0)
     finally:
         h.kill(timeout=60)
@@ -184,7 +184,7 @@ def env_job(yarn, n: int, memory: str, src: Path) -> dict:
     h = yarn.submit(spec)
     submitted = time.time() - t0
     try:
-        stamps = started_at(h.app_id, "tony-worker.log", n, timeout=900)
+        stamps = started_at(h.app_id, "stdout", n, timeout=900)
     finally:
         h.kill(timeout=60)
     return {"app_id": h.app_id, "seconds": rnd(stamps[-1] - t0), "submit_call_s": rnd(submitted)}
@@ -287,7 +287,7 @@ def cold_cli(n: int, memory: str, kept: bool) -> dict:
         subprocess.run([*tony, "kill", first], capture_output=True, env=env, check=False)
     app_id, t0 = submit()
     try:
-        stamps = started_at(app_id, "tony-worker.log", n)
+        stamps = started_at(app_id, "stdout", n)
     finally:
         subprocess.run([*tony, "kill", app_id], capture_output=True, env=env, check=False)
     return {"app_id": app_id, "seconds": rnd(stamps[-1] - t0)}

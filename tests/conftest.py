@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The tony commands the tests run keep no skein driver for a next command: a detached driver
 # would outlive the test's cluster by its idle time. The detached driver's own test sets its own.
 os.environ.setdefault("TONY_DRIVER_IDLE_S", "0")
+# skein's certificate and the drivers' records: one directory for the run. The runtime's default,
+# $TONY_HOME/skein, would be whichever test's home was set when a worker first loaded skein.
+os.environ.setdefault("SKEIN_CONFIG", str(Path(tempfile.gettempdir()) / f"tony-tests-skein-{os.getuid()}"))
 
 
 def shared_dir() -> Path:

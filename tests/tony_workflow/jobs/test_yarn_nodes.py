@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,3 +284,6 @@ def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_i
     # While the node unpacked it (minutes for TensorFlow, the first time), the wait was said too.
     assert "not started yet" in said and "fetching and unpacking the job's files" in said, said[-4000:]
     assert done.stdout.split()[-1] == "SUCCEEDED", done.stdout
+    # Hadoop's own INFO and WARN lines (its driver's log4j) are not mixed into the progress.
+    hadoops = re.findall(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:INFO|WARN) .*$", said, re.MULTILINE)
+    assert not hadoops, hadoops

@@ -4,7 +4,7 @@ Only submitting a job needs the driver (following one needs no JVM: see
 :mod:`tony_workflow.backends.yarn.rm`). A driver is a JVM of a few hundred MB, and an Airflow triggerer
 may hold many backends of one cluster, so they share it (:func:`shared_driver`). Processes of
 one user share it too: a process that starts a driver records where it listens in skein's
-configuration directory (``$SKEIN_CONFIG``, else ``~/.skein``, which holds the certificate the
+configuration directory (``$SKEIN_CONFIG``, else ``$TONY_HOME/skein``, which holds the certificate the
 driver is reached with), and a later process for the same cluster and login connects to it
 rather than starting a JVM of its own (a ``tony submit`` beside an Airflow worker, say). When
 the owner exits its driver goes with it, and the next process starts one again.
@@ -47,6 +47,7 @@ from typing import Any
 from ... import process
 from ...errors import ConfigError
 from ...kerberos import Login, is_secure
+from ...spec.site import tony_home
 
 __all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_running", "idle_seconds",
            "shared_driver"]
@@ -57,6 +58,12 @@ __all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_
 # epoll descriptor under it, and gRPC aborts the child. No channel is ever used across a fork here,
 # so the children are spared that machinery. Read by gRPC when it starts: set before skein loads it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# skein keeps the user's certificate and key, and this module its drivers' records, in its
+# configuration directory, by default ~/.skein. This machine's tony-workflow state holds it
+# instead, with the rest of what tony writes (``$TONY_HOME/skein``), unless the user named one
+# (``SKEIN_CONFIG``). Read by skein when it loads: set before.
+os.environ.setdefault("SKEIN_CONFIG", str(tony_home() / "skein"))
 
 _ENV_LOCK = threading.Lock()
 
@@ -113,13 +120,47 @@ def _driver_key(conf: dict[str, str], principal: str | None, keytab: str | None)
     return (tuple(sorted(conf.items())), principal, keytab, *kerberos)
 
 
-def _java_options() -> list[str]:
+def _java_options(secure: bool) -> list[str]:
     """The driver JVM's options: ``SKEIN_DRIVER_JAVA_OPTIONS`` (which skein reads only when given
-    none), and where the KDC's configuration is unless those already say."""
+    none), where the KDC's configuration is unless those already say, and its logging. skein's
+    jar logs Hadoop's INFO and WARN lines (NativeCodeLoader, the failover proxy, "Submitted
+    application") to the console, into the progress a user reads: they say nothing a user acts
+    on, so the root logger goes to skein's level (ERROR unless ``SKEIN_LOG_LEVEL`` says)."""
     options = os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split()
-    if not any(o.startswith("-Djava.security.krb5.conf=") for o in options):
+    if secure and not any(o.startswith("-Djava.security.krb5.conf=") for o in options):
         options += Login.java_options()
+    if not any(o.startswith("-Dlog4j.configuration=") for o in options):
+        with contextlib.suppress(OSError):
+            options.append(f"-Dlog4j.configuration=file:{_log4j_properties()}")
     return options
+
+
+def _log_level() -> str:
+    return os.environ.get("SKEIN_LOG_LEVEL") or "ERROR"
+
+
+#: The driver's logging: skein's own (its jar's), but for the root logger, which its jar sets to
+#: INFO whatever skein's level: at skein's level instead (``-Dskein.log.level``, which skein sets).
+LOG4J = """\
+log4j.rootLogger=${skein.log.level}, console
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.Target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{yy/MM/dd HH:mm:ss} %p %c{2}: %m%n
+log4j.logger.com.anaconda.skein.shaded.org.eclipse.jetty=WARN
+log4j.logger.org.apache.zookeeper=WARN
+"""
+
+
+def _log4j_properties() -> Path:
+    """The driver's log4j configuration (:data:`LOG4J`), written once into skein's directory."""
+    path = Path(os.environ["SKEIN_CONFIG"]) / "tony-driver-log4j.properties"
+    if not path.is_file() or path.read_text() != LOG4J:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(LOG4J)
+        tmp.replace(path)
+    return path
 
 
 def _record(key: tuple[Any, ...]) -> Path:
@@ -290,11 +331,10 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
                 client = _DRIVERS[key] = _start_detached(key, conf, conf_dir, principal, keytab)
                 return client
             kwargs: dict[str, Any] = {"principal": principal, "keytab": keytab} if keytab else {}
-            if is_secure(conf):
-                kwargs["java_options"] = _java_options()
+            kwargs["java_options"] = _java_options(is_secure(conf))
             # Java's and skein's INFO and WARN lines (NativeCodeLoader, "Submitting application")
             # say nothing a user acts on; SKEIN_LOG_LEVEL shows them again.
-            kwargs["log_level"] = os.environ.get("SKEIN_LOG_LEVEL") or "ERROR"
+            kwargs["log_level"] = _log_level()
             try:
                 with _hadoop_conf_env(conf_dir):
                     client = _DRIVERS[key] = skein.Client(**kwargs)

@@ -29,8 +29,22 @@ def test_on_a_secure_cluster_the_ticket_cache_tells_ticket_logins_apart(monkeypa
 
 
 def test_the_jvm_is_told_where_the_kdcs_configuration_is_unless_it_already_is(monkeypatch):
-    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -Djava.security.krb5.conf=/etc/own.conf")
-    assert _java_options() == ["-Xmx256m", "-Djava.security.krb5.conf=/etc/own.conf"]
+    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -Djava.security.krb5.conf=/etc/own.conf "
+                       "-Dlog4j.configuration=file:/etc/own.properties")
+    assert _java_options(secure=True) == ["-Xmx256m", "-Djava.security.krb5.conf=/etc/own.conf",
+                                          "-Dlog4j.configuration=file:/etc/own.properties"]
+
+
+def test_hadoops_own_lines_are_logged_at_skeins_level_unless_the_user_configures_logging(monkeypatch, tmp_path):
+    from tony_workflow.backends.yarn import driver
+
+    monkeypatch.delenv("SKEIN_DRIVER_JAVA_OPTIONS", raising=False)
+    monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path / "skein"))
+    (option,) = _java_options(secure=False)
+    path = option.removeprefix("-Dlog4j.configuration=file:")
+    assert path == str(tmp_path / "skein" / "tony-driver-log4j.properties")
+    assert (tmp_path / "skein" / "tony-driver-log4j.properties").read_text() == driver.LOG4J
+    assert "log4j.rootLogger=${skein.log.level}, console" in driver.LOG4J
 
 
 class Client:
@@ -194,3 +208,21 @@ def test_a_tony_commands_driver_waits_for_the_next_command_and_goes_when_idle(ya
     # Idle past its time, it stops its JVM, removes its record and is gone.
     wait_for(lambda: not _detached_drivers(skein_config) and not (_driver_jvms() & jvms), timeout=90)
     assert not records[0].exists()
+
+
+def test_skeins_credentials_live_under_tony_home_unless_skein_config_says(tmp_path):
+    """skein would write ~/.skein; the yarn backend points it at $TONY_HOME/skein, and a
+    SKEIN_CONFIG the user set wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import tony_workflow.backends.yarn.driver, skein; "
+            "print(skein.properties.config_dir)")
+    env = {k: v for k, v in os.environ.items() if k != "SKEIN_CONFIG"}
+    own = subprocess.run([sys.executable, "-c", code], env={**env, "TONY_HOME": str(tmp_path / "home")},
+                         capture_output=True, text=True, check=True)
+    assert own.stdout.strip() == str(tmp_path / "home" / "skein")
+    named = subprocess.run([sys.executable, "-c", code], env={**env, "SKEIN_CONFIG": str(tmp_path / "mine")},
+                           capture_output=True, text=True, check=True)
+    assert named.stdout.strip() == str(tmp_path / "mine")

@@ -37,18 +37,50 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..backends import Container
 from ..frameworks import RANKED_TYPES
 from ..status import TaskState
-from .policy import LOST_EXIT_CODE, describe_exit
+from .policy import LOST_EXIT_CODE, Policy, describe_exit
 from .rendezvous import Formed, Rendezvous, task_order
+from .tasks import Task
 
 if TYPE_CHECKING:
+    import threading
+
+    from ..backends import ClusterManager
+    from ..events import EventLog
     from ..spec import JobSpec
     from ..status import JobStatus
-    from .state import AMState, Task
+
+
+class AMState(Protocol):
+    """What an elastic part reads and calls of the AM's state (:class:`.state.AMState`, which holds
+    the part: named here by what it offers, so that neither module imports the other)."""
+
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def cluster(self) -> ClusterManager: ...
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def cond(self) -> threading.Condition: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def status(self) -> JobStatus: ...
+    @property
+    def session_id(self) -> int: ...
+    @property
+    def tasks(self) -> dict[str, Task]: ...
+    def publish(self, force: bool = False) -> None: ...
+    def set_task_state(self, task: Task, state: str, **extra: Any) -> None: ...
 
 __all__ = ["SUSPECT_WINDOW_S", "ElasticGroup", "ElasticPart"]
 
@@ -184,7 +216,7 @@ class ElasticGroup:
 
 
 #: The AM's way to launch a replacement: (task id, its new container, its restarts) -> the task.
-Launch = Callable[[str, Container, int], "Task"]
+Launch = Callable[[str, Container, int], Task]
 
 
 class ElasticPart:

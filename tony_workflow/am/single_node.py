@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..context import task_env
 from ..frameworks import thread_env
@@ -31,7 +31,37 @@ from ..status import JobState
 from ..task.workdir import job_python, python_path, task_pythonpath, user_directory
 
 if TYPE_CHECKING:
-    from .master import ApplicationMaster
+    from ..backends import ClusterManager
+    from ..events import EventLog
+    from ..spec import JobSpec
+    from ..status import JobStatus
+
+
+class ApplicationMaster(Protocol):
+    """What a command run in the AM's container reads and calls of the AM (:class:`.master.ApplicationMaster`,
+    which runs it: named here by what it offers, so that neither module imports the other)."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def app_dir(self) -> Path: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def cluster(self) -> ClusterManager: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def status(self) -> JobStatus: ...
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def cancel(self) -> threading.Event: ...
+    @property
+    def kill_requested(self) -> str | None: ...
+    def publish(self, force: bool = False) -> None: ...
 
 __all__ = ["MODEL_PARAMS_ENV", "preprocess", "run_single_node"]
 

@@ -16,57 +16,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..backends import ClusterManager, Container
 from ..context import application_tags, dropped_warning
 from ..events import EventLog
-from ..progress import TaskProgress
 from ..spec import JobSpec
 from ..spec.groups import dependencies, groups
-from ..status import JobState, JobStatus, TaskState, TaskStatus
+from ..status import JobState, JobStatus, TaskState
 from .attempts import Resume
 from .board import StatusBoard
 from .elastic_group import ElasticGroup, ElasticPart, Launch
 from .liveness import Liveness
 from .policy import Policy
 from .store_watch import StoreWatch
+from .tasks import Task
 
 __all__ = ["AMState", "Task"]
-
-_FINAL = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST)
-
-
-@dataclass
-class Task:
-    """The AM's record of one task in the current session."""
-
-    status: TaskStatus
-    container: Container
-    session_id: int
-    launched_at: float = field(default_factory=time.time)
-    registered_at: float | None = None
-    last_heartbeat: float | None = None
-    fixed_port: int | None = None
-    stopping: bool = False
-    #: what the executor reported at the end: (exit code, diagnostics)
-    reported: tuple[int, str] | None = None
-    #: since when the AM waits for the cluster to say how the task's container ended
-    held_since: float | None = None
-    progress: TaskProgress = field(default_factory=TaskProgress)
-    #: when it reached a final state (by the AM's clock)
-    ended_at: float | None = None
-
-    @property
-    def id(self) -> str:
-        return self.status.task_id
-
-    @property
-    def final(self) -> bool:
-        return self.status.state in _FINAL
-
 
 class AMState:
     """The job's state in the AM (see the module docstring)."""

@@ -13,6 +13,8 @@ only, never on the AM. This module imports no backend; the factories that do are
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import sys
 import threading
 from abc import ABC, abstractmethod
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AMEndpoint", "AMIdentity", "Backend", "Capacity", "CheckpointLocality", "ClusterManager", "Container",
            "ContainerRequest", "GangForming", "NeverFits", "Reclaiming", "Wait", "check_fits", "gang_requests",
-           "label_key"]
+           "label_key", "raised_to_minimum"]
 
 
 class NeverFits(SubmissionRefused):
@@ -466,3 +468,19 @@ class Backend(ABC):
         """How this backend's client reaches the cluster's files (the job history, a job's final
         status): :func:`~tony_workflow.storage.open_storage`'s keyword arguments."""
         return {}
+
+
+def raised_to_minimum(spec: JobSpec, minimum_mb: int, cluster_key: str) -> JobSpec:
+    """``spec`` with every container asking for at least ``minimum_mb``, as a scheduler raises a
+    smaller request to its minimum allocation (named ``cluster_key``), each raise said (a warning
+    of ``tony.ship``, which the front ends show): the job then sees the memory it is given (its
+    limit, its records), not what it asked for."""
+    raised = {}
+    sizes = {f"tony.{t}.memory": task.resources.memory_mb for t, task in spec.tasks.items()}
+    for key, size in {**sizes, "tony.am.memory": spec.am.memory_mb}.items():
+        if size < minimum_mb:
+            raised[key] = f"{minimum_mb}m"
+            logging.getLogger("tony.ship").warning(
+                "%s: %d MB is below the cluster's minimum allocation, %d MB (%s): the container is given %d MB",
+                spec.display(key), size, minimum_mb, cluster_key, minimum_mb)
+    return dataclasses.replace(spec, conf={**spec.conf, **raised}) if raised else spec

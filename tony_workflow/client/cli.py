@@ -537,7 +537,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     serve = _history_serve(argv)
     if serve is not None:  # beside `tony history [APP]`, whose argument could be any word
         from ..web.server import serve_parser
-        args = serve_parser(BACKEND_HELP).parse_args(serve)
+        args = serve_parser(BACKEND_HELP, TonyClient).parse_args(serve)
     else:
         args = build_parser().parse_args(argv)
     try:

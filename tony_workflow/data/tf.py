@@ -24,7 +24,7 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +32,9 @@ import pyarrow as pa
 from ..errors import DataError
 from .arrays import flat_fields
 
-if TYPE_CHECKING:
-    from .reader import Dataset
+#: A reader's share (:class:`.reader.Dataset`), whose methods hand it here: the reader imports this
+#: module when asked for it, and naming its class back would make the two modules one.
+Dataset = Any
 
 __all__ = ["as_tf", "keras_callback", "signature"]
 
@@ -196,7 +197,7 @@ def keras_callback(ds: Dataset, keras: Any = None) -> Any:
     keras = keras if keras is not None else _keras()
     gate = _Gate()
     _GATES.add(gate)
-    ds._keras_gate = gate  # type: ignore[attr-defined]
+    ds._keras_gate = gate
 
     class DataPosition(keras.callbacks.Callback):  # type: ignore[misc]
         """Puts the reader at Keras's epoch and step at the fit's first step."""

@@ -15,7 +15,7 @@ true.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,8 +23,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .arrays import to_numpy
 
-if TYPE_CHECKING:
-    from .reader import Dataset
+#: A reader's share (:class:`.reader.Dataset`), whose methods hand it here: the reader imports this
+#: module when asked for it, and naming its class back would make the two modules one.
+Dataset = Any
 
 __all__ = ["TorchDataset", "loader"]
 
@@ -68,7 +69,7 @@ class TorchDataset(IterableDataset):  # type: ignore[type-arg]
             yield step, _tensors(to_numpy(table))
 
     def __len__(self) -> int:
-        return self.ds.steps()
+        return int(self.ds.steps())
 
 
 class _Counted:

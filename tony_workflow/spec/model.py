@@ -554,22 +554,6 @@ class JobSpec:
             parts.append(self.task_params)
         return " ".join(parts)
 
-    def with_minimum_memory(self, minimum_mb: int, cluster_key: str) -> tuple[JobSpec, list[str]]:
-        """A copy whose containers ask for at least ``minimum_mb``, as a scheduler raises a smaller
-        request to its minimum allocation (named ``cluster_key``), and a line for each key raised:
-        the job then sees the memory it is given (its limit, its records), not what it asked."""
-        raised, said = {}, []
-        keys = [task_key(t, "memory") for t in self.tasks] + ["tony.am.memory"]
-        sizes = [r.resources.memory_mb for r in self.tasks.values()] + [self.am.memory_mb]
-        for key, size in zip(keys, sizes, strict=True):
-            if size < minimum_mb:
-                raised[key] = f"{minimum_mb}m"
-                said.append(f"{self.display(key)}: {size} MB is below the cluster's minimum allocation, "
-                            f"{minimum_mb} MB ({cluster_key}): the container is given {minimum_mb} MB")
-        if not raised:
-            return self, []
-        return dataclasses.replace(self, conf={**self.conf, **raised}), said
-
     # -- validation --------------------------------------------------------------------------------
 
     def validate(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..frameworks import RANKED_TYPES
 from .data import inputs_of
@@ -33,9 +33,6 @@ from .values import (
     parse_memory,
 )
 
-if TYPE_CHECKING:
-    from .model import JobSpec
-
 __all__ = ["MAX_COMMAND_BYTES", "MAX_INSTANCES", "near_miss", "one_edit_apart", "problems", "type_name_problem"]
 
 #: Instances of one task type: far beyond what one job runs on any cluster, and refused before
@@ -52,6 +49,41 @@ class _Check(Protocol):
     problem recorded."""
 
     def __call__(self, key: str, parse: Callable[[Any], _T], fallback: str | None = None) -> _T | None: ...
+
+
+class JobSpec(Protocol):
+    """What the rules read of a job spec (:class:`.model.JobSpec`, whose ``validate()`` applies
+    them: named here by what it offers, so that neither module imports the other)."""
+
+    @property
+    def conf(self) -> dict[str, str]: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def shell_env(self) -> dict[str, str]: ...
+    @property
+    def tags(self) -> Any: ...
+    @property
+    def prepare_stage(self) -> Any: ...
+    @property
+    def training_stage(self) -> Any: ...
+    @property
+    def sidecar_types(self) -> Any: ...
+    @property
+    def stop_on_failure_types(self) -> Any: ...
+    @property
+    def untracked_types(self) -> Any: ...
+    @property
+    def single_node_asked(self) -> Any: ...
+    @property
+    def container_command(self) -> Any: ...
+    @property
+    def docker_mounts(self) -> Any: ...
+    def get(self, key: str, default: str | None = None) -> str | None: ...
+    def issue(self, key: str, value: object, message: str) -> SpecIssue: ...
+    def declared_types(self) -> list[str]: ...
+    def docker_image(self, task_type: str) -> str | None: ...
+    def command_for(self, task_type: str, python: str | None = None) -> str | None: ...
 
 
 def problems(spec: JobSpec) -> list[SpecIssue]:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Request
@@ -43,7 +43,19 @@ from .boards import BoardKeeper
 from .index import Filters, HistoryIndex
 
 if TYPE_CHECKING:
-    from ..client import TonyClient
+    from ..history import JobHistory, SubmitterHistory
+    from ..status import JobStatus
+
+
+class TonyClient(Protocol):
+    """What the pages read jobs through: a :class:`tony_workflow.client.TonyClient`, which the
+    front end (the tony command, Airflow's plugin) gives them; named here by what it offers, as
+    the client is above the pages (it starts their server)."""
+
+    def history(self) -> JobHistory | SubmitterHistory: ...
+    def record(self, app_id: str) -> dict[str, Any] | None: ...
+    def list(self) -> list[JobStatus]: ...
+    def attach(self, app_id: str) -> Any: ...
 
 __all__ = ["JobPages", "chart", "charts", "render"]
 

@@ -16,6 +16,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -29,7 +30,7 @@ from .boards import BoardKeeper
 from .pages import JobPages, render
 
 if TYPE_CHECKING:
-    from ..client import TonyClient
+    from .pages import TonyClient
 
 __all__ = ["cmd_serve", "create_server", "serve_parser"]
 
@@ -129,8 +130,8 @@ def _set_cookie(response: Response, request: Request, token: str) -> None:
                         secure=request.url.scheme == "https")
 
 
-def serve_parser(backend_help: str) -> argparse.ArgumentParser:
-    """The arguments of ``tony history serve``."""
+def serve_parser(backend_help: str, jobs: Callable[[str | None], TonyClient]) -> argparse.ArgumentParser:
+    """The arguments of ``tony history serve``; ``jobs(backend)`` is the client the pages read."""
     p = argparse.ArgumentParser(
         prog="tony history serve",
         description="Serves the job history's pages (and the running jobs'): the jobs list with filters, each job's "
@@ -149,7 +150,7 @@ def serve_parser(backend_help: str) -> argparse.ArgumentParser:
                    help="stop a finished job's TensorBoard nobody has used for this long (default 600)")
     p.add_argument("--boards", type=int, default=8, metavar="N", help="at most N TensorBoards at once (default 8)")
     p.add_argument("--backend", choices=["local", "yarn"], default=None, help=backend_help)
-    p.set_defaults(fn=cmd_serve)
+    p.set_defaults(fn=cmd_serve, jobs=jobs)
     return p
 
 
@@ -157,7 +158,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """``tony history serve``: runs the server until SIGTERM or Ctrl-C."""
     import uvicorn
 
-    from ..client import TonyClient
     from ..process import user_name
 
     try:
@@ -170,7 +170,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.spnego_principal and not args.spnego_keytab:
         print("tony: --spnego-principal names the key of --spnego-keytab: give the keytab too", file=sys.stderr)
         return 2
-    client = TonyClient(args.backend)
+    client = args.jobs(args.backend)
     keeper = BoardKeeper(idle_s=args.board_idle, most=args.boards)
     app = create_server(client, book, keeper, spnego=spnego)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False)

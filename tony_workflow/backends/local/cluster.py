@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import secrets
 import shutil
@@ -39,6 +38,7 @@ from ..base import (
     NeverFits,
     gang_requests,
     label_key,
+    raised_to_minimum,
 )
 from .forkserver import ForkServer, ForkServerGone
 from .ledger import Inventory, Ledger, cluster_dir, join_queue, next_application_id
@@ -306,9 +306,7 @@ class LocalBackend(Backend):
 
     def submit(self, spec: JobSpec) -> str:
         settings = local_settings()
-        spec, raised = spec.with_minimum_memory(settings.minimum_mb, "tony.local.minimum-allocation-mb")
-        for line in raised:
-            logging.getLogger("tony.ship").warning(line)
+        spec = raised_to_minimum(spec, settings.minimum_mb, "tony.local.minimum-allocation-mb")
         settings = self.check_fits(spec, settings)
         clean_now_and_then(cluster_dir(), settings.retention_s)
         app_id = next_application_id()

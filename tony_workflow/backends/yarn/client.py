@@ -56,7 +56,7 @@ from ...spec.keys import TONY_XML_DEFAULTS
 from ...spec.site import tony_home
 from ...status import JobState, JobStatus
 from ...storage import open_storage, qualified
-from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key
+from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key, raised_to_minimum
 from .access import act_as, kill_refused, proxied_by, refused_by_yarn, submitting_user, view_refused
 from .app import Shipment, application
 from .containers import (
@@ -329,11 +329,7 @@ class YarnBackend(Backend):
         if spec.proxy_user:
             spec = act_as(spec, self.submitting_user(), str(self.conf_dir), login)
         gang = self.check_fits(spec, rm)
-        # YARN gives a smaller request its minimum allocation: the job is told what it is given.
-        spec, raised = spec.with_minimum_memory(minimum_allocation(gang.queue_info)[0],
-                                                "yarn.scheduler.minimum-allocation-mb")
-        for line in raised:
-            logging.getLogger("tony.ship").warning(line)
+        spec = raised_to_minimum(spec, minimum_allocation(gang.queue_info)[0], "yarn.scheduler.minimum-allocation-mb")
         plan = self._start_plan(spec, rm, gang, login)
         try:
             return plan.asked(self._submit(spec, rm, gang, plan, login))

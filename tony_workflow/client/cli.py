@@ -109,7 +109,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     client = TonyClient(args.backend)
     spec = client.checked(lambda: submitted_spec(args))
     if args.dry_run:
-        return _valid(spec, args)
+        return _valid(spec, args, client)
     with saying(_say):
         handle = client.submit(spec, checked=True)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
@@ -125,10 +125,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Every check ``tony submit`` makes, every problem at once (exit 2), nothing submitted."""
-    return _valid(TonyClient(args.backend).checked(lambda: submitted_spec(args)), args)
+    client = TonyClient(args.backend)
+    return _valid(client.checked(lambda: submitted_spec(args)), args, client)
 
 
-def _valid(spec: JobSpec, args: argparse.Namespace) -> int:
+def _valid(spec: JobSpec, args: argparse.Namespace, client: TonyClient) -> int:
+    # Last, as submitting does: whether the cluster could ever hold the job's gang (SubmissionRefused,
+    # naming the key, when it never could). A cluster that cannot be asked is a warning: the spec
+    # itself is valid.
+    try:
+        client.backend.check_fits(spec)
+    except SubmissionRefused:
+        raise
+    except TonyError as e:
+        print(f"tony: warning: not checked against the {args.backend} cluster, which could not be asked: {e}",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(spec.to_dict(), indent=1))
         return 0

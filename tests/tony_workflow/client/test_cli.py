@@ -285,6 +285,9 @@ def test_validate_and_dry_run_say_every_problem_at_once_and_submit_nothing(tony_
     assert "worker: 2 instances of 2048 MB, 1 vcore, 0 GPUs; runs python train.py" in r.stdout
     as_json = run_tony("submit", str(spec), "--dry-run", "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["conf"]["tony.worker.instances"] == "2"
+    huge = run_tony("validate", str(spec), "--conf", "tony.worker.memory=900g")  # a gang no machine here holds
+    assert huge.returncode == 2 and "the job cannot run on this cluster" in huge.stderr, huge.stderr
+    assert "tony.worker.memory" in huge.stderr
     apps = tony_home / "local" / "apps"
     assert not apps.exists() or not any(apps.iterdir()), "nothing was submitted"
 

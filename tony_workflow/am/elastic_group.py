@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..backends import Container
 from ..frameworks import RANKED_TYPES
 from ..status import TaskState
-from .policy import LOST_EXIT_CODE, Policy, describe_exit
+from .policy import LOST_EXIT_CODE, Failure, Policy, describe_exit, deterministic_cause
 from .rendezvous import Formed, Rendezvous, task_order
 from .tasks import Task
 
@@ -272,6 +272,11 @@ class ElasticPart:
             s.set_task_state(task, TaskState.KILLED, exit_code=code,
                              diagnostics="the elastic group finished before this task joined it")
             return True
+        if not cause and deterministic_cause(Failure.of(task.status, diagnostics)):
+            # Killed for memory before any progress, a module missing: its replacement would end the
+            # same way, and the group would spend every change on it. The ordinary rules fail the job
+            # at once with the cause and the key to change.
+            return False
         reclaimed = bool(cause) and s.status.reclaims < s.policy.reclaim_retry_count
         why = (f"its container was {cause}" if cause else
                "lost: the AM gave up on it" if code == LOST_EXIT_CODE else describe_exit(code))

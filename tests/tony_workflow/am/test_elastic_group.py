@@ -206,3 +206,25 @@ def test_a_fixed_job_has_no_elastic_part_and_its_state_cannot_launch_a_replaceme
     state = AMState(spec, "application_1_0001", tmp_path, cluster)  # no launcher given: a state, not an AM
     with pytest.raises(RuntimeError, match="no way to launch"):
         state.elastic.launch("worker:0", Container(id="c", task_id="worker:0", memory_mb=1, vcores=1), 1)
+
+
+def test_a_trainer_killed_for_memory_before_any_progress_is_not_replaced_but_fails_the_job(tmp_path):
+    """Its replacement would be killed the same way: the group leaves it to the ordinary rules (which
+    fail the job at once, naming tony.worker.memory) instead of spending its changes. The same
+    kill after progress is a loss like any other: the trainer is replaced."""
+    from tests.tony_workflow.am.test_routes import elastic_state
+    from tony_workflow.am.policy import Failure, deterministic_cause
+
+    state = elastic_state(tmp_path)
+    killed = state.tasks["worker:1"]
+    killed.status.exit_code = -104
+    with state.lock:
+        assert not state.elastic.lost(killed, -104, None, "Container killed for memory")
+    assert state.elastic.group.changes == 0 and state.elastic.replacements == []
+    assert "raise tony.worker.memory" in deterministic_cause(Failure.of(killed.status, ""))
+
+    trained = state.tasks["worker:0"]
+    trained.status.exit_code, trained.status.progress = -104, {"step": 10}
+    with state.lock:  # as the AM calls it
+        assert state.elastic.lost(trained, -104, None, "Container killed for memory")
+    assert state.elastic.group.changes == 1 and state.elastic.replacements == [trained]

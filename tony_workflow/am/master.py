@@ -43,22 +43,9 @@ from .policy import LOST_EXIT_CODE, Action, Failure, Policy
 from .routes import AMRoutes
 from .server import AMHttpServer, calm_collector
 from .single_node import MODEL_PARAMS_ENV, preprocess, run_single_node
-from .state import AMState, Task
+from .state import AMState, SessionEnd, Task
 
-__all__ = ["ApplicationMaster", "main"]
-
-
-class SessionEnd(Exception):
-    """The current session is over: how it ended, and whether another session may follow."""
-
-    def __init__(self, state: str, diagnostics: str, retryable: bool = True, reclaimed: bool = False,
-                 unformed: bool = False):
-        super().__init__(diagnostics)
-        self.state, self.diagnostics, self.retryable = state, diagnostics, retryable
-        #: the cluster took a container back: the next session does not spend tony.am.retry-count
-        self.reclaimed = reclaimed
-        #: the gang was given back before it was whole: the same session asks for it again
-        self.unformed = unformed
+__all__ = ["ApplicationMaster", "SessionEnd", "main"]
 
 
 class ApplicationMaster(AMState):
@@ -82,6 +69,7 @@ class ApplicationMaster(AMState):
             self.gang.startup = (self.status.started_at or time.time(), spec.am_startup_timeout_ms / 1000.0)
         self._fallbacks = ""  # earlier local checkpoint directories this session's tasks may resume from
         self.containers: dict[str, Container] = {}  # task id -> the reservation it runs on
+        self._ended: list[Container] = []  # containers that ended on the monitor's pass, stopped after it
         self.task_restarts: dict[str, int] = {}
         self.server: AMHttpServer | None = None
         self.checkpoint_location = spec.checkpoint_location or cluster.checkpoint_location(self.app_dir)
@@ -372,8 +360,9 @@ class ApplicationMaster(AMState):
                     continue
             if code is not None:
                 # Its executor is gone: what it started (the user process, a server holding the task's
-                # port) goes with it, before the task is reported and relaunched.
-                self.cluster.kill(task.container, grace=0.5)
+                # port) goes with it, before the task is relaunched: after this pass, outside the lock
+                # (:meth:`_stop_ended`), so that a storm of ends does not keep the AM from answering.
+                self._ended.append(task.container)
                 # Killed by signal N -> 128+N, as shells report it; a cluster's own status (YARN's
                 # -104 for a container over its memory) stays as the cluster gave it.
                 code = 128 - code if -64 <= code < 0 else code
@@ -385,7 +374,7 @@ class ApplicationMaster(AMState):
             lost = self.liveness.silent(task.id, task.last_heartbeat, now) or (
                 task.status.state == TaskState.RUNNING and self.liveness.stalled(task.id, task.progress.updated_at, now))
             if lost and not self._awaiting_cluster(task, LOST_EXIT_CODE, now):
-                self.cluster.kill(task.container, grace=0.5)
+                self._ended.append(task.container)
                 self.events.emit("task_lost", task=task.id, session=task.session_id, reason=lost)
                 self._on_exit(task, LOST_EXIT_CODE, lost)
                 continue
@@ -415,6 +404,7 @@ class ApplicationMaster(AMState):
     def _run_session(self) -> SessionEnd:
         while True:
             self._pending_task_restarts: list[Task] = []
+            self._ended = []
             try:
                 with self.cond:
                     self.cond.wait(self.tick)
@@ -426,12 +416,20 @@ class ApplicationMaster(AMState):
                 self.board.persist(data)
                 self._forming()
             except SessionEnd as end:
+                self._stop_ended()
                 return end
+            self._stop_ended()
             for task in self._pending_task_restarts:
                 self._relaunch_task(task)
             if self.elastic is not None:
                 for task in self.elastic.take_replacements():
                     self.elastic.replace(task)
+
+    def _stop_ended(self) -> None:
+        """Stops what the containers that ended on the pass left running, without the lock: one slow
+        to die (freeing gigabytes after a memory kill) must not keep the AM from answering."""
+        ended, self._ended = self._ended, []
+        self.cluster.kill_all(ended, 0.5)
 
     def _teardown(self) -> None:
         with self.lock:
@@ -452,11 +450,7 @@ class ApplicationMaster(AMState):
             if self.elastic is not None:
                 self.elastic.rendezvous.close()
             self.cond.notify_all()
-        threads = [threading.Thread(target=self.cluster.kill, args=(t.container, 3.0)) for t in live]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        self.cluster.kill_all([t.container for t in live], 3.0)
         with self.lock:
             for t in live:
                 if t.status.state == TaskState.REQUESTED:

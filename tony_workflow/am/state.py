@@ -33,7 +33,20 @@ from .policy import Policy
 from .store_watch import StoreWatch
 from .tasks import Task
 
-__all__ = ["AMState", "Task"]
+__all__ = ["AMState", "SessionEnd", "Task"]
+
+class SessionEnd(Exception):
+    """The current session is over: how it ended, and whether another session may follow."""
+
+    def __init__(self, state: str, diagnostics: str, retryable: bool = True, reclaimed: bool = False,
+                 unformed: bool = False):
+        super().__init__(diagnostics)
+        self.state, self.diagnostics, self.retryable = state, diagnostics, retryable
+        #: the cluster took a container back: the next session does not spend tony.am.retry-count
+        self.reclaimed = reclaimed
+        #: the gang was given back before it was whole: the same session asks for it again
+        self.unformed = unformed
+
 
 class AMState:
     """The job's state in the AM (see the module docstring)."""

@@ -341,6 +341,14 @@ class ClusterManager(Reclaiming, GangForming, CheckpointLocality, ABC):
     def kill(self, container: Container, grace: float = 5.0) -> None:
         """Stops the container's whole process tree: SIGTERM, then SIGKILL after ``grace``."""
 
+    def kill_all(self, containers: list[Container], grace: float) -> None:
+        """:meth:`kill` for each of ``containers`` at once: the slowest to die sets the wait."""
+        threads = [threading.Thread(target=self.kill, args=(c, grace), daemon=True) for c in containers]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
     @abstractmethod
     def release(self) -> None:
         """Gives every reservation of this application back to the cluster."""

@@ -206,3 +206,38 @@ def test_a_module_the_job_cannot_import_ends_it_at_once_naming_it_and_what_to_ch
     assert "every relaunch would fail the same way" in st.diagnostics
     assert "tony.yarn.environment-packages" in st.diagnostics and "python_venv" in st.diagnostics
     wait_for(lambda: not app_processes(st.application_id), timeout=30)
+
+
+# A trainer that gets going (it reports progress) and then loses its container's first process, as
+# when a cluster kills an executor, leaving its own processes to the AM: among them a child slow to
+# go (it ignores SIGTERM, as a process freeing gigabytes after a memory kill is slow to die).
+STORM = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    from tony_workflow import report
+    subprocess.Popen([sys.executable, "-c",
+                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    report(step=1, total=100)
+    time.sleep(3)
+    os.kill(os.getppid(), signal.SIGKILL)  # the executor, which runs this command
+    time.sleep(600)
+""")
+
+
+def test_a_storm_of_task_deaths_leaves_the_am_answering(tony_home, tmp_path):
+    """Seven tasks that die together in each of two sessions, each leaving a slow-to-die child: the
+    AM stops them all while it goes on answering. Its liveness watch (its supervisor probing its
+    status route, here with a 3 s limit) never replaces it, and nothing is left running."""
+    script = tmp_path / "storm.py"
+    script.write_text(STORM)
+    doc = {"name": "storm", "command": f"{sys.executable} {script}", "am": {"memory": "128m"},
+           "tasks": {"worker": {"instances": 7, "memory": "128m"}},
+           "conf": {"tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "1",
+                    "tony.am.liveness-timeout-ms": "3000"}}
+    h = TonyClient("local").submit(load_job(doc))
+    st = h.wait(timeout=300)
+    assert st.state == "FAILED" and st.retries == 1, st.diagnostics
+    assert "did not answer" not in st.diagnostics, st.diagnostics
+    assert st.am_attempt == 1, "the AM was replaced: it stopped answering while it stopped the tasks"
+    events = [json.loads(line) for line in (h.backend.app_dir(h.app_id) / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["event"] == "am_attempt_failed"], events
+    assert app_processes(h.app_id) == []

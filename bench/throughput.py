@@ -11,8 +11,9 @@ printed:
   chief, the checkpoint mirror, heartbeats, task metrics sampled every second, progress reported
   every step), with only the command replaced to add the pipe;
 * by hand: two processes started by this script with the variables the runtime would give them
-  (built by the runtime's own ``frameworks.build_env`` for two workers on 127.0.0.1), their own
-  checkpoint and log directories, from a copy of the example.
+  (built by the runtime's own ``frameworks.build_env`` for two workers on 127.0.0.1, and the
+  thread limits of a task of the spec's vcores, ``frameworks.thread_env``), their own checkpoint
+  and log directories, from a copy of the example.
 
 The rate is worker 0's, from its first logged step to its last (start-up excluded: that is what
 the launch benchmark measures). Runs alternate in back-to-back pairs, and the ratio is the median
@@ -88,7 +89,9 @@ def free_port() -> int:
 
 
 def by_hand(example: Example, params: str) -> dict:
-    from tony_workflow.frameworks import TaskContext, build_env
+    from tony_workflow.client import load_job
+    from tony_workflow.frameworks import TaskContext, build_env, thread_env
+    worker = load_job(example.directory / example.spec).tasks["worker"]
     d = Path(tempfile.mkdtemp(prefix="throughput-hand-"))
     try:
         src = d / "src"
@@ -101,6 +104,9 @@ def by_hand(example: Example, params: str) -> dict:
             env = {**os.environ, "PATH": path, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
                    **build_env(ctx), "SESSION_ID": "0", "TONY_CHECKPOINT_DIR": str(d / f"checkpoint-{i}"),
                    "TONY_LOG_DIR": str(d / f"tensorboard-{i}")}
+            # The threads a task of the spec's vcores is given, as the runtime gives them: the floor
+            # runs the same processes in the same environment, or the ratio measures the threads.
+            env.update(thread_env(worker.resources.vcores, worker.processes, env))
             (d / f"checkpoint-{i}").mkdir()
             procs.append(subprocess.Popen(["bash", "-c", command(params)], cwd=src, env=env, stdin=subprocess.DEVNULL,
                                           stdout=open(d / f"stdout-{i}", "wb"),  # noqa: SIM115 - held by the worker

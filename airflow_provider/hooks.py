@@ -130,12 +130,12 @@ class TonyHook(BaseHook):
         """tony.* keys this connection sets on every job (queue, node label, proxy user)."""
         return {key: str(self.fields[f]) for f, key in _CONN_TO_CONF.items() if self.fields.get(f)}
 
-    def submit(self, spec: JobSpec) -> JobHandle:
-        """Validates and submits; raises SpecError / SubmissionRefused with nothing submitted on bad input.
-        What the submission says as it ships the job (its environment's packing and upload) goes
-        to the task's log."""
+    def submit(self, spec: JobSpec, checked: bool = False) -> JobHandle:
+        """Validates and submits; raises SpecError / SubmissionRefused with nothing submitted on bad input
+        (``checked``: the spec came through the client's preflight already). What the submission
+        says as it ships the job (its environment's packing and upload) goes to the task's log."""
         with saying(self.log.info):
-            return self.get_conn().submit(spec)
+            return self.get_conn().submit(spec, checked=checked)
 
     def attach(self, application_id: str) -> JobHandle:
         return self.get_conn().attach(application_id)

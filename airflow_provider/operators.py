@@ -187,10 +187,12 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         fileloc = getattr(getattr(self, "dag", None), "fileloc", None)
         return Path(fileloc).resolve().parent if fileloc else Path.cwd()
 
-    def build_spec(self, context: Context | None = None) -> JobSpec:
+    def build_spec(self, context: Context | None = None, check: bool = False) -> JobSpec:
         """The validated JobSpec; a bad spec fails the task at once, naming the key, with no retry.
         Relative paths (the spec file, ``src_dir``, ``python_venv``) are relative to the DAG file's
-        folder. With the task's ``context``, the job carries it (``tony.context.*``)."""
+        folder. With the task's ``context``, the job carries it (``tony.context.*``). With
+        ``check``, through the connection's client's preflight, as ``tony validate`` and ``tony
+        submit`` check a spec: every problem at once, its paths and its inputs included."""
         spec_in = self.job_spec
         base = self._base_dir()
         if isinstance(spec_in, str) and "\n" not in spec_in.strip() and not spec_in.lstrip().startswith(("<", "{")):
@@ -198,12 +200,17 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         conf = {**self.hook.connection_conf(), **{k: str(v) for k, v in self.conf.items()},
                 **({"tony.application.proxy-user": self.proxy_user} if self.proxy_user else {}),
                 **task_context_conf(context)}
-        try:
-            spec = load_job(spec_in, conf=conf, conf_origin="TonyOperator conf", base_dir=base, executes=self.executes,
-                            task_params=self.task_params,
-                            src_dir=self.src_dir, python_venv=self.python_venv,
+        def load() -> JobSpec:
+            return load_job(spec_in, conf=conf, conf_origin="TonyOperator conf", base_dir=base, executes=self.executes,
+                            task_params=self.task_params, src_dir=self.src_dir, python_venv=self.python_venv,
                             python_binary_path=self.python_binary_path, shell_env=self.shell_env or None)
-            spec.validate()
+
+        try:
+            if check:
+                spec = self.hook.get_conn().checked(load)
+            else:
+                spec = load()
+                spec.validate()
         except TonyError as e:
             raise airflow_error(e) from None
         if spec.context:
@@ -231,7 +238,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         # before its job has links (a bad spec) ends without an "XCom not found" error per link.
         for link in self.operator_extra_links:
             context["ti"].xcom_push(key=link.xcom_value_key, value=None)
-        self._spec = self.build_spec(context)
+        self._spec, self._checked = self.build_spec(context, check=True), True
         return self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
@@ -247,7 +254,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                 self.application_id = running
                 return running
         try:
-            handle = self.hook.submit(self._spec)
+            handle = self.hook.submit(self._spec, checked=getattr(self, "_checked", False))
         except TonyError as e:
             raise airflow_error(e) from None
         self.application_id = handle.app_id

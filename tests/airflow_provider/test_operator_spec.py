@@ -49,3 +49,22 @@ def test_the_operator_maps_the_error_tree_in_one_place():
                   errors.UnknownApplication("application_1_0001")):
         mapped = airflow_error(error)
         assert type(mapped) is AirflowException and str(mapped) == f"TonY: {error}", error
+
+
+def test_a_task_says_every_problem_of_its_spec_at_once(airflow_db, tony_home, monkeypatch, tmp_path):
+    """As tony validate does (one preflight): a misspelled field, a value that does not parse and a
+    script that is not in src_dir, in the one failure of the task."""
+    monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    job = {"name": "three", "executes": "trian.py", "src_dir": str(tmp_path),
+           "tasks": {"worker": {"instances": 1, "memroy": "2g", "vcores": "x"}}}
+    with DAG("three_problems", schedule=None):
+        op = TonyOperator(task_id="train", job_spec=job)
+    with pytest.raises(AirflowFailException) as info:
+        op.build_spec(check=True)
+    said = str(info.value)
+    for problem in ("tasks.worker.memroy: unknown task field (did you mean 'memory'?)",
+                    "tasks.worker.vcores (tony.worker.vcores): must be an integer >= 1 (got 'x')",
+                    "executes: is not a file in src_dir", "nothing was submitted"):
+        assert problem in said, said
+    assert not list((tony_home / "local" / "apps").glob("application_*"))

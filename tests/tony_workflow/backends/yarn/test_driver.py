@@ -188,7 +188,9 @@ def test_a_tony_commands_driver_waits_for_the_next_command_and_goes_when_idle(ya
 
     from tests.conftest import run_tony, sleeper_job
     skein_config = str(tmp_path / "skein")
-    env = {"SKEIN_CONFIG": skein_config, "TONY_DRIVER_IDLE_S": "8", "TONY_HOME": str(tmp_path / "home")}
+    # Idle for 30 s before it goes: the next command comes well within that, even on a loaded
+    # machine (8 s let a slow second command find it gone, and start another).
+    env = {"SKEIN_CONFIG": skein_config, "TONY_DRIVER_IDLE_S": "30", "TONY_HOME": str(tmp_path / "home")}
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps(sleeper_job("kept-driver", memory="256m", seconds=1)))
     first = run_tony("--backend", "yarn", "submit", str(spec), env=env)
@@ -206,7 +208,7 @@ def test_a_tony_commands_driver_waits_for_the_next_command_and_goes_when_idle(ya
     assert [p.pid for p in _detached_drivers(skein_config)] == [kept.pid]
     assert _driver_jvms(under=kept.pid) == jvms and records[0].stat().st_mtime > leased
     # Idle past its time, it stops its JVM, removes its record and is gone.
-    wait_for(lambda: not _detached_drivers(skein_config) and not (_driver_jvms() & jvms), timeout=90)
+    wait_for(lambda: not _detached_drivers(skein_config) and not (_driver_jvms() & jvms), timeout=150)
     assert not records[0].exists()
 
 

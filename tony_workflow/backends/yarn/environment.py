@@ -218,11 +218,13 @@ def part_of(name: str, dist: metadata.Distribution, say: Callable[[str], None] |
     """The part of ``dist`` (``name``: its canonical name), packed on first use (said through
     ``say`` when that takes a while: a large distribution)."""
     key = f"env-{name}-{dist.version}-{_record_digest(dist)}"
-    files = list(_dist_files({name: dist}, ""))
-    size = sum(p.stat().st_size for p, _ in files)
-    if say is not None and size > _SAY_ABOVE and not is_built(key, ".tar"):
-        say(f"packing {name} {dist.version} ({_mb(size)}) into the job's environment, once")
-    path = _pack(key, files)
+    if not is_built(key, ".tar"):  # listing a distribution's files takes seconds for TensorFlow's: only to pack it
+        files = list(_dist_files({name: dist}, ""))
+        size = sum(p.stat().st_size for p, _ in files)
+        if say is not None and size > _SAY_ABOVE:
+            say(f"packing {name} {dist.version} ({_mb(size)}) into the job's environment, once")
+        _pack(key, files)
+    path = _cache_dir() / f"{key}.tar"
     return Part(name, str(dist.version), key, path, path.stat().st_size)
 
 

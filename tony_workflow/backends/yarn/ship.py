@@ -92,6 +92,9 @@ class Cache:
         self.uri = uri.rstrip("/")
         self.root = CACHE_ROOT.format(user=user or user_name()).lstrip("/")
         self._private = False
+        #: keys this cache was seen to hold: a published copy is never replaced, so a submission
+        #: that asked once (which parts are new) does not ask again as it names them
+        self._held: set[str] = set()
 
     def key(self, path: Path, name: str, digest: str | None = None) -> str:
         return f"{self.root}/{digest or digest_of(path)}/{name}"
@@ -113,16 +116,20 @@ class Cache:
         bytes uploaded so far). Raises OSError when the store fails. The cache is the user's alone
         (mode 700): it holds skein's key too."""
         key = self.key(path, name, digest)
-        if not self.store.exists(key):
+        if key not in self._held and not self.store.exists(key):
             if not self._private:
                 self.store.private_dir(self.root)
                 self._private = True
             self.store.publish(path, key, progress)
+        self._held.add(key)
         return f"{self.uri}/{key}"
 
     def has(self, path: Path, name: str, digest: str | None = None) -> bool:
         """Whether the cache holds a copy of ``path``'s content already."""
-        return self.store.exists(self.key(path, name, digest))
+        key = self.key(path, name, digest)
+        if key not in self._held and self.store.exists(key):
+            self._held.add(key)
+        return key in self._held
 
 
 class UploadProgress:

@@ -355,6 +355,28 @@ def details(name: str, r: dict) -> list[str]:
                          f"{ship['cold']['seconds']} s to every command running; the next one "
                          f"{ship['warm']['submit_call_s']} s and {ship['warm']['seconds']} s. The runtime archive "
                          f"is {ship['runtime_mb']} MB ({ship['distributions']} distributions).")]
+        env = r.get("environment")
+        if env:
+            out += ["", (f"The job's environment, TensorFlow's ({env['distributions']} distributions, {env['mb']} MB): "
+                         "seconds from submit to every command running (the submit call's share in brackets)."), "",
+                    "| | first (nothing cached) | cached | one small distribution changed |", "|---|---|---|---|",
+                    *(f"| {label} | {fmt(env[a]['seconds'])} ({fmt(env[a]['submit_call_s'])}) | "
+                      + (f"{fmt(env[b]['seconds'])} ({fmt(env[b]['submit_call_s'])})" if b else "–")
+                      + f" | {fmt(env[c]['seconds'])} ({fmt(env[c]['submit_call_s'])}) |"
+                      for label, a, b, c in (("in parts (the runtime's way)", "parts_first", "parts_cached",
+                                              "parts_one_changed"),
+                                             ("one archive (cluster-pack's way)", "whole_first", None,
+                                              "whole_one_changed"))),
+                    "", (f"One changed over cached: {env['one_changed_over_cached']} (goal <= 1.2); cached over the "
+                         f"job without an environment: {env['cached_over_no_environment']} (goal <= 1.1).")]
+        cli = r.get("cold_cli")
+        if cli:
+            over = r.get("cold_cli_over_floor") or {}
+            out += ["", ("A cold command line (`tony --backend yarn submit` in a new process) to every command "
+                         f"running, median of {len(cli['kept_driver'].get('runs') or [1])}: with the driver a first "
+                         f"command kept, {cli['kept_driver']['seconds']} s ({over.get('kept_driver')} x the floor; goal "
+                         f"<= 1.3); starting skein's JVM itself, {cli['no_kept_driver']['seconds']} s "
+                         f"({over.get('no_kept_driver')} x).")]
     elif name == "rm_load" and r.get("rows"):
         floors = {(f["scenario"], f["nodes"]): f for f in r.get("floors") or []}
         out += [("| waiting | nodes | jobs | queues | requests/s | KB/s | before: requests/s | before: KB/s |"),

@@ -4,6 +4,7 @@ workers read their shares from HDFS."""
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -103,27 +104,68 @@ def test_a_local_path_is_refused_on_yarn_naming_it(yarn_cluster, tmp_path):
         TonyClient("yarn").submit(load_job(job))
 
 
-def test_a_datanode_that_dies_while_a_job_reads_is_avoided_and_every_row_is_read(tmp_path, caplog):
-    # A cluster of its own, of two DataNodes with a replica of every block on each: one of them is
-    # stopped as a machine dies, without the NameNode being told, after the reading began. Many
-    # small files make many requests after that: the NameNode sends about half of them to the dead
-    # DataNode, until it is named to avoid.
-    from tests.conftest import own_minicluster
+@pytest.fixture(scope="module")
+def two_datanodes(tmp_path_factory):
+    """A cluster of this module's own, of two DataNodes, with a replica of every block on each:
+    its tests stop them as machines die."""
+    from tests.conftest import minicluster_missing, own_minicluster
+    reason = minicluster_missing()
+    if reason:
+        pytest.skip(reason)
+    with own_minicluster(tmp_path_factory.mktemp("two-dn"), datanodes=2) as info:
+        yield info
+
+
+def test_a_datanode_that_dies_while_a_job_reads_is_avoided_and_every_row_is_read(two_datanodes, tmp_path, caplog):
+    # One DataNode is stopped as a machine dies, without the NameNode being told, after the
+    # reading began. Many small files make many requests after that: the NameNode sends about half
+    # of them to the dead DataNode, until it is named to avoid.
     from tony_workflow.minicluster import stop_datanode
     local = tmp_path / "many"
     local.mkdir()
     files, per_file = 24, 1000
     for i in range(files):
         pq.write_table(pa.table({"id": np.arange(i * per_file, (i + 1) * per_file)}), local / f"part-{i:02d}.parquet")
-    with own_minicluster(tmp_path / "mc", datanodes=2) as info:
-        assert [d["index"] for d in info["datanodes"]] == [0, 1]
-        uri = stage_input(local, TonyClient("yarn").backend, "two-replicas")
-        ds = dataset(path=uri, batch_size=500, remainder="partial")
-        batches = iter(ds)
-        ids = next(batches)["id"].tolist()
-        caplog.set_level("WARNING", logger="tony.data")
-        stopped = stop_datanode(info["dir"], 0)
-        ids += [i for b in batches for i in b["id"].tolist()]
+    assert [d["index"] for d in two_datanodes["datanodes"]] == [0, 1]
+    uri = stage_input(local, TonyClient("yarn").backend, "two-replicas")
+    ds = dataset(path=uri, batch_size=500, remainder="partial")
+    batches = iter(ds)
+    ids = next(batches)["id"].tolist()
+    caplog.set_level("WARNING", logger="tony.data")
+    stopped = stop_datanode(two_datanodes["dir"], 0)
+    ids += [i for b in batches for i in b["id"].tolist()]
     assert sorted(ids) == list(range(files * per_file))
     failed = [r.getMessage() for r in caplog.records if "failed; reading another replica" in r.getMessage()]
     assert failed and all(stopped["http_address"] in m for m in failed), (failed, stopped)
+
+
+def test_with_no_datanode_left_a_submission_says_why_and_submits_nothing(two_datanodes, tmp_path):
+    # Every DataNode is stopped as machines die: the NameNode still names them, and the files
+    # skein's driver writes for the application (its launch script, its spec) find no DataNode to
+    # take their blocks. The job names an interpreter its nodes have and their packages, so that
+    # nothing else is written to HDFS first.
+    import json
+    import sys
+
+    import requests
+
+    from tests.conftest import run_tony
+    from tony_workflow.minicluster import stop_datanode
+    state = json.loads((Path(two_datanodes["dir"]) / "cluster.json").read_text())
+    for node in state["datanodes"]:
+        if not node["stopped"]:
+            stop_datanode(two_datanodes["dir"], node["index"])
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps({
+        "name": "no-datanode", "framework": "standalone",
+        "tasks": {"worker": {"instances": 1, "memory": "256m", "vcores": 1, "command": "true"}},
+        "conf": {"tony.am.memory": "256m", "tony.task.tensorboard.enabled": "false",
+                 "tony.yarn.python": sys.executable, "tony.yarn.environment": "nodes"}}))
+    done = run_tony("--backend", "yarn", "submit", str(job), timeout=300)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = done.stderr.strip().splitlines()
+    assert said[-1].startswith("tony: HDFS took none of the job's files"), said
+    assert "nothing was submitted" in said[-1] and "dfs.datanode.data.dir" in said[-1], said
+    assert any("trying once more" in line for line in said), said  # a DataNode busy for a moment is given a second try
+    apps = requests.get(f"{two_datanodes['rm_web']}/ws/v1/cluster/apps", timeout=30).json()["apps"]
+    assert not [a for a in (apps or {}).get("app", []) if a["name"] == "no-datanode"], apps

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,12 +56,13 @@ def bare_nodes(tmp_path_factory):
     reason = minicluster_missing() or isolation_missing()
     if reason:
         pytest.skip(reason)
-    with own_minicluster(tmp_path_factory.mktemp("bare-mc"), isolated=True, nm_memory_mb=12288,
-                         nm_vcores=16) as info:
+    directory = tmp_path_factory.mktemp("bare-mc")
+    cache = tmp_path_factory.mktemp("bare-cache")
+    with own_minicluster(directory, isolated=True, nm_memory_mb=12288, nm_vcores=16) as info:
         # What the jobs ship is built in a cache of this module's own (the cluster, started, has
         # its jars): tony clean here empties it, and no other process's archives are touched.
         saved = os.environ.get("XDG_CACHE_HOME")
-        os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("bare-cache"))
+        os.environ["XDG_CACHE_HOME"] = str(cache)
         try:
             yield info
         finally:
@@ -68,6 +70,10 @@ def bare_nodes(tmp_path_factory):
                 os.environ.pop("XDG_CACHE_HOME", None)
             else:
                 os.environ["XDG_CACHE_HOME"] = saved
+    # TensorFlow's environment, packed here and stored in the cluster's HDFS, is 5 GB of disk the
+    # tests after these need more than the logs (which stay).
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(directory / "data", ignore_errors=True)
 
 
 def probe_job(tmp_path: Path, name: str, want: dict, conf: dict | None = None, hold: float = 0, **fields) -> dict:
@@ -275,7 +281,8 @@ def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_i
     script = f'eval "$(tony minicluster env --dir {bare_nodes["dir"]})" && {submit}'
     done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
                           check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
+    free = shutil.disk_usage(bare_nodes["dir"]).free
+    assert done.returncode == 0, f"{done.stderr[-4000:]}\n(the cluster's disk has {free / 2**30:.1f} GiB free)"
     said = done.stderr
     # What was shipped was said as it went: the environment (TensorFlow among what the example
     # imports), its upload, and the final state.

@@ -71,6 +71,8 @@ public final class MiniClusterMain {
 
   private static MiniKdc kdc;
   private static MiniDFSCluster dfs;
+  /** Each DataNode's data transfer address, in the order they started (their numbers). */
+  private static final List<String> dataNodeNames = new ArrayList<>();
   private static MiniYARNCluster yarn;
   private static int nodeManagerCount;
 
@@ -230,6 +232,7 @@ public final class MiniClusterMain {
     addresses.put("rm_webapp_address", WebAppUtils.getRMWebAppURLWithoutScheme(rm));
     for (int i = 0; i < dataNodes; i++) {
       DataNode dn = dfs.getDataNodes().get(i);
+      dataNodeNames.add(NetUtils.getHostPortString(dn.getXferAddress()));
       addresses.put("datanode." + i + ".xfer_address", NetUtils.getHostPortString(dn.getXferAddress()));
       addresses.put("datanode." + i + ".http_address", "127.0.0.1:" + dn.getInfoPort());
     }
@@ -361,15 +364,22 @@ public final class MiniClusterMain {
    * default). Returns its data transfer address, as the NameNode names it.
    */
   private static String loseDataNode(int index) {
-    List<DataNode> dataNodes = dfs.getDataNodes();
-    if (index < 0 || index >= dataNodes.size()) {
-      throw new IllegalArgumentException("no DataNode " + index + "; there are " + dataNodes.size());
+    if (index < 0 || index >= dataNodeNames.size()) {
+      throw new IllegalArgumentException("no DataNode " + index + "; there are " + dataNodeNames.size());
     }
-    String name = NetUtils.getHostPortString(dataNodes.get(index).getXferAddress());
-    System.out.println("tony-minicluster: stopping DataNode " + index + " (" + name + ") without telling the NameNode");
-    System.out.flush();
-    dfs.stopDataNode(index);
-    return name;
+    // MiniDFSCluster drops a stopped DataNode from its list, so a node's place in it moves as
+    // others stop: the node is found by the address it had at start.
+    String name = dataNodeNames.get(index);
+    List<DataNode> running = dfs.getDataNodes();
+    for (int i = 0; i < running.size(); i++) {
+      if (NetUtils.getHostPortString(running.get(i).getXferAddress()).equals(name)) {
+        System.out.println("tony-minicluster: stopping DataNode " + index + " (" + name + ") without telling the NameNode");
+        System.out.flush();
+        dfs.stopDataNode(i);
+        return name;
+      }
+    }
+    throw new IllegalArgumentException("DataNode " + index + " (" + name + ") is already stopped");
   }
 
   /**

@@ -194,7 +194,8 @@ def _changed(name: str):
     """A patch of the environment's parts under which distribution ``name`` is another build."""
     from tony_workflow.backends.yarn import environment
     real = environment._record_digest
-    return lambda d: real(d) + ("-changed" if environment._canonical(d.metadata["Name"]) == name else "")
+    return lambda d, *described: real(d, *described) + (
+        "-changed" if environment._canonical(d.metadata["Name"]) == name else "")
 
 
 def _one_archive(real_plan):

@@ -62,6 +62,8 @@ class Storage:
     """Interface of a file store. Keys are relative, slash-separated paths."""
 
     uri: str
+    #: whether several threads may call it at once (ask it about several files together)
+    concurrent: bool = False
 
     def list(self, prefix: str) -> dict[str, Entry]:  # pragma: no cover - interface
         raise NotImplementedError

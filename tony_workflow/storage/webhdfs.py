@@ -126,6 +126,8 @@ class WebHDFSStorage(Storage):
         self.user = user or user_name()
         self.scheme = "https" if https else "http"
         self.timeout = timeout
+        # A requests session serves threads at once; a SPNEGO handshake in flight does not.
+        self.concurrent = self._session.auth is None
         self.attempts = attempts
         self.base_delay = base_delay
         # pyhdfs's own retry sleeps a fixed time; the backoff here replaces it.

@@ -162,6 +162,56 @@ def _installed(name: str) -> bool:
         return False
 
 
+def _installed_fingerprint() -> str:
+    """What names this interpreter's installed distributions as :func:`_packages` reads them:
+    every metadata directory on ``sys.path`` with the times its directory and its ``RECORD`` were
+    written (an install, an upgrade or an uninstall changes them). A few hundred ``stat`` calls."""
+    h = hashlib.sha256()
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as listing:
+                names = sorted(e.name for e in listing if e.name.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+        h.update(f"{entry}\0".encode())
+        for name in names:
+            path = os.path.join(entry or ".", name)
+            stamps = []
+            for p in (path, os.path.join(path, "RECORD")):
+                try:
+                    stamps.append(os.stat(p).st_mtime_ns)
+                except OSError:
+                    stamps.append(-1)
+            h.update(f"{name}:{stamps}\0".encode())
+    return h.hexdigest()[:24]
+
+
+def _packages() -> dict[str, list[str]]:
+    """Which installed distributions provide each top-level module (as
+    ``importlib.metadata.packages_distributions`` says, which reads every distribution's files:
+    more than a second on a machine with TensorFlow), kept in this machine's cache for as long as
+    the installed distributions stay the same."""
+    import json
+    memo = _cache_dir() / f"packages-{hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]}.json"
+    fingerprint = _installed_fingerprint()
+    try:
+        kept = json.loads(memo.read_text())
+        if kept.get("fingerprint") == fingerprint:
+            return dict(kept["packages"])
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    provided = dict(metadata.packages_distributions())
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, suffix=".json.tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump({"fingerprint": fingerprint, "packages": provided}, out)
+        os.replace(tmp, memo)
+    except OSError:  # a cache that cannot be written: the next submission reads the files again
+        pass
+    return provided
+
+
 def roots_of(spec: Any) -> tuple[dict[str, str], dict[str, str]]:
     """The distributions the job needs by itself, each with why (name -> reason), and the imports
     no installed distribution provides (module -> the file importing it)."""
@@ -170,7 +220,7 @@ def roots_of(spec: Any) -> tuple[dict[str, str], dict[str, str]]:
     src = Path(spec.src_dir) if spec.src_dir else None
     imported = imports_of(src) if src is not None and src.is_dir() else {}
     local = _local_modules(src) if src is not None and src.is_dir() else set()
-    provided = metadata.packages_distributions()
+    provided = _packages()
     wants_data = bool(spec.data_inputs)
     for module, where in sorted(imported.items()):
         top = module.split(".", 1)[0]
@@ -197,13 +247,15 @@ def roots_of(spec: Any) -> tuple[dict[str, str], dict[str, str]]:
     return roots, missing
 
 
-def _record_digest(dist: metadata.Distribution) -> str:
+def _record_digest(dist: metadata.Distribution, described: Any = None) -> str:
     """What a distribution's installed files are: its RECORD (each file's hash, written by the
-    installer), else its files' names and sizes."""
+    installer), else its files' names and sizes. ``described``: its metadata, when the caller has
+    read it (each reading parses the file again)."""
+    described = dist.metadata if described is None else described
     h = hashlib.sha256()
     for part in _platform():
         h.update(part.encode() + b"\0")
-    h.update(f"{dist.metadata['Name']}=={dist.version}\0".encode())
+    h.update(f"{described['Name']}=={described['Version']}\0".encode())
     record = dist.read_text("RECORD")
     if record:
         h.update(record.encode())
@@ -217,15 +269,17 @@ def _record_digest(dist: metadata.Distribution) -> str:
 def part_of(name: str, dist: metadata.Distribution, say: Callable[[str], None] | None = None) -> Part:
     """The part of ``dist`` (``name``: its canonical name), packed on first use (said through
     ``say`` when that takes a while: a large distribution)."""
-    key = f"env-{name}-{dist.version}-{_record_digest(dist)}"
+    described = dist.metadata
+    version = described["Version"]
+    key = f"env-{name}-{version}-{_record_digest(dist, described)}"
     if not is_built(key, ".tar"):  # listing a distribution's files takes seconds for TensorFlow's: only to pack it
         files = list(_dist_files({name: dist}, ""))
         size = sum(p.stat().st_size for p, _ in files)
         if say is not None and size > _SAY_ABOVE:
-            say(f"packing {name} {dist.version} ({_mb(size)}) into the job's environment, once")
+            say(f"packing {name} {version} ({_mb(size)}) into the job's environment, once")
         _pack(key, files)
     path = _cache_dir() / f"{key}.tar"
-    return Part(name, str(dist.version), key, path, path.stat().st_size)
+    return Part(name, str(version), key, path, path.stat().st_size)
 
 
 def _pack(key: str, files: list[tuple[Path, str]]) -> Path:
@@ -283,7 +337,8 @@ def ship_environment(spec: Any, shipment: Shipment, cache: Cache | None) -> None
     if not plan.parts:
         say("the job's environment: nothing beyond the standard library (its source imports nothing else)")
         return
-    new = [p for p in plan.parts if cache is None or not cache.has(p.path, p.path.name, p.key)]
+    held = cache.has_each([(p.path, p.path.name, p.key) for p in plan.parts]) if cache else [False] * len(plan.parts)
+    new = [p for p, there in zip(plan.parts, held) if not there]
     say(f"the job's environment: {len(plan.parts)} distributions, {_mb(plan.size)} ({', '.join(sorted(plan.roots))} "
         "and what they require); " + (f"{len(new)} to upload ({_mb(sum(p.size for p in new))}), the rest already "
                                       "in the cache" if new else "every one already in the cache"))

@@ -24,6 +24,7 @@ node's base Python. The archives are built here too (:func:`_build`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -152,11 +153,11 @@ def _platform() -> list[str]:
             sys.implementation.name]
 
 
-def runtime_key() -> str:
+def runtime_key(dists: dict[str, metadata.Distribution] | None = None) -> str:
     """What names the runtime's content: the interpreter, the platform, every distribution's name
-    and version, and the package's own files (their names and bytes: a source tree being edited
-    changes it)."""
-    dists = _runtime_distributions()
+    and version (``dists``, when the caller has them), and the package's own files (their names
+    and bytes: a source tree being edited changes it)."""
+    dists = _runtime_distributions() if dists is None else dists
     files = [f"{name}:{hashlib.sha256(path.read_bytes()).hexdigest()}" for path, name in _package_files()]
     return "runtime-" + _digest([*_platform(), *(f"{n}=={d.version}" for n, d in sorted(dists.items())), *files])
 
@@ -202,8 +203,9 @@ def _build(key: str, files: Iterable[tuple[Path, str]], distributions: int, comp
 def runtime() -> Pack:
     """The runtime archive of this client's versions, built on first use."""
     dists = _runtime_distributions()
-    key = runtime_key()
-    return _build(key, [*_package_files(), *_dist_files(dists, "lib/")], len(dists))
+    key = runtime_key(dists)
+    # Listed only if it is built: the distributions' files are thousands of paths to look at.
+    return _build(key, itertools.chain(_package_files(), _dist_files(dists, "lib/")), len(dists))
 
 
 def local_archives() -> list[Path]:

@@ -83,6 +83,10 @@ def digest_of(path: Path) -> str:
     return h.hexdigest()[:32]
 
 
+#: How many requests about a cache's copies are made at once.
+_ASKED_AT_ONCE = 8
+
+
 class Cache:
     """The user's cache directory in ``store`` (rooted at HDFS's ``/``), whose copies are named by
     the URI prefix ``uri`` (``hdfs://namenode:8020``)."""
@@ -126,10 +130,23 @@ class Cache:
 
     def has(self, path: Path, name: str, digest: str | None = None) -> bool:
         """Whether the cache holds a copy of ``path``'s content already."""
-        key = self.key(path, name, digest)
-        if key not in self._held and self.store.exists(key):
-            self._held.add(key)
-        return key in self._held
+        return self.has_each([(path, name, digest)])[0]
+
+    def has_each(self, copies: list[tuple[Path, str, str | None]]) -> list[bool]:
+        """Whether the cache holds each of ``copies`` ((path, name, digest) as :meth:`ship` takes
+        them): the store is asked about several at once, where it can be (a job's environment
+        is tens of parts, each a round trip to the NameNode)."""
+        keys = [self.key(*copy) for copy in copies]
+        unknown = [k for k in dict.fromkeys(keys) if k not in self._held]
+        if len(unknown) > 1 and getattr(self.store, "concurrent", False):
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(max_workers=min(_ASKED_AT_ONCE, len(unknown)),
+                                    thread_name_prefix="tony-cache") as pool:
+                found = list(pool.map(self.store.exists, unknown))
+        else:
+            found = [self.store.exists(k) for k in unknown]
+        self._held.update(k for k, there in zip(unknown, found) if there)
+        return [k in self._held for k in keys]
 
 
 class UploadProgress:

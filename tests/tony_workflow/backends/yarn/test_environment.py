@@ -108,7 +108,8 @@ def test_a_second_job_ships_nothing_and_a_changed_distribution_ships_alone(tmp_p
     # idna changed (another build of the same version): its part alone is new.
     real_digest = env_module._record_digest
     monkeypatch.setattr(env_module, "_record_digest",
-                        lambda d: real_digest(d) + ("x" if d.metadata["Name"].lower() == "idna" else ""))
+                        lambda d, *described: real_digest(d, *described) + (
+                            "x" if d.metadata["Name"].lower() == "idna" else ""))
     third = Shipment("python3")
     ship_environment(spec, third, hdfs)
     assert len(uploads) == 1 and uploads[0].startswith("env-idna-"), uploads
@@ -132,3 +133,30 @@ def test_the_parts_are_joined_into_one_site_directory_of_links(tmp_path):
     # In a container, the parts are joined once, beside them.
     once = joined([str(a), str(b)])
     assert once == tmp_path / "environment" and joined([str(a), str(b)]) == once
+
+
+def test_which_distribution_provides_a_module_is_read_once_until_one_is_installed(tmp_path, monkeypatch, cache):
+    # Reading every distribution's files to learn which modules each provides takes a second with
+    # TensorFlow installed: a submission keeps the answer, and an install is seen at once.
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    src = source(tmp_path, {"train.py": "import requests\nimport tony_probe_mod\n"})
+    spec = job(src, conf={"tony.task.tensorboard.enabled": "false"})
+    roots, missing = roots_of(spec)
+    assert "requests" in roots and missing == {"tony_probe_mod": "train.py"}
+    kept = list(cache.glob("packages-*.json"))
+    assert len(kept) == 1 and '"requests"' in kept[0].read_text()
+    read = []
+    monkeypatch.setattr(env_module.metadata, "packages_distributions",
+                        lambda real=metadata.packages_distributions: read.append(1) or real())
+    assert roots_of(spec) == (roots, missing) and read == []  # kept: nothing read again
+    # A distribution installed (as an installer writes one) providing the missing module.
+    info = site / "tony_probe-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tony-probe\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("tony_probe_mod\n")
+    (info / "RECORD").write_text("tony_probe_mod.py,,\n")
+    (site / "tony_probe_mod.py").write_text("")
+    roots, missing = roots_of(spec)
+    assert read == [1] and roots["tony-probe"] == "train.py imports tony_probe_mod" and missing == {}

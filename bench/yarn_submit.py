@@ -29,8 +29,7 @@ source imports TensorFlow brings it (44 distributions, about 2.3 GB), timed the 
 
 * in parts (what the runtime does): the first submission, nothing packed on this machine nor
   cached in HDFS nor on the node; the same job again, three times (everything cached; the median);
-  the job after one small
-  distribution changed (its part alone is new);
+  the job after one small distribution changed (its part alone is new);
 * as one archive of the whole environment (cluster-pack's way), cached in HDFS the same way: the
   first submission, and the job after the same one distribution changed (the whole archive is new).
 

@@ -111,14 +111,30 @@ def torch_loaded(status, task_id: str) -> bool:
     return False
 
 
+def asking_to_join(status, task_id: str) -> bool:
+    """Whether a trainer of the task's container holds a connection open: its request to join the
+    group, a long poll to the AM (nothing it does before joining opens one; the group's own
+    connections come after)."""
+    for p in container_tree(status, task_id):
+        try:
+            if _is_trainer(p) and any(c.status == psutil.CONN_ESTABLISHED for c in p.net_connections(kind="tcp")):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def replacement_ready(h, task_id: str, lost: int):
-    """The status once the task's replacement (after ``lost`` restarts) has a trainer with torch loaded."""
+    """The status once the task's replacement (after ``lost`` restarts) has a trainer asking the AM
+    to join: let go then, the others regroup with it at their next step, however slow the machine
+    was to start it."""
     def ready():
         s = h.status()
         if s.is_final:
             return s
         task = s.task(task_id)
-        return s if task.restarts > lost and task.state in ("JOINING", "RUNNING") and torch_loaded(s, task_id) else None
+        return s if (task.restarts > lost and task.state in ("JOINING", "RUNNING") and torch_loaded(s, task_id)
+                     and asking_to_join(s, task_id)) else None
     return wait_for(ready, timeout=420, interval=0.5)
 
 

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 from ... import hadoop
 from ...context import application_tags, from_tags
-from ...errors import ClusterError, ConfigError, UnknownApplication
+from ...errors import ConfigError, UnknownApplication
 from ...kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
 from ...spec import JobSpec, SpecError, SpecIssue
 from ...spec.keys import TONY_XML_DEFAULTS
@@ -68,7 +68,7 @@ from .containers import (
     decode_asked,
     master_request,
 )
-from .driver import close_drivers, driver_running, shared_driver
+from .driver import close_drivers, driver_running, shared_driver, submit_application
 from .environment import ship_environment
 from .gang import (
     Node,
@@ -105,24 +105,6 @@ def yarn_lifetime_s(timeout_ms: int) -> float:
 _YARN_RUNNING = ("RUNNING",)
 _YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
 _YARN_ACTIVE = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
-
-#: how long a submission whose files HDFS placed on no DataNode waits before its one more try
-_DATANODE_RETRY_S = 5
-
-
-def driver_cause(message: str) -> str:
-    """The line of a skein driver's error that says what went wrong: not its "Failed to submit
-    application, exception:" opening, nor the Java stack under it."""
-    lines = [line.strip() for line in message.splitlines()]
-    said = [line for line in lines if line and not line.startswith("at ") and not line.endswith("exception:")]
-    return (said[0] if said else lines[0] if lines else "no reason given")[:400]
-
-
-def no_datanode_took(message: str) -> bool:
-    """Whether a driver's error is HDFS placing a block of the application's files on no DataNode
-    (``could only be written to 0 of the 1 minReplication nodes``)."""
-    return "could only be written to 0 of the" in message
-
 
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     """The variables that make YARN's NodeManager run a container in ``image`` (none without one)."""
@@ -390,30 +372,13 @@ class YarnBackend(Backend):
         return str(app_id)
 
     def _driver_submit(self, app: Any, spec: JobSpec, principal: str | None, keytab: str | None) -> str:
-        """Gives ``app`` to skein's driver, which writes the application's files to HDFS and then
-        submits it. A block HDFS could not place is tried once more (a DataNode busy for a moment
-        with a large upload); what the driver still refuses becomes one line naming the cause."""
-        import skein
-        for attempt in (1, 2):
-            try:
-                return str(shared_driver(self.conf, self.conf_dir, principal, keytab).submit(app))
-            except skein.exceptions.DriverError as e:
-                cause = driver_cause(str(e))
-                if spec.proxy_user and "impersonate" in str(e):
-                    raise LoginError(f"tony.application.proxy-user={spec.proxy_user}: the ResourceManager does not "
-                                     f"let {self.submitting_user()} act as {spec.proxy_user} ({cause}); nothing "
-                                     "was submitted") from None
-                if not no_datanode_took(str(e)):
-                    raise ClusterError(f"YARN did not take the job: {cause}; nothing was submitted") from None
-                if attempt == 2:
-                    raise ClusterError(
-                        f"HDFS took none of the job's files ({cause}); nothing was submitted. Its DataNodes "
-                        "refused the block: a full disk under dfs.datanode.data.dir, or a DataNode that does not "
-                        "answer (`hdfs dfsadmin -report` shows each one's space and state)") from None
-                logging.getLogger("tony.ship").warning("HDFS placed none of the job's files (%s): trying once more "
-                                                       "in %d s", cause, _DATANODE_RETRY_S)
-                time.sleep(_DATANODE_RETRY_S)
-        raise AssertionError("the loop returns or raises")
+        """Gives ``app`` to skein's driver (:func:`.driver.submit_application`); a proxy user the
+        ResourceManager refuses is said as such."""
+        def refused(cause: str) -> Exception:
+            return LoginError(f"tony.application.proxy-user={spec.proxy_user}: the ResourceManager does not let "
+                              f"{self.submitting_user()} act as {spec.proxy_user} ({cause}); nothing was submitted")
+        return submit_application(lambda: shared_driver(self.conf, self.conf_dir, principal, keytab), app,
+                                  refused if spec.proxy_user else None)
 
     def _ship(self, spec: JobSpec, staging: Path, cache: Any) -> Shipment:
         """What the job's containers get (see :mod:`.runtime`): the runtime, unless the job

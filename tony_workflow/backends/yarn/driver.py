@@ -33,6 +33,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -40,17 +41,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ... import process
-from ...errors import ConfigError
+from ...errors import ClusterError, ConfigError
 from ...kerberos import Login, is_secure
 from ...spec.site import tony_home
 
-__all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_running", "idle_seconds",
-           "shared_driver"]
+__all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_cause", "driver_running",
+           "idle_seconds", "no_datanode_took", "shared_driver", "submit_application"]
 
 # skein talks to its driver and to its ApplicationMaster over gRPC, which by default restarts its
 # polling threads in every child this process forks. A child that then closes its descriptors
@@ -370,3 +371,48 @@ atexit.register(close_drivers)
 
 if __name__ == "__main__":
     _serve(json.loads(sys.stdin.read()))
+
+
+#: how long a submission whose files HDFS placed on no DataNode waits before its one more try
+_DATANODE_RETRY_S = 5
+
+
+def driver_cause(message: str) -> str:
+    """The line of a skein driver's error that says what went wrong: not its "Failed to submit
+    application, exception:" opening, nor the Java stack under it."""
+    lines = [line.strip() for line in message.splitlines()]
+    said = [line for line in lines if line and not line.startswith("at ") and not line.endswith("exception:")]
+    return (said[0] if said else lines[0] if lines else "no reason given")[:400]
+
+
+def no_datanode_took(message: str) -> bool:
+    """Whether a driver's error is HDFS placing a block of the application's files on no DataNode
+    (``could only be written to 0 of the 1 minReplication nodes``)."""
+    return "could only be written to 0 of the" in message
+
+
+def submit_application(driver: Callable[[], Any], app: Any,
+                       impersonation: Callable[[str], Exception] | None = None) -> str:
+    """Gives ``app`` to skein's driver (``driver()``), which writes the application's files to
+    HDFS and then submits it; returns its id. A block HDFS could not place is tried once more (a
+    DataNode busy for a moment); what the driver still refuses becomes one line naming the cause
+    (``impersonation(cause)``: the error for a proxy user the ResourceManager refuses)."""
+    import skein
+    for attempt in (1, 2):
+        try:
+            return str(driver().submit(app))
+        except skein.exceptions.DriverError as e:
+            cause = driver_cause(str(e))
+            if impersonation is not None and "impersonate" in str(e):
+                raise impersonation(cause) from None
+            if not no_datanode_took(str(e)):
+                raise ClusterError(f"YARN did not take the job: {cause}; nothing was submitted") from None
+            if attempt == 2:
+                raise ClusterError(
+                    f"HDFS took none of the job's files ({cause}); nothing was submitted. Its DataNodes refused "
+                    "the block: a full disk under dfs.datanode.data.dir, or a DataNode that does not answer "
+                    "(`hdfs dfsadmin -report` shows each one's space and state)") from None
+            logging.getLogger("tony.ship").warning("HDFS placed none of the job's files (%s): trying once more in "
+                                                   "%d s", cause, _DATANODE_RETRY_S)
+            time.sleep(_DATANODE_RETRY_S)
+    raise AssertionError("the loop returns or raises")

@@ -272,7 +272,7 @@ class ElasticPart:
             s.set_task_state(task, TaskState.KILLED, exit_code=code,
                              diagnostics="the elastic group finished before this task joined it")
             return True
-        if not cause and deterministic_cause(Failure.of(task.status, diagnostics)):
+        if not cause and deterministic_cause(Failure.of(task.status, diagnostics, s.progressed_types)):
             # Killed for memory before any progress, a module missing: its replacement would end the
             # same way, and the group would spend every change on it. The ordinary rules fail the job
             # at once with the cause and the key to change.

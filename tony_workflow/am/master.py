@@ -257,7 +257,7 @@ class ApplicationMaster(AMState):
         cause = self.cluster.reclaimed(task.container)
         if elastic is not None and elastic.lost(task, code, cause, diagnostics):
             return
-        decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics), cause,
+        decision = cause and self.policy.decide_reclaimed(Failure.of(task.status, diagnostics, self.progressed_types), cause,
                                                           self.status.reclaims)
         if decision:
             return self._on_reclaimed(task, code, cause, decision)
@@ -296,7 +296,7 @@ class ApplicationMaster(AMState):
 
     def _on_failure(self, task: Task, code: int, diagnostics: str) -> None:
         """Applies the policy's decision on a failed task. Called with the lock held."""
-        decision = self.policy.decide(Failure.of(task.status, diagnostics), self.status.retries,
+        decision = self.policy.decide(Failure.of(task.status, diagnostics, self.progressed_types), self.status.retries,
                                       self.task_restarts.get(task.id, 0))
         action = decision.action
         if action is Action.IGNORE:

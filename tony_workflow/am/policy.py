@@ -9,7 +9,7 @@ table of cases, and the AM is left with the mechanics (killing, relaunching, rec
 The rules, in the order they apply (docs/architecture.md has the long form):
 
 1. A sidecar type's failure is ignored.
-1b. A task that failed before it reported any progress, in a way no relaunch can change (its
+1b. A task that failed before it or any other of its type reported progress, in a way no relaunch can change (its
    script is not there or does not parse, a module it imports is not installed, its container went
    over its memory), fails the job at once with that cause and what to change
    (:func:`deterministic_cause`): every relaunch would end the same way.
@@ -126,13 +126,16 @@ class Failure:
     host: str | None = None
     log_url: str | None = None
     diagnostics: str = ""
-    #: whether the task reported any progress before it failed (it got past its start)
+    #: whether the task, or another of its type in this job, reported any progress before it
+    #: failed: a container of the same size and command got past its start, so its failure may not
+    #: come again (a replacement killed for memory while restoring, where the others trained on)
     progressed: bool = False
 
     @classmethod
-    def of(cls, status: TaskStatus, diagnostics: str = "") -> Failure:
+    def of(cls, status: TaskStatus, diagnostics: str = "", progressed_types: frozenset[str] | set[str] = frozenset(),
+           ) -> Failure:
         return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics,
-                   status.progress is not None)
+                   status.progress is not None or status.type in progressed_types)
 
     @property
     def task_id(self) -> str:

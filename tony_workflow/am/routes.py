@@ -175,6 +175,7 @@ class AMRoutes:
                 s.board.figures_changed()
             if task.progress.update(req.progress, now):
                 task.status.progress = task.progress.to_dict()
+                s.progressed_types.add(task.status.type)
                 s.board.figures_changed(progressed=True)
             store = req.store or {}
             changed, failure = s.store.report(task.id, task.session_id, store.get("error"), bool(store.get("ok")))

@@ -88,6 +88,9 @@ class AMState:
     cancel: threading.Event
     #: an elastic job's part: its group, its rendezvous, who joined (None for a fixed job)
     elastic: ElasticPart | None
+    #: the task types some task of which reported progress in this job (any session): their
+    #: failures are never taken as ones every relaunch would repeat
+    progressed_types: set[str]
 
     def __init__(self, spec: JobSpec, app_id: str, app_dir: Path, cluster: ClusterManager,
                  resume: Resume | None = None, launch: Launch | None = None):
@@ -123,6 +126,7 @@ class AMState:
         self.store_failure = None
         self.kill_requested = None
         self.cancel = threading.Event()
+        self.progressed_types = set()
         group = ElasticGroup.from_spec(spec)
         self.elastic = ElasticPart(self, group, launch or _cannot_launch) if group is not None else None
 

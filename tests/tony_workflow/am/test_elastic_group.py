@@ -228,3 +228,21 @@ def test_a_trainer_killed_for_memory_before_any_progress_is_not_replaced_but_fai
     with state.lock:  # as the AM calls it
         assert state.elastic.lost(trained, -104, None, "Container killed for memory")
     assert state.elastic.group.changes == 1 and state.elastic.replacements == [trained]
+
+
+def test_a_replacement_killed_for_memory_where_its_type_trained_is_replaced_again(tmp_path):
+    """A replacement killed for memory before its own first step (restoring rank 0's checkpoint,
+    say) when others of its type, of the same size, trained in this job: not a failure every
+    relaunch repeats. It is a loss like any other, and the job goes on."""
+    from tests.tony_workflow.am.test_routes import elastic_state
+    from tony_workflow.am.policy import Failure, deterministic_cause
+
+    state = elastic_state(tmp_path)
+    state.progressed_types.add("worker")  # as the first progress report of any worker leaves it
+    replacement = state.tasks["worker:1"]
+    replacement.status.exit_code = -104
+    assert replacement.status.progress is None
+    assert deterministic_cause(Failure.of(replacement.status, "", state.progressed_types)) is None
+    with state.lock:
+        assert state.elastic.lost(replacement, -104, None, "Container killed for memory")
+    assert state.elastic.group.changes == 1 and state.elastic.replacements == [replacement]

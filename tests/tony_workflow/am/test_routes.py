@@ -96,6 +96,7 @@ def test_heartbeats_record_figures_progress_and_the_store_and_decide_nothing(tmp
                                       progress={"reports": 1, "step": 5, "total": 10, "age": 0})) == (200, {"action": "continue"})
     chief = state.tasks["chief:0"]
     assert chief.status.metrics == {"rss_mb": 12.5} and chief.status.progress["step"] == 5
+    assert state.progressed_types == {"chief"}  # a later chief killed before its first step is no "every time"
     routes.heartbeat(Heartbeat("chief:0", 0, store={"error": "HDFS unreachable"}))
     assert state.status.warnings == ["chief:0: HDFS unreachable"] and state.store_failure is None
     routes.heartbeat(Heartbeat("chief:0", 0, store={"ok": True}))

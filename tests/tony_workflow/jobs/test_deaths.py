@@ -43,7 +43,9 @@ HOLDER = textwrap.dedent("""
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     s.bind((host, int(port)))
     s.listen()
-    (marks / f"{task}.{len(earlier)}.pid").write_text(str(os.getpid()))
+    # Written aside and renamed into place: a reader never sees the file empty.
+    (marks / f"{task}.tmp").write_text(str(os.getpid()))
+    (marks / f"{task}.tmp").rename(marks / f"{task}.{len(earlier)}.pid")
     if earlier:
         time.sleep(0.5)
     elif task in ("worker-1", "ps-0"):

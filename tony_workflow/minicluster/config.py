@@ -67,6 +67,10 @@ _CAPACITY_SCHEDULER = {
     "yarn.scheduler.capacity.maximum-am-resource-percent": 0.5,
     # No request names a host, so waiting for locality would only delay every allocation.
     "yarn.scheduler.capacity.node-locality-delay": -1,
+    # The scheduler places containers from a thread of its own, which looks every 5 ms by default:
+    # two thirds of an idle cluster's CPU, on a machine whose tests share two cores. Every 50 ms
+    # adds 25 ms on average to an allocation that waits a second for a node's heartbeat anyway.
+    "yarn.scheduler.capacity.schedule-asynchronously.scheduling-interval-ms": 50,
 }
 
 
@@ -81,6 +85,9 @@ def _server_conf(d: Path, lib: Path, *, gpus: int, memory_mb: int, vcores: int, 
         "dfs.permissions.enabled": False,
         # The NameNode enters safe mode when its disk has under 100 MB free, as CI disks may.
         "dfs.namenode.resource.du.reserved": 0,
+        # The NameNode's thread that deletes removed files' blocks looks for work every 10 ms,
+        # idle or not (the rest of an idle cluster's CPU); a tenth as often is plenty here.
+        "dfs.namenode.block.deletion.unlock.interval.ms": 100,
     }
     yarn = {
         # "Fixed" only means MiniYARNCluster keeps these addresses instead of forcing port 0 on all

@@ -2,9 +2,11 @@
 script in the usual idiom (rank 0 alone saves into $TONY_CHECKPOINT_DIR, every rank loads from
 there as it starts) under torch's agent (tony.elastic.regroup=restart), 3 workers of which 2 are
 enough. Whichever container dies, every rank of the next group starts from the last checkpoint
-rank 0 wrote: rank 0's container or another, on both backends; with two processes a container,
-twice in a row, and regrouping in place, on the embedded cluster. What is checked comes
-from the trainers' own output: where each rank started, what rank 0 saved, their final state."""
+rank 0 wrote: rank 0's container on both backends (another's is test_elastic_jobs' loss under
+torch's agent); with two processes a container, twice in a row, and regrouping in place (where
+the survivors' processes are the very ones they were), on the embedded cluster. What is checked
+comes from the trainers' own output: where each rank started, what rank 0 saved, their final
+state."""
 from __future__ import annotations
 
 import re
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wait_for
-from tests.tony_workflow.jobs.test_elastic_jobs import finished, kill_container, stdout
+from tests.tony_workflow.jobs.test_elastic_jobs import finished, keepers, kill_container, stdout
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = pytest.mark.frameworks
@@ -61,10 +63,12 @@ def right_after_a_save(h, tmp: Path) -> int:
     return step
 
 
-# Rank 0's container and another, on both clusters; two processes a container on the embedded one.
+# Rank 0's container, on both clusters; two processes a container on the embedded one. Another
+# rank's container lost under torch's agent, the group going on from where it was, is
+# test_elastic_jobs' test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_their_containers.
 CASES = [pytest.param(backend, aim, processes, id=f"{backend}-{name}",
                       marks=[pytest.mark.yarn] if backend == "yarn" else [])
-         for backend, aim, processes, name in [("local", "rank 0", 1, "rank0"), ("local", "another rank", 1, "another"),
+         for backend, aim, processes, name in [("local", "rank 0", 1, "rank0"),
                                                ("local", "rank 0", 2, "rank0-two-processes"),
                                                # On YARN the case that needs its mirror: rank 0's container.
                                                ("yarn", "rank 0", 1, "rank0")]]
@@ -171,10 +175,22 @@ def test_regrouping_in_place_the_mirror_follows_rank_0_when_its_container_dies(t
     wait_for(lambda: len(set(re.findall(r"holding rank=(\d+)", stdout(h)))) == 3, timeout=120, interval=0.1)
     last = saves(stdout(h))[-1]
     wait_for(lambda: (stored_step(h, tmp_path) or 0) >= last, timeout=60, interval=0.1)
-    kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
+    rank0 = next(iter(st.elastic["history"][-1]["members"]))  # members are listed in rank order
+    others = [t for t in ("worker:0", "worker:1", "worker:2") if t != rank0]
+    survivors = {t: keepers(st, t) for t in others}
+    assert all(survivors.values()), survivors
+    kill_container(st, rank0)
     hold.unlink()
+    # The others regroup without it: their executors and trainers are the very processes they were.
+    back = wait_for(lambda: (s := h.status()).is_final and s or ((s.elastic or {}).get("round", -1) > st.elastic["round"]
+                                                                and s), timeout=300, interval=0.1)
+    assert not back.is_final, back.diagnostics
+    assert {t: keepers(back, t) for t in others} == survivors
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
+    # The loss of rank 0's container, and nothing else, changed the group.
+    causes = [c for change in final.elastic["history"] for c in (change.get("causes") or {})]
+    assert causes == [rank0], final.elastic["history"]
     out = stdout(h)
     # The survivors went on from their state in memory, past the last save; the replicas agree.
     starts = {int(g): int(s) for g, s in re.findall(r"generation=(\d+) rank=\d+ world=\d+ start_step=(\d+)", out)}

@@ -128,7 +128,12 @@ def test_the_torchrun_contract_in_every_process(backend, processes, local_site):
         assert sorted(chosen) == [str(g) for g in range(world)], envs   # a GPU of its own for each process
 
 
-def test_jax_processes_join_and_exchange_data(backend):
+@pytest.mark.yarn
+def test_jax_processes_join_and_exchange_data(yarn_cluster):
+    # On YARN alone: the embedded cluster runs the same example for real in the Airflow DAG's test
+    # (tests/airflow_provider/test_operators.py, tony_jax), and a JAX run costs a minute and a half
+    # of two cores.
+    backend = "yarn"
     h = TonyClient(backend).submit(load_job(str(JAX), conf=SMALL, task_params="--steps 120 --save-every 20"))
     st = finished(h)
     assert st.state == "SUCCEEDED", st.diagnostics

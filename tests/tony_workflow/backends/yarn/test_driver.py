@@ -30,9 +30,17 @@ def test_on_a_secure_cluster_the_ticket_cache_tells_ticket_logins_apart(monkeypa
 
 def test_the_jvm_is_told_where_the_kdcs_configuration_is_unless_it_already_is(monkeypatch):
     monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m -Djava.security.krb5.conf=/etc/own.conf "
-                       "-Dlog4j.configuration=file:/etc/own.properties")
+                       "-Dlog4j.configuration=file:/etc/own.properties -XX:+UseG1GC -XX:-TieredCompilation")
     assert _java_options(secure=True) == ["-Xmx256m", "-Djava.security.krb5.conf=/etc/own.conf",
-                                          "-Dlog4j.configuration=file:/etc/own.properties"]
+                                          "-Dlog4j.configuration=file:/etc/own.properties", "-XX:+UseG1GC",
+                                          "-XX:-TieredCompilation"]
+
+
+def test_the_driver_jvm_gets_no_optimizing_compiler_and_one_collector_thread_unless_told(monkeypatch, tmp_path):
+    monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path / "skein"))
+    monkeypatch.setenv("SKEIN_DRIVER_JAVA_OPTIONS", "-Xmx256m")
+    options = _java_options(secure=False)
+    assert options[:3] == ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"], options
 
 
 def test_hadoops_own_lines_are_logged_at_skeins_level_unless_the_user_configures_logging(monkeypatch, tmp_path):
@@ -40,7 +48,7 @@ def test_hadoops_own_lines_are_logged_at_skeins_level_unless_the_user_configures
 
     monkeypatch.delenv("SKEIN_DRIVER_JAVA_OPTIONS", raising=False)
     monkeypatch.setenv("SKEIN_CONFIG", str(tmp_path / "skein"))
-    (option,) = _java_options(secure=False)
+    option = _java_options(secure=False)[-1]
     path = option.removeprefix("-Dlog4j.configuration=file:")
     assert path == str(tmp_path / "skein" / "tony-driver-log4j.properties")
     assert (tmp_path / "skein" / "tony-driver-log4j.properties").read_text() == driver.LOG4J

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import psutil
@@ -295,6 +296,12 @@ def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_i
     # While the node unpacked it (minutes for TensorFlow, the first time), the wait was said too.
     assert "not started yet" in said and "fetching and unpacking the job's files" in said, said[-4000:]
     assert done.stdout.split()[-1] == "SUCCEEDED", done.stdout
+    # TensorFlow went without its C++ headers (18,000 files that no running job reads).
+    parts = list(Path(os.environ["XDG_CACHE_HOME"]).rglob("env-tensorflow-*.tar"))
+    assert parts and all(p.name.endswith("-lean.tar") for p in parts), parts
+    with tarfile.open(parts[0]) as tar:
+        names = tar.getnames()
+    assert "tensorflow/__init__.py" in names and not any(n.startswith("tensorflow/include/") for n in names)
     # Hadoop's own INFO and WARN lines (its driver's log4j) are not mixed into the progress.
     hadoops = re.findall(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:INFO|WARN) .*$", said, re.MULTILINE)
     assert not hadoops, hadoops

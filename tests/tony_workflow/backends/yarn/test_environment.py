@@ -82,6 +82,19 @@ def test_each_distribution_is_a_part_of_its_own_named_by_its_content_and_packed_
     assert part.path.stat().st_mtime_ns == stamp  # not packed again
 
 
+def test_what_no_running_job_reads_is_left_out_of_its_distributions_part_under_a_key_of_its_own(cache, monkeypatch):
+    from tony_workflow.backends.yarn import environment
+
+    # TensorFlow's headers, in its case (1.5 GB to pack here): the same rule on a small distribution.
+    assert environment._LEFT_OUT["tensorflow"] == ("tensorflow/include/",)
+    whole = part_of("requests", metadata.distribution("requests"))
+    monkeypatch.setitem(environment._LEFT_OUT, "requests", ("requests/__version__.py", "requests/help.py"))
+    lean = part_of("requests", metadata.distribution("requests"))
+    assert lean.key == whole.key + "-lean" and lean.path != whole.path  # never the whole part's cached copy
+    with tarfile.open(whole.path) as a, tarfile.open(lean.path) as b:
+        assert set(a.getnames()) - set(b.getnames()) == {"requests/__version__.py", "requests/help.py"}
+
+
 def test_a_second_job_ships_nothing_and_a_changed_distribution_ships_alone(tmp_path, monkeypatch, caplog):
     src = source(tmp_path, {"train.py": "import requests\n"})
     spec = job(src, conf={"tony.task.tensorboard.enabled": "false"})

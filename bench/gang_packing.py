@@ -225,6 +225,11 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
     late = {a: finish_order.index(a) - submit_order.index(a) for a in submit_order}
     makespan = max(ended) - first
     idle_gbs, idle_share = sampler.idle_while_waiting()
+    try:
+        handed = handoffs(backend, [h.app_id for h in handles])
+    except Exception as e:  # noqa: BLE001 - the breakdown is an explanation, not the measurement
+        log(f"  hand-offs not read: {e}")
+        handed = []
     held = list(sampler.held_waiting.values())
     return {"makespan_s": rnd(makespan, 1), "ratio": rnd(makespan / ideal, 3),
             "succeeded": sum(1 for s in finals.values() if s.state == "SUCCEEDED"), "deadlock": deadlocked,
@@ -232,7 +237,65 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
             "idle_gb_s_while_waiting": rnd(idle_gbs, 1), "idle_share_while_waiting": rnd(idle_share, 3),
             "waiting_containers_max": max((c for c, _ in held), default=0),
             "waiting_mb_max": max((m for _, m in held), default=0),
-            "submit_s": rnd(max(t for t, _ in submitted) - t0, 2), "samples": len(sampler.rows)}
+            "submit_s": rnd(max(t for t, _ in submitted) - t0, 2), "samples": len(sampler.rows),
+            "handoffs": handed}
+
+
+# ------------------------------------------------------------------ where a hand-off goes
+
+#: The steps of a hand-off, from the end of the tasks of the job whose room the next one takes to
+#: the start of the next one's tasks, each from the jobs' own records (and the ResourceManager's
+#: end of the job, on YARN).
+HANDOFF_STEPS = ("freeing", "admitting", "forming", "starting")
+HANDOFF_SAID = {
+    "freeing": "the job ending: its last task's end to its end (on YARN, the ResourceManager's)",
+    "admitting": "the next job seeing the room: to its ApplicationMaster's start (the line's look, the gate's "
+                 "ask, the grant and the AM container's start)",
+    "forming": "its gang granted: the AM's start to the last of its containers",
+    "starting": "its tasks starting: the gang granted to the last task's process running",
+}
+
+
+def _times(backend: str, app_id: str) -> dict[str, float | None]:
+    """What one job's record (and the ResourceManager) say of when it did what."""
+    from tony_workflow.client import TonyClient
+    client = TonyClient(backend)
+    rec = client.record(app_id) or {}
+    timeline = rec.get("timeline") or []
+    tasks = rec.get("tasks") or []
+    am = next((t["ts"] for t in timeline if t["what"].startswith("ApplicationMaster attempt")), None)
+    formed = next((t["ts"] for t in timeline if t["what"].startswith("all ") and "containers granted" in t["what"]),
+                  None)
+    started = [t.get("started_at") for t in tasks]
+    done = [t.get("finished_at") for t in tasks]
+    ended = rec.get("finished_at")
+    if backend == "yarn":
+        report = client.backend.rm.app(app_id)
+        if report is not None and report.finished_at:
+            ended = report.finished_at
+    return {"am": am, "formed": formed, "running": max(started) if started and all(started) else None,
+            "tasks_done": max(done) if done and all(done) else None, "ended": ended}
+
+
+def handoffs(backend: str, app_ids: list[str]) -> list[dict[str, float]]:
+    """Each hand-off of a repetition: for every job that waited for its gang, the job whose end
+    last preceded its gang's forming (the room it took), and the steps between the two."""
+    times = {a: _times(backend, a) for a in app_ids}
+    out = []
+    for app, t in times.items():
+        if t["formed"] is None or t["running"] is None or t["am"] is None:
+            continue  # it did not wait: no hand-off
+        before = [(p["ended"], a) for a, p in times.items() if a != app and p["ended"] and p["ended"] < t["formed"]]
+        if not before:
+            continue
+        prev = times[max(before)[1]]
+        if prev["tasks_done"] is None:
+            continue
+        marks = [prev["tasks_done"], prev["ended"], max(t["am"], prev["ended"]), t["formed"], t["running"]]
+        row = {step: rnd(max(0.0, b - a), 2) for step, a, b in zip(HANDOFF_STEPS, marks, marks[1:])}
+        row["total"] = rnd(marks[-1] - marks[0], 2)
+        out.append(row)
+    return out
 
 
 def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]:
@@ -253,6 +316,11 @@ def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]
         row["ratio"] = rnd(row["makespan_s"] / ideal, 3)
         row["ratio_outside"] = rnd(row["makespan_s"] / outside, 3)
     worst = max(r["ratio"] for r in rows)
+    handed = [h for r in rows for h in r["handoffs"]]
+    handoff = {step: rnd(statistics.median(h[step] for h in handed), 2) for step in (*HANDOFF_STEPS, "total")} \
+        if handed else {}
+    if handoff:
+        log(f"{backend}: a hand-off's median steps (s): {handoff}")
     late = max(r["max_places_late"] for r in rows)
     deadlocks = sum(1 for r in rows if r["deadlock"] or r["succeeded"] < n)
     return {"alone_s": [rnd(a, 1) for a in alones], "ideal_s": rnd(ideal, 1), "rows": rows,
@@ -261,7 +329,8 @@ def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]
             "alone_over_bare": rnd(statistics.median(alones) / statistics.median(bares), 3),
             "makespan_s_median": rnd(statistics.median(r["makespan_s"] for r in rows), 1),
             "ratio_median": rnd(statistics.median(r["ratio"] for r in rows), 3), "ratio_worst": worst,
-            "max_places_late": late, "deadlocks": deadlocks,
+            "max_places_late": late, "deadlocks": deadlocks, "handoff_median_s": handoff, "handoffs": len(handed),
+            "handoff_said": HANDOFF_SAID,
             "goal_met": worst <= GOAL_RATIO and deadlocks == 0 and late <= GOAL_LATE}
 
 

@@ -465,6 +465,11 @@ def details(name: str, r: dict) -> list[str]:
                        f"{' (deadlock)' if x['deadlock'] else ''} | {', '.join(map(str, x['places_late']))} | "
                        f"{x['idle_gb_s_while_waiting']}, {round(100 * x['idle_share_while_waiting'])} % | "
                        f"{x['waiting_containers_max']}, {x['waiting_mb_max']} |")
+        if r.get("handoff_median_s"):
+            h, said = r["handoff_median_s"], r["handoff_said"]
+            out += ["", (f"Where a hand-off goes ({r['handoffs']} hand-offs, medians, seconds from the end of the "
+                         f"tasks of the job whose room the next takes to the start of the next one's tasks: "
+                         f"{h['total']} s): ") + "; ".join(f"{step} {h[step]} ({said[step]})" for step in said) + "."]
     elif name.startswith("elastic") and r.get("runs"):
         out += [("| form | run | killed | wall, undisturbed (s) | wall, killed (s) | time lost (s) | no training (s) | "
                  "below full size (s) | steps lost | session after | state |"),

@@ -3,6 +3,7 @@ main example DAG, tony_mnist, trains once for the suite, in test_assets.py, whic
 links as well as the model asset it publishes."""
 from __future__ import annotations
 
+import re
 from datetime import UTC
 
 import pytest
@@ -21,6 +22,14 @@ def test_ps_strategy_dag_succeeds(airflow_db, tony_home):
     assert x["status"]["state"] == "SUCCEEDED"
     assert {f"{t['type']}:{t['index']}" for t in x["status"]["tasks"]} == {"chief:0", "worker:0", "worker:1", "ps:0"}
     assert all(x[key] for key in LINK_KEYS)
+    # The example as shipped trained to its end (the one real run of it with its own parameters;
+    # test_tf_examples runs it with a worker killed): the coordinator said so, and its steps are
+    # the job's progress.
+    progress = x["status"]["progress"]
+    assert progress["task"] == "chief:0" and progress["step"] == progress["total"] > 0, progress
+    app_dir = tony_home / "local" / "apps" / x["status"]["application_id"]
+    said = "".join(p.read_text(errors="replace") for p in app_dir.glob("containers/*/stdout"))
+    assert re.search(r"\[ps\] session=0 done steps=\d+", said), said[-3000:]
 
 
 def _one_task_dag(dag_id, **operator_kwargs):

@@ -134,16 +134,6 @@ def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(to
     assert re.search(r"session=1 done steps=120 ", stdout(h, "worker:0")), stdout(h, "worker:0")[-2000:]
 
 
-def test_ps_example_succeeds(tony_home):
-    h = TonyClient("local").submit(load_job(str(PS), conf=SMALL))
-    st = h.wait(poll_interval=0.5, timeout=300)
-    assert st.state == "SUCCEEDED", st.diagnostics
-    assert {t.task_id for t in st.tasks} == {"chief:0", "worker:0", "worker:1", "ps:0"}
-    assert re.search(r"\[ps\] session=0 done steps=\d+", stdout(h, "chief:0"))
-    # The coordinator reports its steps: the job's progress is the chief's.
-    assert st.progress["task"] == "chief:0" and st.progress["step"] == st.progress["total"] > 0
-
-
 def serving(status, task_id: str) -> bool:
     """Whether the task's TensorFlow server accepts connections at its registered address."""
     import socket

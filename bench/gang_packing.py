@@ -243,16 +243,17 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
 
 # ------------------------------------------------------------------ where a hand-off goes
 
-#: The steps of a hand-off, from the end of the tasks of the job whose room the next one takes to
-#: the start of the next one's tasks, each from the jobs' own records (and the ResourceManager's
-#: end of the job, on YARN).
-HANDOFF_STEPS = ("freeing", "admitting", "forming", "starting")
+#: The steps of a hand-off, from the end of the tasks of the job whose room the next one takes (their
+#: containers' room is what the next gang needs) to the start of the next one's tasks, each from the
+#: jobs' own records; and, beside them, how long that job took to end after its tasks (on YARN, to
+#: the ResourceManager's end of it).
+HANDOFF_STEPS = ("admitting", "forming", "starting")
 HANDOFF_SAID = {
-    "freeing": "the job ending: its last task's end to its end (on YARN, the ResourceManager's)",
-    "admitting": "the next job seeing the room: to its ApplicationMaster's start (the line's look, the gate's "
-                 "ask, the grant and the AM container's start)",
+    "admitting": "the next job seeing the room: the last task's end to the next job's ApplicationMaster started "
+                 "(the line's look, the gate's ask, the grant and the AM container's start)",
     "forming": "its gang granted: the AM's start to the last of its containers",
     "starting": "its tasks starting: the gang granted to the last task's process running",
+    "ending": "beside those, the job before ending: its last task's end to its end",
 }
 
 
@@ -278,22 +279,22 @@ def _times(backend: str, app_id: str) -> dict[str, float | None]:
 
 
 def handoffs(backend: str, app_ids: list[str]) -> list[dict[str, float]]:
-    """Each hand-off of a repetition: for every job that waited for its gang, the job whose end
-    last preceded its gang's forming (the room it took), and the steps between the two."""
+    """Each hand-off of a repetition: for every job that waited for its gang, the job whose tasks
+    ended last before its gang formed (the room it took), and the steps between the two."""
     times = {a: _times(backend, a) for a in app_ids}
     out = []
     for app, t in times.items():
         if t["formed"] is None or t["running"] is None or t["am"] is None:
             continue  # it did not wait: no hand-off
-        before = [(p["ended"], a) for a, p in times.items() if a != app and p["ended"] and p["ended"] < t["formed"]]
+        before = [(p["tasks_done"], a) for a, p in times.items()
+                  if a != app and p["tasks_done"] and p["ended"] and p["tasks_done"] < t["formed"]]
         if not before:
             continue
         prev = times[max(before)[1]]
-        if prev["tasks_done"] is None:
-            continue
-        marks = [prev["tasks_done"], prev["ended"], max(t["am"], prev["ended"]), t["formed"], t["running"]]
+        marks = [prev["tasks_done"], max(t["am"], prev["tasks_done"]), t["formed"], t["running"]]
         row = {step: rnd(max(0.0, b - a), 2) for step, a, b in zip(HANDOFF_STEPS, marks, marks[1:])}
         row["total"] = rnd(marks[-1] - marks[0], 2)
+        row["ending"] = rnd(prev["ended"] - prev["tasks_done"], 2)
         out.append(row)
     return out
 
@@ -317,7 +318,7 @@ def run_backend(backend: str, reps: int, seconds: int, n: int) -> dict[str, Any]
         row["ratio_outside"] = rnd(row["makespan_s"] / outside, 3)
     worst = max(r["ratio"] for r in rows)
     handed = [h for r in rows for h in r["handoffs"]]
-    handoff = {step: rnd(statistics.median(h[step] for h in handed), 2) for step in (*HANDOFF_STEPS, "total")} \
+    handoff = {step: rnd(statistics.median(h[step] for h in handed), 2) for step in (*HANDOFF_STEPS, "total", "ending")} \
         if handed else {}
     if handoff:
         log(f"{backend}: a hand-off's median steps (s): {handoff}")

@@ -44,3 +44,10 @@ def test_gang_packing_quick_on_the_embedded_cluster_reports_order_idle_memory_an
     assert len(row["places_late"]) == 4 and sum(row["places_late"]) == 0   # places late and early balance out
     assert row["idle_gb_s_while_waiting"] >= 0 and 0 <= row["idle_share_while_waiting"] <= 1
     assert stored["ideal_s"] > 0 and stored["ratio_median"] == row["ratio"]
+    # Where the hand-offs went: two jobs waited for the room of the first two, each step read from
+    # the jobs' records, in order, adding up to the whole.
+    assert len(row["handoffs"]) == 2 and stored["handoffs"] == 2, row["handoffs"]
+    for h in row["handoffs"]:
+        steps = [h["admitting"], h["forming"], h["starting"]]
+        assert all(x >= 0 for x in steps) and h["ending"] >= 0, h
+        assert abs(sum(steps) - h["total"]) < 0.05, h

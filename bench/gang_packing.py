@@ -247,10 +247,11 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
 #: containers' room is what the next gang needs) to the start of the next one's tasks, each from the
 #: jobs' own records; and, beside them, how long that job took to end after its tasks (on YARN, to
 #: the ResourceManager's end of it).
-HANDOFF_STEPS = ("admitting", "forming", "starting")
+HANDOFF_STEPS = ("noticing", "am", "forming", "starting")
 HANDOFF_SAID = {
-    "admitting": "the next job seeing the room: the last task's end to the next job's ApplicationMaster started "
-                 "(the line's look, the gate's ask, the grant and the AM container's start)",
+    "noticing": "the next job seeing the room: the last task's end to its turn at the gate (YARN)",
+    "am": "its ApplicationMaster starting: its turn to the AM started (the grant, the AM container's launch, "
+          "the AM's process)",
     "forming": "its gang granted: the AM's start to the last of its containers",
     "starting": "its tasks starting: the gang granted to the last task's process running",
     "ending": "beside those, the job before ending: its last task's end to its end",
@@ -265,6 +266,7 @@ def _times(backend: str, app_id: str) -> dict[str, float | None]:
     timeline = rec.get("timeline") or []
     tasks = rec.get("tasks") or []
     am = next((t["ts"] for t in timeline if t["what"].startswith("ApplicationMaster attempt")), None)
+    turn = next((t["ts"] for t in timeline if t["what"].startswith("its turn came")), None)
     formed = next((t["ts"] for t in timeline if t["what"].startswith("all ") and "containers granted" in t["what"]),
                   None)
     started = [t.get("started_at") for t in tasks]
@@ -274,7 +276,7 @@ def _times(backend: str, app_id: str) -> dict[str, float | None]:
         report = client.backend.rm.app(app_id)
         if report is not None and report.finished_at:
             ended = report.finished_at
-    return {"am": am, "formed": formed, "running": max(started) if started and all(started) else None,
+    return {"am": am, "turn": turn, "formed": formed, "running": max(started) if started and all(started) else None,
             "tasks_done": max(done) if done and all(done) else None, "ended": ended}
 
 
@@ -291,7 +293,9 @@ def handoffs(backend: str, app_ids: list[str]) -> list[dict[str, float]]:
         if not before:
             continue
         prev = times[max(before)[1]]
-        marks = [prev["tasks_done"], max(t["am"], prev["tasks_done"]), t["formed"], t["running"]]
+        td = prev["tasks_done"]
+        turn = max(t["turn"] or td, td)  # no gate (the embedded cluster): nothing to notice before the AM
+        marks = [td, turn, max(t["am"], turn), t["formed"], t["running"]]
         row = {step: rnd(max(0.0, b - a), 2) for step, a, b in zip(HANDOFF_STEPS, marks, marks[1:])}
         row["total"] = rnd(marks[-1] - marks[0], 2)
         row["ending"] = rnd(prev["ended"] - prev["tasks_done"], 2)

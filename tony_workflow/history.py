@@ -120,6 +120,9 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
             timeline.append({"ts": ts, "what": f"session {e['session']} ended {e.get('state')}",
                              "detail": (e.get("diagnostics") or "")[:500]})
         elif kind == "am_started":
+            if e.get("admitted"):
+                timeline.append({"ts": float(e["admitted"]), "what": "its turn came: its ApplicationMaster's "
+                                 "container and its gang were asked for"})
             timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt', 1)} started"})
         elif kind == "am_attempt_failed":
             what = f"ApplicationMaster attempt {e.get('attempt')} failed"

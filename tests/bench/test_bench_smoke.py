@@ -48,6 +48,6 @@ def test_gang_packing_quick_on_the_embedded_cluster_reports_order_idle_memory_an
     # the jobs' records, in order, adding up to the whole.
     assert len(row["handoffs"]) == 2 and stored["handoffs"] == 2, row["handoffs"]
     for h in row["handoffs"]:
-        steps = [h["admitting"], h["forming"], h["starting"]]
+        steps = [h["noticing"], h["am"], h["forming"], h["starting"]]
         assert all(x >= 0 for x in steps) and h["ending"] >= 0, h
         assert abs(sum(steps) - h["total"]) < 0.05, h

@@ -64,6 +64,14 @@ def test_a_record_tells_the_sessions_the_restarts_and_the_peak_use_of_each_task(
     assert r["hints"] == ["worker asked for 8.0 GiB, used at most 1.8 GiB: tony.worker.memory could be lower"]
 
 
+def test_a_job_that_waited_at_the_gate_shows_when_its_turn_came_before_its_am_started():
+    events = [{**EVENTS[0], "admitted": T0 + 0.4}, *EVENTS[1:]]
+    timeline = build_record(status(), events, user="alice", conf={}, requested=REQUESTED)["timeline"]
+    assert [(t["ts"], t["what"]) for t in timeline[:2]] == [
+        (T0 + 0.4, "its turn came: its ApplicationMaster's container and its gang were asked for"),
+        (T0 + 1, "ApplicationMaster attempt 1 started")]
+
+
 def test_sizing_hints_name_tight_memory_and_idle_gpus():
     tasks = [{"task_id": "worker:0", "metrics": {"max_rss_mb": 1950.0, "gpu_util_percent": 12.0}}]
     hints = sizing_hints(tasks, {"worker": {"memory_mb": 2048, "gpus": 1}})

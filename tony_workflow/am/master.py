@@ -465,8 +465,11 @@ class ApplicationMaster(AMState):
         calm_collector()
         self.address = self.start_server()
         write_am_info(self.app_dir, self.address, self.status.tracking_url)
+        # When the job's turn came at the cluster's gate (its first attempt's: a later one's gang
+        # is asked for again by the AM), for its timeline.
+        admitted = self.cluster.admitted_at() if self.resume.attempt <= 1 else None
         self.events.emit("am_started", address=self.address, pid=os.getpid(), spec=self.spec.name,
-                         attempt=self.resume.attempt)
+                         attempt=self.resume.attempt, **({"admitted": admitted} if admitted else {}))
         with self.lock:
             self.publish(force=True)
             state = attempt_state(self.status, self.resume)

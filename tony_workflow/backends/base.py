@@ -213,6 +213,11 @@ class GangForming:
         a job wait its turn before starting the AM, as YARN's gate does); None if it did not."""
         return None
 
+    def admitted_at(self) -> float | None:
+        """When the job's turn came at such a gate and its gang was asked for; None if no gate
+        held it."""
+        return None
+
     def granted(self, container: Container) -> bool:
         """Whether the cluster has given ``container`` (launched): a task whose container is not
         granted is REQUESTED, not LAUNCHED. Containers of a reservation are granted at once."""

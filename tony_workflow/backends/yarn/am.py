@@ -180,15 +180,23 @@ class YarnClusterManager(ClusterManager):
             return []
         return decode_asked(str(gate.get("asked") or ""))
 
-    def waited_since(self) -> float | None:
-        """Since when the job waited for its turn at the gate in skein's master (:mod:`.gate`),
-        if it did."""
+    def _gate(self) -> dict[str, Any]:
+        """What the gate in skein's master (:mod:`.gate`) left in the key-value store; empty when
+        it cannot be read (a wait we cannot read is one we do not show)."""
         try:
             raw = self.app.kv.get(KV_GATE)
-            gate = json.loads(raw) if raw else {}
-        except Exception:  # noqa: BLE001 - the store's errors: a wait we cannot read is one we do not show
-            return None
+            return json.loads(raw) if raw else {}
+        except Exception:  # noqa: BLE001 - the store's errors
+            return {}
+
+    def waited_since(self) -> float | None:
+        """Since when the job waited for its turn at the gate, if it did."""
+        gate = self._gate()
         return float(gate["since"]) if gate.get("reason") or gate.get("admitted") else None
+
+    def admitted_at(self) -> float | None:
+        admitted = self._gate().get("admitted")
+        return float(admitted) if admitted else None
 
     def granted(self, container: Container) -> bool:
         # A container not granted yet is only looked at here (the monitor polls granted ones), so a

@@ -132,8 +132,8 @@ class Failure:
     progressed: bool = False
 
     @classmethod
-    def of(cls, status: TaskStatus, diagnostics: str = "", progressed_types: frozenset[str] | set[str] = frozenset(),
-           ) -> Failure:
+    def of(cls, status: TaskStatus, diagnostics: str = "",
+           progressed_types: frozenset[str] | set[str] = frozenset()) -> Failure:
         return cls(status.type, status.index, status.exit_code, status.host, status.log_url, diagnostics,
                    status.progress is not None or status.type in progressed_types)
 

@@ -58,7 +58,7 @@ _SAY_ABOVE = 50 << 20
 #: This project's own distribution: the runtime brings its package, never the job's environment.
 _OWN = "tony-workflow"
 #: What of a distribution no running job reads, left out of its part: TensorFlow's C++ headers
-#: (430 MB and 18,000 of its 20,000 files), which build custom ops ahead of time; TensorFlow
+#: (400 MB and 18,500 of its 20,500 files), which build custom ops ahead of time; TensorFlow
 #: compiles nothing from them as it runs (torch.compile and Triton do, so theirs go).
 _LEFT_OUT = {name: ("tensorflow/include/",) for name in
              ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")}
@@ -279,7 +279,7 @@ def part_of(name: str, dist: metadata.Distribution, say: Callable[[str], None] |
     left_out = _LEFT_OUT.get(name, ())
     key = f"env-{name}-{version}-{_record_digest(dist, described)}" + ("-lean" if left_out else "")
     if not is_built(key, ".tar"):  # listing a distribution's files takes seconds for TensorFlow's: only to pack it
-        files = [(path, rel) for path, rel in _dist_files({name: dist}, "") if not rel.startswith(left_out or ("\0",))]
+        files = [(path, rel) for path, rel in _dist_files({name: dist}, "") if not rel.startswith(left_out)]
         size = sum(p.stat().st_size for p, _ in files)
         if say is not None and size > _SAY_ABOVE:
             say(f"packing {name} {version} ({_mb(size)}) into the job's environment, once")

@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -477,8 +478,9 @@ class ApplicationMaster(AMState):
         try:
             end = self._allocate_and_run()
         except Exception as e:  # noqa: BLE001 - the AM must always leave a final status behind
+            traceback.print_exc()  # where it failed, in the AM's own log
             self.events.emit("am_error", error=repr(e))
-            end = SessionEnd(JobState.FAILED, f"ApplicationMaster error: {e}", retryable=False)
+            end = SessionEnd(JobState.FAILED, f"ApplicationMaster error: {str(e) or repr(e)}", retryable=False)
             # nor may a teardown that fails keep it from doing so
             with contextlib.suppress(Exception):
                 self._teardown()

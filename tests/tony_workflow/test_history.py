@@ -72,6 +72,14 @@ def test_a_job_that_waited_at_the_gate_shows_when_its_turn_came_before_its_am_st
         (T0 + 1, "ApplicationMaster attempt 1 started")]
 
 
+def test_a_job_whose_am_waited_first_in_line_shows_its_turn_after_its_am_started():
+    events = [EVENTS[0], {"ts": T0 + 1.5, "event": "turn_came"}, *EVENTS[1:]]
+    timeline = build_record(status(), events, user="alice", conf={}, requested=REQUESTED)["timeline"]
+    assert [(t["ts"], t["what"]) for t in timeline[:2]] == [
+        (T0 + 1, "ApplicationMaster attempt 1 started"),
+        (T0 + 1.5, "its turn came: its gang was asked for (its ApplicationMaster had started first in line)")]
+
+
 def test_sizing_hints_name_tight_memory_and_idle_gpus():
     tasks = [{"task_id": "worker:0", "metrics": {"max_rss_mb": 1950.0, "gpu_util_percent": 12.0}}]
     hints = sizing_hints(tasks, {"worker": {"memory_mb": 2048, "gpus": 1}})

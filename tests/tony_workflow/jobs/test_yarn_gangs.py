@@ -204,7 +204,8 @@ def runner_and_waiter(a, b):
     for run, srun, swait in ((a, sa_after, sb), (b, sb, sa)):
         if (srun.state == "RUNNING" and not any(t.state in ("SUCCEEDED", "FAILED", "KILLED") for t in srun.tasks)
                 and swait.state == "ALLOCATING" and swait.waiting_reason
-                and not swait.waiting_reason.startswith(("its turn has come", "waiting for its turn in the queue"))):
+                and not swait.waiting_reason.startswith(("its turn has come", "waiting for its turn in the queue",
+                                                         "first in line"))):
             return run, (b if run is a else a), swait
     return None
 
@@ -229,14 +230,15 @@ def test_two_jobs_that_each_fit_alone_submitted_together_both_succeed(cluster):
               seen.waiting_reason) and not seen.jobs_ahead)), seen
     assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in seen.tasks), seen
     # The ResourceManager never saw both hold part of their gang (skein's master + AM + 3 workers = 5)
-    # at once, and the waiting job held only its master while the other ran.
+    # at once, and the waiting job held only its master while the other ran, and, first in line,
+    # its AM's container (which waits there for the room).
     gang = 5
     both_partial = [s for s, x, y in zip(sampler.samples, sampler.forming(a.app_id, gang),
                                          sampler.forming(b.app_id, gang)) if x and y]
     assert not both_partial, both_partial[:3]
     held_while_waiting = {sampler.containers(s, second.app_id) for s in sampler.samples
                           if sampler.containers(s, first.app_id) == gang}
-    assert held_while_waiting <= {0, 1}, held_while_waiting
+    assert held_while_waiting <= {0, 1, 2}, held_while_waiting
     assert finish_order((a, b), sampler) == [first.app_id, second.app_id]
     for h in (a, b):
         wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
@@ -296,13 +298,15 @@ def test_a_killed_job_frees_its_containers_for_the_waiting_one(cluster):
         b = yarn.submit(load_job(job("kill-b", 3, "1536m", 5)))
         waiting = wait_for(lambda: "blocked by" in ((s := b.status()).waiting_reason or "") and s, timeout=60,
                            interval=0.5)
-        assert waiting.state == "ALLOCATING" and not waiting.tasks, waiting
+        assert waiting.state == "ALLOCATING", waiting
+        assert not any(t.state in ("LAUNCHED", "REGISTERED", "RUNNING") for t in waiting.tasks), waiting
         assert a.kill().state == "KILLED"
         # a's workers would sleep ten minutes: b runs well before, on a's containers.
         ran = wait_for(lambda: (s := b.status()).state == "RUNNING" and s, timeout=180, interval=0.5)
         assert not ran.waiting_reason
         assert b.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
-    assert not any(sampler.containers(s, a.app_id) > 0 and sampler.containers(s, b.app_id) > 1
+    # While a held its containers, b held its master and, first in line, its AM's: no task's.
+    assert not any(sampler.containers(s, a.app_id) > 0 and sampler.containers(s, b.app_id) > 2
                    for s in sampler.samples)
     for h in (a, b):
         wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
@@ -310,11 +314,15 @@ def test_a_killed_job_frees_its_containers_for_the_waiting_one(cluster):
 
 def test_a_job_whose_am_has_not_started_within_its_startup_timeout_fails_as_it_waits(cluster):
     # TonY's tony.am.startup-timeout: a job still waiting for its turn (its AM not started) past it
-    # fails, saying why, and never asks for its gang.
+    # fails, saying why, and never asks for its gang. Behind c, the job first in line (whose AM
+    # starts to wait for the room), b's own AM never starts.
     yarn = TonyClient("yarn")
     with RMSampler(cluster) as sampler:
         a = yarn.submit(load_job(job("startup-a", 3, "1536m", 600)))
         wait_for(lambda: a.status().state == "RUNNING", timeout=180, interval=1)
+        c = yarn.submit(load_job(job("startup-c", 3, "1536m", 5)))
+        first = wait_for(lambda: (s := c.status()).state == "ALLOCATING" and "blocked by" in (s.waiting_reason or "")
+                         and s, timeout=120, interval=0.5)
         late = job("startup-b", 3, "1536m", 5)
         late["conf"]["tony.am.startup-timeout"] = "8000"
         b = yarn.submit(load_job(late))
@@ -325,9 +333,15 @@ def test_a_job_whose_am_has_not_started_within_its_startup_timeout_fails_as_it_w
         report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{b.app_id}", timeout=10).json()["app"]
         assert report["finalStatus"] == "FAILED" and a.status().state == "RUNNING"
         assert a.kill().state == "KILLED"
-    # b never held more than skein's master container.
+        # c, whose AM waited first in line, runs on a's room once a is gone.
+        assert c.wait(poll_interval=1, timeout=300).state == "SUCCEEDED"
+    # b never held more than skein's master container; c held its master and its AM's while a ran.
     assert max(sampler.containers(s, b.app_id) for s in sampler.samples) <= 1
-    for h in (a, b):
+    assert first.jobs_ahead == [] and "blocked by" in first.waiting_reason, first
+    assert 2 in {sampler.containers(s, c.app_id) for s in sampler.samples if sampler.containers(s, a.app_id) > 2}
+    timeline = [t["what"] for t in (yarn.record(c.app_id) or {}).get("timeline") or []]
+    assert any(w.startswith("its turn came") for w in timeline), timeline
+    for h in (a, b, c):
         wait_for(lambda h=h: not app_processes(h.app_id), timeout=120)
 
 

@@ -150,14 +150,18 @@ class YarnClusterManager(ClusterManager):
         the turn was waited for then."""
         self._requests = {r.task_id: r for r in requests_}
         asked = set(self._asked_before()) if self._first else set()
+        early = self._first and bool(self._gate().get("early"))  # started first in line, before its turn
         self._first = False
         if not asked:
+            self.line.keen = early
             self.line.asking(False)  # a gang given back, or a new session's: it waits again
             wait_turn(self.line, [r for r in requests_ if r.task_id != "am"], self.waiting, stop=cancel)
             self.line.leave()  # no longer waiting for its turn: the next in line looks for the queue
             if cancel.is_set():
                 raise InterruptedError("allocation cancelled")
             self.line.asking()
+            if early:
+                self.note("turn_came")
         self._looked = (time.monotonic(), None)
         containers = [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
         for c in containers:
@@ -192,7 +196,7 @@ class YarnClusterManager(ClusterManager):
     def waited_since(self) -> float | None:
         """Since when the job waited for its turn at the gate, if it did."""
         gate = self._gate()
-        return float(gate["since"]) if gate.get("reason") or gate.get("admitted") else None
+        return float(gate["since"]) if gate.get("reason") or gate.get("admitted") or gate.get("early") else None
 
     def admitted_at(self) -> float | None:
         admitted = self._gate().get("admitted")

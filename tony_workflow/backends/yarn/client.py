@@ -492,6 +492,7 @@ class YarnBackend(Backend):
         status.waiting_reason = gate.get("reason") or (
             f"its turn has come: the ApplicationMaster's container{f' and {asked} task containers are' if asked else ' is'}"
             " asked for" if gate.get("admitted")
+            else "first in line: its ApplicationMaster starts, to wait for the room" if gate.get("early")
             else "skein's master asks for the whole gang as the application starts" if asked_at_start(report.tags)
             else "waiting for its turn in the queue")
 

@@ -253,6 +253,12 @@ class Verdict:
     blocker: str | None = None
     shape: Shape | None = None
 
+    @property
+    def first_in_line(self) -> bool:
+        """Judged on the queue (a container shape blocks it, not a board still being read) and
+        kept waiting by the room alone: no older job lacks containers."""
+        return not self.go and not self.ahead and self.shape is not None and not self.elders_blocked
+
 
 @dataclass
 class _Room:

@@ -10,7 +10,12 @@ places node by node), in one round of skein's requests to the ResourceManager. T
 containers wait for the AM's launch order (:mod:`.boot`); the AM adopts them as its first
 session's. Until its turn the job holds one container, YARN's AM container, however long it
 waits: the queue's share for ApplicationMasters (``maximum-am-resource-percent``) bounds what all
-waiting jobs hold together, and the rest of the queue is for gangs.
+waiting jobs hold together, and the rest of the queue is for gangs. The one exception is the job
+first in line (no older job lacks containers: only the room keeps it waiting): its gate asks for
+the ``tony-am`` container alone and ends, and the AM waits for the turn (``early`` in
+:data:`KV_GATE`), so that when the room frees the gang is asked for at once instead of after an
+ApplicationMaster's start. Its AM's later requests are seconds after its own grant, past the trap
+below (and a lost request is asked for again, :meth:`.am.YarnClusterManager._lost`).
 
 Asked together, the requests also keep clear of a trap of skein's: its master numbers requests
 from 1 again once none is outstanding, and YARN keys an application's asks by that number, not by
@@ -43,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from ..base import ContainerRequest, Wait, gang_requests
 from .containers import AM_SERVICE, KV_GATE, encode_asked, service_name
+from .gang import Verdict
 from .line import Line, line_store
 from .rm import container_rm
 
@@ -56,11 +62,11 @@ log = logging.getLogger("tony.yarn.gate")
 
 def wait_turn(line: Line, requests: Sequence[ContainerRequest], publish: Callable[[Wait], None],
               stop: threading.Event | None = None,
-              deadline: float | None = None) -> Wait | None:
+              deadline: float | None = None, early: Callable[[Verdict], bool] | None = None) -> Wait | None:
     """Looks at ``line`` until the gang of ``requests`` (its AM's container and every task) may be
-    asked for, ``stop`` is set or the wall clock passes ``deadline``; ``publish(wait)`` is told why
-    it waits at each look. Returns None when the gang may be asked for (its turn has come, or the
-    line cannot be read), else the last wait (stopped, or past the deadline)."""
+    asked for, ``stop`` is set, the wall clock passes ``deadline`` or ``early(verdict)`` says to
+    stop waiting here; ``publish(wait)`` is told why it waits at each look. Returns None when the
+    gang may be asked for (its turn has come, or the line cannot be read), else the last wait."""
     counts: dict[str, tuple[int, int]] = {}
     for r in requests:
         ttype = r.task_id.split(":")[0]
@@ -71,6 +77,8 @@ def wait_turn(line: Line, requests: Sequence[ContainerRequest], publish: Callabl
             return None
         last = Wait(v.reason or "", v.ahead)
         publish(last)
+        if early is not None and early(v):
+            return last
         if (stop or threading.Event()).wait(line.pause()) or (deadline is not None and time.time() > deadline):
             return last
 
@@ -92,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     app = skein.ApplicationClient.from_current()
     since = time.time()
     asked: list[str] = []
+    early_at: list[float] = []  # when the job, first in line, let its AM start before its turn
     try:
         from ...spec import JobSpec
 
@@ -108,10 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         # and finds the job overdue (its wait counts from the gate's).
         timeout_ms = spec.allocation_timeout_ms
         deadlines = [since + ms / 1000.0 for ms in (timeout_ms, spec.am_startup_timeout_ms) if ms > 0]
-        overdue = wait_turn(line, requests, publish, deadline=min(deadlines) if deadlines else None)
-        line.leave()  # no longer waiting: the next in line looks for the queue
+        # First in line (no older job lacks containers), the job waits only for the room: its AM
+        # starts now, beside the running gangs, and waits there, so that when the room frees its
+        # gang is asked for at once rather than after an ApplicationMaster's start.
+        def first_in_line(v: Verdict) -> bool:
+            if not v.first_in_line:
+                return False
+            early_at.append(time.time())
+            return True
+
+        overdue = wait_turn(line, requests, publish, deadline=min(deadlines) if deadlines else None,
+                            early=first_in_line)
+        line.leave()  # the gate no longer waits: the next in line looks for the queue (an early AM reads it)
         startup_ms = spec.am_startup_timeout_ms
-        if overdue is not None and startup_ms > 0 and time.time() > since + startup_ms / 1000.0:
+        if overdue is not None and not early_at and startup_ms > 0 and time.time() > since + startup_ms / 1000.0:
             # TonY's client kills an application whose AM has not started in time: the job fails here,
             # its AM never started, and what it waited for is said.
             app.shutdown("FAILED", f"The ApplicationMaster did not start within {startup_ms} ms "
@@ -126,12 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     if asked:  # the line serves a job that asks before those that wait, whatever their ages
         line.asking()
     # Said before the AM's container is asked for: the AM reads it as it starts.
-    app.kv[KV_GATE] = json.dumps({"since": since, "admitted": time.time(), "asked": encode_asked(asked)}).encode()
+    word = {"early": early_at[0]} if early_at else {"admitted": time.time()}
+    app.kv[KV_GATE] = json.dumps({"since": since, **word, "asked": encode_asked(asked)}).encode()
     app.add_container(AM_SERVICE)
     for task_id in asked:
         app.add_container(service_name(task_id.split(":")[0]))
-    log.info("the job's turn has come: its ApplicationMaster's container and %d task containers are asked for",
-             len(asked))
+    if early_at:
+        log.info("first in line: its ApplicationMaster's container is asked for, to wait there for the room")
+    else:
+        log.info("the job's turn has come: its ApplicationMaster's container and %d task containers are asked for",
+                 len(asked))
     return 0
 
 

@@ -63,7 +63,7 @@ from .gang import (
 )
 from .rm import AppReport, ResourceManager, RMError
 
-__all__ = ["ASKED_PREFIX", "BACKOFF_MAX_S", "BOARD_PREFIX", "LOOK_EVERY_S", "NODE_BYTES_PER_S", "STALE_S", "Board", "Line", "line_store",
+__all__ = ["ASKED_PREFIX", "BACKOFF_MAX_S", "BOARD_PREFIX", "KEEN_LOOK_S", "LOOK_EVERY_S", "NODE_BYTES_PER_S", "STALE_S", "Board", "Line", "line_store",
            "queue_dir"]
 
 log = logging.getLogger("tony.yarn")
@@ -71,6 +71,8 @@ log = logging.getLogger("tony.yarn")
 #: How often a waiting job looks at its line (each look is spread by ±25 %, so that jobs started
 #: together do not ask in step).
 LOOK_EVERY_S = 2.0
+#: How often a job looks whose AM started first in line, to ask for its gang once the room frees.
+KEEN_LOOK_S = 1.0
 #: A board whose time has not changed for this long has lost its looker.
 STALE_S = 3 * LOOK_EVERY_S
 #: How many bytes a second the looker may spend on the ResourceManager's node list.
@@ -164,6 +166,8 @@ class Line:
     unreadable: str | None = None
     #: whether this job is its queue's looker now
     looking: bool = False
+    #: its AM started first in line and waits for the room (:func:`pause`)
+    keen: bool = False
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _interval: float = 0.0
     _last: tuple[Any, ...] | None = None
@@ -180,8 +184,9 @@ class Line:
             self.unreadable = "the ResourceManager's REST API cannot be reached from this container"
 
     def pause(self) -> float:
-        """Seconds until the next look."""
-        return self._interval * random.uniform(0.75, 1.25)
+        """Seconds until the next look: a job whose AM waits first in line (:attr:`keen`, one per
+        queue) looks every :data:`KEEN_LOOK_S`, for its gang is asked for the moment the room frees."""
+        return (KEEN_LOOK_S if self.keen else self._interval) * random.uniform(0.75, 1.25)
 
     def shape(self, request: ContainerRequest) -> Shape:
         """The container YARN grants for ``request`` (rounded up to the scheduler's minimum; the

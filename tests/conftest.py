@@ -36,12 +36,12 @@ def shared_dir() -> Path:
 # on a 2-core machine (the junit report's seconds, setup included); any other module, roughly
 # what one test of each kind costs. Only the order depends on these figures.
 _MEASURED = {
-    "tests/tony_workflow/jobs/test_elastic_jobs.py": 655,
+    "tests/tony_workflow/jobs/test_elastic_jobs.py": 520,
     "tests/tony_workflow/jobs/test_yarn_reclaim.py": 493,
-    "tests/tony_workflow/jobs/test_elastic_checkpoints.py": 485,
+    "tests/tony_workflow/jobs/test_elastic_checkpoints.py": 400,
     "tests/tony_workflow/jobs/test_yarn_nodes.py": 482,
     "tests/tony_workflow/jobs/test_framework_jobs.py": 475,
-    "tests/tony_workflow/jobs/test_yarn_gangs.py": 320,
+    "tests/tony_workflow/jobs/test_yarn_gangs.py": 350,
     "tests/tony_workflow/jobs/test_yarn_kerberos.py": 317,
     "tests/tony_workflow/jobs/test_tf_examples.py": 282,
     "tests/tony_workflow/jobs/test_yarn_backend.py": 234,

@@ -1,5 +1,5 @@
-"""Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster and
-on the Hadoop mini cluster: a worker's whole container is killed mid-run (its executor and the
+"""Elastic PyTorch jobs for real (tony.worker.min-instances=2 of 3), on the embedded cluster (YARN's
+part is test_yarn_reclaim's and test_elastic_checkpoints'): a worker's whole container is killed mid-run (its executor and the
 trainer, as when its machine dies) and the others train on in the same session: regrouping in
 place (the example's tony.elastic.regroup), their executors and trainers are the very processes
 they were; under torch's agent (restart), their executors and agents are, and the trainers are
@@ -194,8 +194,12 @@ def lasting(status, gate: Path) -> set[tuple[int, float]]:
             or str(gate) in " ".join(p.cmdline())}
 
 
-def test_a_killed_worker_container_is_replaced_while_the_others_train_on(backend, tmp_path):
-    lose_a_worker(backend, "in-place", tmp_path / "gate")
+# On YARN a worker's container taken while the others train on, and replaced, is
+# test_yarn_reclaim's preempted elastic worker (the ResourceManager takes it), and rank 0's
+# container lost with its checkpoint mirror is test_elastic_checkpoints' [yarn-rank0]: what the AM
+# does next is the same on both clusters, and is proved here on the embedded one.
+def test_a_killed_worker_container_is_replaced_while_the_others_train_on(tony_home, tmp_path):
+    lose_a_worker("local", "in-place", tmp_path / "gate")
 
 
 def test_under_torchs_agent_a_killed_worker_restarts_the_others_trainers_not_their_containers(tony_home, tmp_path):
@@ -257,8 +261,7 @@ def lose_a_worker(backend: str, regroup: str, gate: Path) -> None:
 
 # What the AM decides alone (a loss in the group, two in a row, too few left) is proved on the
 # embedded cluster; YARN's part, a container replaced while the others train on and rank 0's lost
-# with its checkpoint mirror, is proved by the test above and by test_elastic_checkpoints, which
-# also loses rank 0's container regrouping in place.
+# with its checkpoint mirror, by test_yarn_reclaim and test_elastic_checkpoints.
 LOCAL_ONLY = pytest.mark.parametrize("backend", ["local"], indirect=True)
 
 

@@ -442,6 +442,13 @@ class Backend(ABC):
         and the AM. ``status`` is the job's, when the caller has it; a backend that must copy the
         files from elsewhere (YARN's NodeManagers, HDFS) writes them under ``into``."""
 
+    def read_output(self, app_id: str, container: str, stream: str, where: str | None, offset: int,
+                    limit: int) -> tuple[bytes, int | None] | None:
+        """Up to ``limit`` bytes from ``offset`` of what a task's container wrote to ``stream``
+        (``stdout``, ``stderr``), with the file's size then when known; None when it cannot be
+        read now (not written yet, its node not answering). ``where`` is the task's log link."""
+        return None
+
     @abstractmethod
     def list_applications(self) -> list[str]:
         """Known application ids, newest last."""

@@ -31,6 +31,7 @@ from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
 from .data import data_issues, with_manifest
 from .follow import Follower, JobUpdate
+from .output import Cursor, OutputFollower
 
 if TYPE_CHECKING:
     from ..history import JobHistory, SubmitterHistory
@@ -274,6 +275,13 @@ class JobHandle:
         if not st.is_final:
             self.backend.force_kill(self.app_id)
         return _links_after_the_end(self.backend.stored_status(self.app_id))
+
+    def output(self, tasks: list[str] | None = None, cursor: Cursor | None = None) -> OutputFollower:
+        """A follower of what ``tasks`` (None: the chief; ``[]``: none) print, from ``cursor``
+        (:mod:`.output`): poll it with the job's status, or let it :meth:`~.OutputFollower.follow`."""
+        backend, app_id = self.backend, self.app_id
+        return OutputFollower(lambda p, offset, limit: backend.read_output(app_id, p.container, p.stream, p.where,
+                                                                           offset, limit), tasks, cursor)
 
     def logs(self, task: str | None = None, into: Path | None = None) -> dict[str, Path]:
         """The log files of ``task``, or of every task and the AM, by name (``worker:0/stdout``).

@@ -5,10 +5,8 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from ..backends import default_backend
 from ..context import FIELDS as CONTEXT_FIELDS
@@ -31,6 +29,7 @@ from ..status import JobStatus, TaskStatus, counted, hanging
 from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
 from .data import cmd_data_inspect
+from .logs import cmd_logs
 from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
 from .saying import saying
 
@@ -219,31 +218,6 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 0 if st.is_final else 1
 
 
-def cmd_logs(args: argparse.Namespace) -> int:
-    handle = _handle(args)
-    # A cluster whose files live on its nodes (YARN) copies them here; nothing stays once printed.
-    with tempfile.TemporaryDirectory(prefix="tony-logs-") as copies:
-        files = handle.logs(args.task, into=Path(copies))
-        if args.task and not files:
-            tasks = ["am", *(t.task_id for t in handle.status().tasks)]
-            if args.task in tasks:
-                print(f"tony: {args.task} of {args.app_id} has no container yet, so no logs", file=sys.stderr)
-                return 0
-            # The application exists (3 would say it does not): the task named is a usage error.
-            print(f"tony: no task {args.task!r} in {args.app_id} (its tasks: {', '.join(tasks)})", file=sys.stderr)
-            return 2
-        for name, path in files.items():
-            if args.stdout_only and not name.split("#")[0].endswith("stdout"):
-                continue
-            shown = "" if path.is_relative_to(copies) else f" ({path})"
-            print(f"==> {name}{shown} <==")
-            try:
-                sys.stdout.write(path.read_text(errors="replace"))
-            except FileNotFoundError:
-                print("(not written yet)")
-    return 0
-
-
 def _add_context_filters(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where the job came from (compared without case)")
     for f in CONTEXT_FIELDS:
@@ -403,6 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("app_id", metavar="APPLICATION_ID")
     lg.add_argument("--task", help="one task, e.g. worker:0 (or am)")
     lg.add_argument("--stdout-only", action="store_true", help="only the tasks' standard output")
+    lg.add_argument("-f", "--follow", action="store_true",
+                    help="print the tasks' output as they write it until the job ends, each line after its task "
+                         "(the chief's unless --task says); exit 0 if the job succeeded, 1 if not")
+    lg.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS", help=argparse.SUPPRESS)
     lg.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     lg.set_defaults(fn=cmd_logs)
 

@@ -439,6 +439,17 @@ class LocalBackend(Backend):
                 out[f"{tid}/stdout{suffix}"], out[f"{tid}/stderr{suffix}"] = cdir / "stdout", cdir / "stderr"
         return out
 
+    def read_output(self, app_id: str, container: str, stream: str, where: str | None, offset: int,
+                    limit: int) -> tuple[bytes, int | None] | None:
+        path = self.app_dir(app_id) / "containers" / container / stream
+        try:
+            with path.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(offset)
+                return fh.read(limit), size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
     def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:
         # The embedded cluster's jobs are its users' processes: the one who submitted owns its folder.
         try:

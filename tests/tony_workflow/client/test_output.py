@@ -1,0 +1,112 @@
+"""Following a job's output (:mod:`tony_workflow.client.output`): whole lines once each, from a
+cursor, across sessions, with floods capped. The files here are real files a test writes to as a
+task would; the job's status is a plain record of which containers its tasks run in. Real jobs
+followed are tests/tony_workflow/jobs/test_output_jobs.py."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from tony_workflow.client.output import MAX_LINE, SKIP_OVER, Cursor, OutputFollower, default_tasks
+
+
+def status(tasks: dict[str, str], session: int = 0, final: bool = False):
+    return SimpleNamespace(session_id=session, is_final=final,
+                           tasks=[SimpleNamespace(task_id=t, container_id=c, log_url=None) for t, c in tasks.items()])
+
+
+def reader(root: Path):
+    def read(p, offset, limit):
+        path = root / p.container / p.stream
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        return data[offset:offset + limit], len(data)
+    return read
+
+
+def write(root: Path, container: str, text: str, stream: str = "stdout") -> None:
+    (root / container).mkdir(parents=True, exist_ok=True)
+    with (root / container / stream).open("ab") as fh:
+        fh.write(text.encode())
+
+
+def texts(lines) -> list[str]:
+    return [line.render() for line in lines]
+
+
+def test_whole_lines_once_each_and_a_line_being_written_waits_for_its_end(tmp_path):
+    f = OutputFollower(reader(tmp_path), tasks=["worker:0"])
+    st = status({"worker:0": "c1"})
+    assert f.poll(st) == []  # nothing written yet
+    write(tmp_path, "c1", "epoch 1 loss=0.9\nepoch 2 lo")
+    write(tmp_path, "c1", "a warning\n", "stderr")
+    assert texts(f.poll(st)) == ["[worker:0] epoch 1 loss=0.9", "[worker:0 stderr] a warning"]
+    assert f.poll(st) == []
+    write(tmp_path, "c1", "ss=0.5\nepoch 3 unfinished")
+    assert texts(f.poll(st)) == ["[worker:0] epoch 2 loss=0.5"]
+    # The job's end: the unfinished last line comes too.
+    assert texts(f.poll(status({"worker:0": "c1"}, final=True))) == ["[worker:0] epoch 3 unfinished"]
+
+
+def test_a_follower_started_again_from_its_cursor_prints_no_line_twice_and_drops_none(tmp_path):
+    st = status({"worker:0": "c1"})
+    first = OutputFollower(reader(tmp_path), tasks=["worker:0"])
+    write(tmp_path, "c1", "one\ntwo\nthr")
+    assert texts(first.poll(st)) == ["[worker:0] one", "[worker:0] two"]
+    kept = first.cursor.to_json()  # what a reattaching retry finds
+    write(tmp_path, "c1", "ee\nfour\n")
+    again = OutputFollower(reader(tmp_path), tasks=["worker:0"], cursor=Cursor.from_json(kept))
+    assert texts(again.poll(st)) == ["[worker:0] three", "[worker:0] four"]
+
+
+def test_a_relaunched_session_is_marked_after_the_old_containers_last_lines(tmp_path):
+    f = OutputFollower(reader(tmp_path), tasks=["worker:0"])
+    write(tmp_path, "c1", "step 1\n")
+    assert texts(f.poll(status({"worker:0": "c1"}))) == ["[worker:0] step 1"]
+    # Between two polls the container died (its last line unfinished) and the session was relaunched.
+    write(tmp_path, "c1", "Traceback (most recent call last)\nKilled")
+    write(tmp_path, "c2", "restored step 1\n")
+    cursor = f.cursor.to_json()
+    expected = ["[worker:0] Traceback (most recent call last)", "[worker:0] Killed", "--- session 1 ---",
+                "[worker:0] restored step 1"]
+    assert texts(f.poll(status({"worker:0": "c2"}, session=1))) == expected
+    # A follower started again from before the relaunch reads the old container's end as well.
+    again = OutputFollower(reader(tmp_path), tasks=["worker:0"], cursor=Cursor.from_json(cursor))
+    assert texts(again.poll(status({"worker:0": "c2"}, session=1))) == expected
+
+
+def test_the_chief_is_followed_by_default_else_the_first_worker():
+    assert default_tasks(status({"worker:0": "a", "chief:0": "b", "ps:0": "c"})) == ["chief:0"]
+    assert default_tasks(status({"ps:0": "c", "worker:0": "a", "worker:1": "d"})) == ["worker:0"]
+
+
+def test_a_flood_is_capped_said_and_a_file_far_ahead_is_read_from_near_its_end(tmp_path):
+    now = [0.0]
+    f = OutputFollower(reader(tmp_path), tasks=["worker:0"], rate=10, burst=20, clock=lambda: now[0])
+    st = status({"worker:0": "c1"})
+    write(tmp_path, "c1", "".join(f"line {i}\n" for i in range(100)))
+    # Twenty may pass at once: the latest, as tail shows them, after the count of those before.
+    got = texts(f.poll(st))
+    assert got == ["[80 lines left out: more than 10 a second]", *(f"[worker:0] line {i}" for i in range(80, 100))]
+    write(tmp_path, "c1", "now\n")
+    assert f.poll(st) == []  # none may pass until time goes by
+    now[0] += 1.0  # ten more may pass
+    write(tmp_path, "c1", "after\n")
+    assert texts(f.poll(st)) == ["[1 line left out: more than 10 a second]", "[worker:0] after"]
+    # A task that wrote far more than is read at one look: the follower skips to near the end.
+    big = "x" * 99 + "\n"
+    write(tmp_path, "c1", big * (SKIP_OVER // 100 + 100) + "last\n")
+    now[0] += 100.0
+    got = texts(f.poll(st))
+    assert got[0].startswith("[worker:0 stdout: ") and got[0].endswith(" bytes left out]"), got[:2]
+    assert got[-1] == "[worker:0] last" and len(got) <= 22
+    left = int(got[0].split(": ")[1].split()[0])
+    assert left > SKIP_OVER - (1 << 20)
+
+
+def test_a_line_longer_than_the_limit_is_cut_and_the_next_lines_follow(tmp_path):
+    f = OutputFollower(reader(tmp_path), tasks=["worker:0"])
+    write(tmp_path, "c1", "y" * (MAX_LINE + 500) + "\nnext\n")
+    got = texts(f.poll(status({"worker:0": "c1"})))
+    assert got == ["[worker:0] " + "y" * MAX_LINE + " [line cut]", "[worker:0] next"]

@@ -1,0 +1,104 @@
+"""A job's own output followed while it runs, for real: ``tony logs --follow`` as a subprocess beside
+a job whose tasks print known lines over time (on the embedded cluster), and two followers of one
+job through the library, the second started again from the first's cursor."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, wait_for
+from tony_workflow.client import TonyClient, load_job
+from tony_workflow.client.output import Cursor
+
+pytestmark = pytest.mark.job
+
+
+def printing_job(tmp_path, name: str, lines: int, gate: str, fail: bool = False) -> dict:
+    """Two workers; each prints ``lines`` numbered lines (half of them, then waits for ``gate``,
+    then the rest) and a line on stderr; with ``fail``, it ends on a traceback."""
+    half = lines // 2
+    script = (
+        "import os, sys, time\n"
+        "me = os.environ['TONY_TASK_ID']\n"
+        f"for i in range({half}):\n"
+        "    print(f'{me} line {i}', flush=True)\n"
+        f"while not os.path.exists({gate!r}):\n"
+        "    time.sleep(0.1)\n"
+        f"for i in range({half}, {lines}):\n"
+        "    print(f'{me} line {i}', flush=True)\n"
+        "print(f'{me} says so on stderr', file=sys.stderr, flush=True)\n"
+        + ("raise RuntimeError('the loss went to nan at step 7')\n" if fail else "")
+    )
+    (tmp_path / "prints.py").write_text(script)
+    return {"name": name, "framework": "tensorflow", "command": f"{sys.executable} {tmp_path / 'prints.py'}",
+            "tasks": {"worker": {"instances": 2, "memory": "256m"}},
+            "conf": {"tony.am.memory": "256m", "tony.task.tensorboard.enabled": "false", "tony.am.retry-count": "0"}}
+
+
+def follow_cli(app_id: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "logs", app_id, "--follow",
+                             "--poll-interval", "0.2", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env=env)
+
+
+def test_tony_logs_follow_prints_the_chiefs_lines_while_the_job_runs_in_order_once_each(tony_home, tmp_path):
+    gate = tmp_path / "gate"
+    h = TonyClient("local").submit(load_job(printing_job(tmp_path, "follow", 40, str(gate))))
+    follower = follow_cli(h.app_id)
+    assert follower.stdout is not None
+    # The first half arrives while the job still runs: the task waits for the gate to go on.
+    seen: list[str] = []
+    deadline = time.time() + 180
+    while sum(" line " in ln for ln in seen) < 20 and time.time() < deadline:
+        line = follower.stdout.readline()
+        if not line:
+            break
+        seen.append(line.rstrip("\n"))
+    assert [ln for ln in seen if " line " in ln] == [f"[worker:0] worker:0 line {i}" for i in range(20)], seen
+    assert h.status().state == "RUNNING"
+    gate.touch()
+    rest, err = follower.communicate(timeout=180)
+    assert follower.returncode == 0, err
+    lines = seen + rest.splitlines()
+    # Every line of worker:0 (the chief of a job without one), once each and in order; its stderr
+    # too; none of worker:1's.
+    assert [ln for ln in lines if " line " in ln] == [f"[worker:0] worker:0 line {i}" for i in range(40)]
+    assert lines[-1] == "[worker:0 stderr] worker:0 says so on stderr"
+    assert not any("worker:1" in ln for ln in lines)
+    assert h.wait(timeout=60).state == "SUCCEEDED"
+
+
+def test_a_failed_jobs_followed_output_ends_on_its_traceback_and_the_command_says_it_failed(tony_home, tmp_path):
+    gate = tmp_path / "gate"
+    gate.touch()
+    h = TonyClient("local").submit(load_job(printing_job(tmp_path, "follow-fail", 4, str(gate), fail=True)))
+    follower = follow_cli(h.app_id, "--task", "worker:0")
+    out, err = follower.communicate(timeout=240)
+    assert follower.returncode == 1, (out, err)
+    assert "[worker:0 stderr] RuntimeError: the loss went to nan at step 7" in out.splitlines(), out
+    assert "Traceback (most recent call last):" in out and "FAILED" in err
+
+
+def test_two_followers_and_one_started_again_from_a_cursor_see_every_line_once(tony_home, tmp_path):
+    gate = tmp_path / "gate"
+    h = TonyClient("local").submit(load_job(printing_job(tmp_path, "follow-two", 60, str(gate))))
+    wait_for(lambda: h.status().state == "RUNNING", timeout=120)
+    a, b = h.output(), h.output(["worker:1"])
+    got_a: list[str] = []
+    got_b: list[str] = []
+    got_a += [ln.text for ln in wait_for(lambda: a.poll(h.status()) or None, timeout=120, interval=0.2)
+              if ln.stream == "stdout"]
+    kept = a.cursor.to_json()  # the first follower goes away here
+    gate.touch()
+    final = h.wait(timeout=120)
+    assert final.state == "SUCCEEDED", final.diagnostics
+    again = h.output(cursor=Cursor.from_json(kept))
+    got_a += [ln.text for ln in again.poll(final) if ln.stream == "stdout"]
+    got_b += [ln.text for ln in b.poll(final) if ln.stream == "stdout"]
+    assert got_a == [f"worker:0 line {i}" for i in range(60)]
+    assert got_b == [f"worker:1 line {i}" for i in range(60)]

@@ -1,0 +1,260 @@
+"""Following what a job's tasks print: their stdout and stderr, as lines, as they come.
+
+A :class:`OutputFollower` reads the files of the tasks it follows (the chief by default: ``chief:0``
+where the job has a chief, else ``worker:0``) through the backend
+(:meth:`~tony_workflow.backends.base.Backend.read_output`: the embedded cluster's container files,
+YARN's NodeManagers), from byte offsets it keeps in a :class:`Cursor`. Offsets move only past whole
+lines, so a follower started again from a cursor (an Airflow retry that reattaches, a second
+``tony logs --follow``) prints no line twice and drops none. A line still being written waits for
+its end (or for the job's, or until it is :data:`MAX_LINE` long: then it is cut, and says so).
+
+A relaunched session runs in new containers: the follower reads what the old ones still had,
+then marks the change (``--- session 1 ---``) before the new ones' lines.
+
+A task that prints a lot never holds up the job (nothing here writes to it or waits on it) and
+never floods the follower: lines come at most :data:`RATE` a second (with a burst of
+:data:`BURST`), and a file that ran more than :data:`SKIP_OVER` bytes ahead is read from near its
+end; what was left out is said, with how much, in a line of its own.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BURST", "MAX_LINE", "RATE", "READ_LIMIT", "SKIP_OVER", "Cursor", "OutputFollower", "OutputLine",
+           "Piece", "default_tasks"]
+
+#: lines a second a follower passes on, over all the tasks it follows, and the burst it allows
+RATE, BURST = 200.0, 2000.0
+#: the longest line passed on whole (in bytes); a longer one is cut, and says by how much
+MAX_LINE = 8192
+#: the most read of one file at one look
+READ_LIMIT = 1 << 20
+#: a file this far ahead of its offset is read from near its end: the rest is left out, and said
+SKIP_OVER = 4 << 20
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One file a task's container writes: the task (``worker:0``), the session the container
+    ran in, the container's id, which stream, and where the cluster shows its logs (the task's
+    log link: a file on the embedded cluster, a NodeManager's page on YARN)."""
+
+    task: str
+    session: int
+    container: str
+    stream: str
+    where: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.container}/{self.stream}"
+
+
+@dataclass
+class OutputLine:
+    """A line a task printed (without its end of line), or a line of the follower's own
+    (``task`` empty: a session's start, what was left out)."""
+
+    task: str
+    stream: str
+    text: str
+    session: int = 0
+
+    def render(self) -> str:
+        if not self.task:
+            return self.text
+        return f"[{self.task}{' stderr' if self.stream == 'stderr' else ''}] {self.text}"
+
+
+@dataclass
+class Cursor:
+    """Where a follower is: per file (``<container>/<stream>``), the bytes passed on (whole lines
+    only), and the last session it marked. JSON, to be kept between a follower's lives."""
+
+    offsets: dict[str, int] = field(default_factory=dict)
+    session: int = 0
+    #: the files not read to their end yet, by key: (task, session, where), so that a follower
+    #: started again reads an ended container's last lines too
+    open_files: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"offsets": self.offsets, "session": self.session,
+                           "open": {k: list(v) for k, v in self.open_files.items()}}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Cursor:
+        if not text:
+            return cls()
+        doc = json.loads(text)
+        return cls({str(k): int(v) for k, v in (doc.get("offsets") or {}).items()}, int(doc.get("session") or 0),
+                   {str(k): (str(v[0]), int(v[1]), v[2]) for k, v in (doc.get("open") or {}).items()})
+
+
+def default_tasks(status: Any) -> list[str]:
+    """The chief: ``chief:0`` where the job has a chief, else ``worker:0``, else its first task."""
+    ids = [t.task_id for t in status.tasks]
+    for tid in ("chief:0", "worker:0"):
+        if tid in ids:
+            return [tid]
+    return ids[:1]
+
+
+#: reads ``limit`` bytes of a piece from ``offset``: (the bytes, the file's size then if known),
+#: or None when it cannot be read now (not written yet, its node not answering)
+Reader = Callable[[Piece, int, int], "tuple[bytes, int | None] | None"]
+
+
+class OutputFollower:
+    """Follows ``tasks`` (None: :func:`default_tasks`; ``[]``: none) of a job through ``read``,
+    from ``cursor``. :meth:`poll` takes the job's status and returns the lines new since the last
+    poll; :meth:`follow` polls a job until it ends."""
+
+    def __init__(self, read: Reader, tasks: Sequence[str] | None = None, cursor: Cursor | None = None,
+                 rate: float = RATE, burst: float = BURST, clock: Callable[[], float] = time.monotonic):
+        self.read = read
+        self.tasks = list(tasks) if tasks is not None else None
+        self.cursor = cursor or Cursor()
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._tokens = burst
+        self._at = clock()
+        # every file seen and not read to its end (an ended container's are read to their end), by key
+        self._known: dict[str, Piece] = {}
+        for key, (task, session, where) in self.cursor.open_files.items():
+            container, _, stream = key.rpartition("/")
+            self._known[key] = Piece(task, session, container, stream, where)
+        self._current: set[str] = set()
+        self._left_out = 0  # lines left out since the last said
+
+    # ------------------------------------------------------------------ what to read
+    def pieces(self, status: Any) -> list[Piece]:
+        """The files to read at this poll: the followed tasks' current containers', and those of
+        earlier containers not read to their end yet, oldest session first."""
+        wanted = default_tasks(status) if self.tasks is None else self.tasks
+        session = int(getattr(status, "session_id", 0) or 0)
+        current = set()
+        for t in status.tasks:
+            if t.task_id in wanted and t.container_id:
+                for stream in STREAMS:
+                    p = Piece(t.task_id, session, str(t.container_id), stream, t.log_url)
+                    self._known.setdefault(p.key, p)
+                    current.add(p.key)
+        self._current = current
+        self.cursor.open_files = {k: (p.task, p.session, p.where) for k, p in self._known.items()}
+        return sorted(self._known.values(),
+                      key=lambda p: (p.session, wanted.index(p.task) if p.task in wanted else 0, STREAMS.index(p.stream)))
+
+    def _finished(self, p: Piece) -> None:
+        self._known.pop(p.key, None)
+        self.cursor.open_files.pop(p.key, None)
+
+    # ------------------------------------------------------------------ reading
+    def poll(self, status: Any) -> list[OutputLine]:
+        """The lines written since the last poll (at the job's end, the unfinished last lines
+        too), with the follower's own lines among them."""
+        final = bool(getattr(status, "is_final", False))
+        out: list[OutputLine] = []
+        for p in self.pieces(status):
+            ended = final or p.key not in self._current
+            if p.session > self.cursor.session:
+                out.append(OutputLine("", "", f"--- session {p.session} ---", p.session))
+                self.cursor.session = p.session
+            got = self._read(p, ended)
+            if got is None:
+                if ended and p.key not in self._current:
+                    self._finished(p)  # an earlier container whose files cannot be read any more
+                continue
+            lines, at_end = got
+            out.extend(lines)
+            if ended and at_end:
+                self._finished(p)
+        return self._limit(out)
+
+    def _read(self, p: Piece, ended: bool) -> tuple[list[OutputLine], bool] | None:
+        offset = self.cursor.offsets.get(p.key, 0)
+        got = self.read(p, offset, READ_LIMIT)
+        if got is None:
+            return None
+        data, size = got
+        lines: list[OutputLine] = []
+        if size is not None and size - offset > SKIP_OVER:
+            start = size - READ_LIMIT
+            lines.append(OutputLine("", "", f"[{p.task} {p.stream}: {start - offset} bytes left out]", p.session))
+            offset = start
+            got = self.read(p, offset, READ_LIMIT)
+            if got is None:
+                return None
+            data, size = got
+            cut = data.find(b"\n")  # from the first whole line
+            if cut >= 0:
+                offset, data = offset + cut + 1, data[cut + 1:]
+        used = 0
+        while True:
+            nl = data.find(b"\n", used)
+            if nl < 0 or nl - used > MAX_LINE:
+                if len(data) - used > MAX_LINE:  # a line too long to wait for: its start, cut
+                    lines.append(self._line(p, data[used:used + MAX_LINE], cut=True))
+                    end = data.find(b"\n", used + MAX_LINE)
+                    used = end + 1 if end >= 0 else len(data)
+                    continue
+                break
+            lines.append(self._line(p, data[used:nl]))
+            used = nl + 1
+        whole = len(data) < READ_LIMIT and (size is None or offset + len(data) >= size)
+        if ended and whole and used < len(data):  # the job or container ended: its last line, unfinished
+            lines.append(self._line(p, data[used:]))
+            used = len(data)
+        self.cursor.offsets[p.key] = offset + used
+        return lines, whole and used == len(data)
+
+    @staticmethod
+    def _line(p: Piece, raw: bytes, cut: bool = False) -> OutputLine:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        return OutputLine(p.task, p.stream, text + (" [line cut]" if cut else ""), p.session)
+
+    def _limit(self, lines: list[OutputLine]) -> list[OutputLine]:
+        """At most :attr:`rate` lines a second (the follower's own always pass). Of more than may
+        pass, the latest do, as ``tail`` would show them, after a line saying how many before
+        them were left out."""
+        now = self.clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        theirs = sum(1 for line in lines if line.task)
+        drop = max(0, theirs - int(self._tokens))
+        self._tokens -= theirs - drop
+        out: list[OutputLine] = []
+        for line in lines:
+            if line.task and drop:
+                drop -= 1
+                self._left_out += 1
+                continue
+            if line.task and self._left_out:
+                out.append(OutputLine("", "", self._said(self._left_out), line.session))
+                self._left_out = 0
+            out.append(line)
+        return out
+
+    def flush(self) -> list[OutputLine]:
+        """The follower's last word: how many lines it left out since it last said so."""
+        if not self._left_out:
+            return []
+        n, self._left_out = self._left_out, 0
+        return [OutputLine("", "", self._said(n), self.cursor.session)]
+
+    def _said(self, n: int) -> str:
+        return f"[{n} line{'' if n == 1 else 's'} left out: more than {self.rate:g} a second]"
+
+    def follow(self, status: Callable[[], Any], interval: float = 1.0,
+               sleep: Callable[[float], Any] = time.sleep) -> Iterator[OutputLine]:
+        """Every line until the job ends (``status()`` says it has), then its last ones."""
+        while True:
+            st = status()
+            yield from self.poll(st)
+            if st.is_final:
+                yield from self.flush()
+                return
+            sleep(interval)

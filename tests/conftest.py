@@ -40,7 +40,7 @@ _MEASURED = {
     "tests/tony_workflow/jobs/test_yarn_reclaim.py": 493,
     "tests/tony_workflow/jobs/test_elastic_checkpoints.py": 400,
     "tests/tony_workflow/jobs/test_yarn_nodes.py": 482,
-    "tests/tony_workflow/jobs/test_framework_jobs.py": 475,
+    "tests/tony_workflow/jobs/test_framework_jobs.py": 350,
     "tests/tony_workflow/jobs/test_yarn_gangs.py": 350,
     "tests/tony_workflow/jobs/test_yarn_kerberos.py": 317,
     "tests/tony_workflow/jobs/test_tf_examples.py": 282,

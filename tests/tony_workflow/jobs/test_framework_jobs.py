@@ -51,6 +51,10 @@ def finished(handle, timeout: float = 600):
     return st
 
 
+# On the embedded cluster: on YARN a killed worker's session relaunched from the checkpoint mirrored
+# to HDFS is test_yarn_backend's and test_yarn_kerberos', torch's processes across YARN containers
+# the tests below, and an input read from HDFS the data tests'.
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
 def test_ddp_rank_killed_mid_run_resumes_from_the_checkpoint_with_identical_replicas(backend, tmp_path):
     # The example reads its training set as the job's input: Parquet files, in HDFS on YARN.
     sys.path.insert(0, str(DDP.parent))
@@ -95,7 +99,11 @@ def test_two_containers_of_two_processes_each_under_torchs_agent(backend):
     assert [t.task_id for t in st.tasks] == ["worker:0", "worker:1"]
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+# Every process of one and two a container on the embedded cluster; on YARN, two a container (one
+# a container there is test_elastic_checkpoints' and test_yarn_reclaim's elastic jobs).
+@pytest.mark.parametrize("backend, processes", [("local", 1), ("local", 2),
+                                                pytest.param("yarn", 2, marks=pytest.mark.yarn)],
+                         indirect=["backend"])
 def test_the_torchrun_contract_in_every_process(backend, processes, local_site):
     gpus = 0
     if backend == "local":

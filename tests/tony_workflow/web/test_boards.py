@@ -69,9 +69,13 @@ def kept_events(tmp_path, app_id: str) -> tuple[LocalStorage, str]:
 
 def boards_running() -> list[psutil.Process]:
     """TensorBoard processes of this test process (its children) serving a keeper's copy or a history."""
-    me = psutil.Process()
-    return [p for p in me.children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline()]
+    def serving(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline()
+        except psutil.Error:  # it ended between the listing and the look: not running
+            return False
+
+    return [p for p in psutil.Process().children(recursive=True) if serving(p)]
 
 
 def test_one_board_per_job_shared_by_its_viewers_stopped_when_idle_and_with_the_keeper(tmp_path):

@@ -6,7 +6,7 @@ The client's side is :mod:`.client` (:class:`YarnBackend`), which builds what it
 the programs YARN runs in the job's containers before the runtime does (:mod:`.gate`, :mod:`.boot`)
 and what both sides share (:mod:`.containers`, :mod:`.attempts`). Gangs on a shared queue:
 :mod:`.gang`, :mod:`.line`, :mod:`.start`, :mod:`.spread`. What travels with a job: :mod:`.ship`,
-:mod:`.runtime`. Who may do what: :mod:`.access`. The REST API: :mod:`.rm`; skein's Java driver:
+:mod:`.runtime`. Who may do what: :mod:`.access`, as whom: :mod:`.logins`. The REST API: :mod:`.rm`; skein's Java driver:
 :mod:`.driver`.
 
 This package's face is the client's: its names come from :mod:`.client` when first asked for, so

@@ -51,8 +51,7 @@ from ... import hadoop
 from ...context import application_tags, from_tags
 from ...errors import ConfigError, UnknownApplication
 from ...kerberos import KEYTAB_LOCATION, KEYTAB_USER, Login, LoginError, is_secure
-from ...spec import JobSpec, SpecError, SpecIssue
-from ...spec.keys import TONY_XML_DEFAULTS
+from ...spec import JobSpec, SpecError
 from ...spec.site import tony_home
 from ...status import JobState, JobStatus
 from ...storage import open_storage, qualified
@@ -83,7 +82,9 @@ from .gang import (
 )
 from .gate import asked_first
 from .line import line_store
+from .logins import job_login, site_keytab
 from .logs import job_logs
+from .output import NodeOutput
 from .rm import AppReport, ResourceManager, RMError, http_session, node_totals, resource_manager
 from .runtime import RUNTIME_DIR, base_python, runtime
 from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
@@ -114,44 +115,6 @@ def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     if mounts:
         env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(mounts)
     return env
-
-
-def job_login(spec: JobSpec) -> Login | None:
-    """The Kerberos login a job names with tony.keytab.user and tony.keytab.location; None when it
-    leaves both at tony-default.xml's placeholders. The keytab is read here, by the client that
-    submits: it is not shipped to the containers, which get delegation tokens instead."""
-    given = _keytab_settings(spec.get)
-    if not given:
-        return None
-    issues = [SpecIssue(spec.display(k), None, f"must be set too: {KEYTAB_USER} names the principal a job is "
-                        f"submitted as, {KEYTAB_LOCATION} its keytab file", spec.source)
-              for k in (KEYTAB_USER, KEYTAB_LOCATION) if k not in given]
-    location = given.get(KEYTAB_LOCATION)
-    if location and not (os.path.isfile(os.path.expanduser(location))
-                         and os.access(os.path.expanduser(location), os.R_OK)):
-        issues.append(SpecIssue(spec.display(KEYTAB_LOCATION), location, "must be a readable keytab file on the "
-                                f"machine that submits (of the principal {KEYTAB_USER} names)", spec.source))
-    if issues:
-        raise SpecError(issues)
-    return Login(given[KEYTAB_USER], location)
-
-
-def site_keytab() -> tuple[str | None, str | None]:
-    """tony.keytab.user and tony.keytab.location as ``$TONY_CONF_DIR/tony-site.xml`` sets them
-    (None for each it leaves unset or at tony-default.xml's placeholder): the login of a machine
-    whose every job is submitted as one principal, for following, killing and reading its history
-    too."""
-    from ...spec.loading import site_conf
-
-    given = _keytab_settings(site_conf().get)
-    return given.get(KEYTAB_USER), given.get(KEYTAB_LOCATION)
-
-
-def _keytab_settings(get: Callable[[str], str | None]) -> dict[str, str]:
-    """tony.keytab.user and tony.keytab.location as ``get`` reads them, leaving out those unset or
-    at tony-default.xml's placeholders."""
-    return {k: v for k in (KEYTAB_USER, KEYTAB_LOCATION)
-            if (v := (get(k) or "").strip()) and v != TONY_XML_DEFAULTS[k]}
 
 
 @dataclass(frozen=True)
@@ -220,6 +183,7 @@ class YarnBackend(Backend):
         # submitting those that name no keytab of their own; None on a cluster without Kerberos.
         self.login = (Login(principal, keytab, keys=keys) if is_secure(self.conf) else None)
         self._logins: dict[str, Login] = {}   # app id -> the login of a job submitted here
+        self._output: NodeOutput | None = None  # what containers print, for followers
         self._apps: dict[str, tuple[str | None, Any]] = {}   # app id -> (skein AM address, its ApplicationClient)
         # Re-entrant: Airflow calls on_kill from a signal handler, possibly while this thread holds it.
         self._lock = threading.RLock()
@@ -545,6 +509,18 @@ class YarnBackend(Backend):
         return job_logs(app_id, status or self.stored_status(app_id), task, ended=ended, aggregated=aggregated,
                         into=into or tony_home() / "logs" / app_id, session=partial(http_session, self._logins.get(app_id, self.login)),
                         conf_dir=self.conf_dir)
+
+    def read_output(self, app_id: str, container: str, stream: str, where: str | None, offset: int,
+                    limit: int) -> tuple[bytes, int | None] | None:
+        if self._output is None:
+            sessions: dict[tuple[str, Any], Any] = {}
+
+            def session(app: str, node: str) -> Any:  # one per NodeManager and login: SPNEGO's cookie is the server's
+                login = self._logins.get(app, self.login)
+                return sessions.setdefault((node, login), http_session(login))
+
+            self._output = NodeOutput(session, lambda app: self._report(app).state in _YARN_ENDED, self.conf_dir)
+        return self._output.read(app_id, container, stream, where, offset, limit)
 
     def _await_log_aggregation(self, app_id: str, timeout: float = 60.0) -> None:
         """Waits (a few seconds, usually) while the NodeManagers of an application that just ended

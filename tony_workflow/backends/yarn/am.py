@@ -56,6 +56,7 @@ from .containers import (
 from .gang import reason_for
 from .gate import wait_turn
 from .line import Line, line_store
+from .master import Master
 from .rm import AppReport, RMError, container_rm
 from .spread import Placement
 
@@ -124,7 +125,7 @@ class YarnClusterManager(ClusterManager):
 
     def __init__(self, app_client: Any = None, line_dir: str | None = None):
         import skein
-        self.app = app_client or skein.ApplicationClient.from_current()
+        self.app = Master(app_client or skein.ApplicationClient.from_current())  # patient with its stumbles
         self.app_id = skein.properties.application_id
         self._containers: dict[str, Any] = {}   # our container id -> skein container id
         self._seq = 0

@@ -232,12 +232,17 @@ def test_an_am_container_started_again_finds_the_runtime_again(bare_nodes, tmp_p
     # The AM's container dies whole (its supervisor and its AM), as with its machine.
     am = [p for p in app_processes(h.app_id) if "tony_workflow.am.supervisor" in " ".join(p.cmdline())]
     assert am
-    for root in am:
-        for p in [*root.children(recursive=True), root]:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+    tree = []
+    for root in am:  # every process first: the container's launcher holds the supervisor, listed too
+        try:
+            tree += [*root.children(recursive=True), root]
+        except psutil.Error:
+            continue
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
     again = wait_for(lambda: (s := h.status()).am_attempt == 2 and s.state == "RUNNING" and s, timeout=300, interval=1)
     assert again.am_attempt == 2
     gate.touch()

@@ -57,6 +57,8 @@ class NodeOutput:
                 data = self._range(app_id, node, str(where), stream, offset, min(size, offset + limit))
                 if data is not None:
                     return data, size
+            elif sizes is not None:
+                return None  # its NodeManager holds the container, which has not written the file yet
         if not self._ended(app_id):
             return None  # not written yet, or its NodeManager not answering: looked at again later
         held = self._from_aggregated(app_id).get(container, {}).get(stream) if container else None

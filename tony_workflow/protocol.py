@@ -166,6 +166,9 @@ class Result:
     session_id: int
     exit_code: int
     diagnostics: str = ""
+    #: the container whose executor reports: a task's earlier container (replaced while its
+    #: executor still ran) is not the task's now
+    container_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,7 @@ class AMRoutes:
     def result(self, req: Result) -> tuple[int, Ack | Stop]:
         s = self.state
         with s.lock:
-            task = self._task_for(req.task_id, req.session_id)
+            task = self._task_for(req.task_id, req.session_id, req.container_id)
             if not isinstance(task, Task):
                 return task
             # Decisions belong to the monitor thread; a handler only records and wakes it.

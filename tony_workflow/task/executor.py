@@ -509,7 +509,8 @@ class TaskExecutor:
             with contextlib.suppress(AMError, AMUnreachable):
                 # The final figures, progress and store outcome, before the result ends the task.
                 self.am.heartbeat(self.task_id, self.session_id, **self._report())
-                self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "")
+                self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "",
+                               container_id=self.container_id)
         if self.inbox:
             self.inbox.close()
         return code
@@ -589,7 +590,7 @@ def main() -> int:
     except (ValueError, OSError) as e:
         log.error("%s", e)
         with contextlib.suppress(Exception):
-            executor.am.result(executor.task_id, executor.session_id, 1, str(e))
+            executor.am.result(executor.task_id, executor.session_id, 1, str(e), container_id=executor.container_id)
         return 1
 
 

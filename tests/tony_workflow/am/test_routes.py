@@ -80,6 +80,19 @@ def test_a_request_from_a_task_the_am_no_longer_runs_stops_its_executor(tmp_path
         assert state.tasks["worker:0"].reported is None
 
 
+def test_the_exit_of_a_tasks_earlier_container_is_not_taken_for_its_replacements(tmp_path):
+    # A replaced container's executor may outlive it (YARN's preemption) and report its trainer's
+    # end just as the replacement registers: that report is the old container's, not the task's.
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    assert register(routes, "worker:0", 2000)[0] == 200
+    code, reply = routes.result(Result("worker:0", 0, exit_code=75, container_id="c-earlier"))
+    assert code == 409 and "stale container" in reply["error"]
+    assert state.tasks["worker:0"].reported is None
+    assert routes.result(Result("worker:0", 0, exit_code=0, container_id="c-worker:0"))[0] == 200
+    assert state.tasks["worker:0"].reported is not None
+
+
 def test_a_relaunched_task_must_keep_its_port(tmp_path):
     state = make_state(tmp_path)
     state.tasks["worker:0"].fixed_port = 2000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTracki
 from airflow_provider.triggers import TonyJobTrigger
 from tony_workflow.client import load_job
 from tony_workflow.client.follow import JobUpdate
+from tony_workflow.client.output import Cursor, OutputLine, parse_tasks
 from tony_workflow.context import describe as describe_context
 from tony_workflow.errors import ConfigError, LoginError, SpecError, SubmissionRefused, TonyError, UnknownApplication
 from tony_workflow.spec import JobSpec
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["TonyOperator"]
 
 _ACTIVE = {JobState.NEW, JobState.SUBMITTED, JobState.ALLOCATING, JobState.RUNNING}
+#: where a task run keeps how far it followed its job's output, for a later try that reattaches
+OUTPUT_CURSOR_KEY = "tony_output_cursor"
 
 
 #: How the operator reports the project's errors. Input that must change (a bad spec, a job that can
@@ -127,6 +131,13 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         impersonated by the connection's login, which the cluster's ``hadoop.proxyuser.*`` settings
         must allow; default the connection's ``proxy_user`` extra, else the login itself. As with
         ``SparkSubmitOperator``'s.
+    :param output_tasks: whose output (stdout and stderr) is written into the task's log as the job
+        prints it, each line after its task (``[worker:0] loss=0.31``): task ids or types, a list
+        or comma-separated (templated); ``"none"`` or ``[]`` for none; by default the job's
+        ``tony.output.tasks``, else the chief (``chief:0``, else ``worker:0``). In deferrable mode
+        the trigger writes them (Airflow shows them in the task's log). A later try that reattaches
+        to the job goes on where this one stopped. Whatever this follows, a failed job's error
+        carries the last lines of each failed task's stdout and stderr.
     :param reattach: before submitting, look for an application this task run (DAG, run, task,
         map index; any try) submitted earlier, as the same user, and that still runs, and follow
         it instead of submitting a second one. That covers a worker lost between the submission
@@ -142,7 +153,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("job_spec", "conf", "executes", "task_params", "src_dir", "python_venv", "proxy_user",
-                                      "python_binary_path", "shell_env")
+                                      "python_binary_path", "shell_env", "output_tasks")
     template_ext: Sequence[str] = (".yaml", ".yml", ".xml", ".j2")
     template_fields_renderers: ClassVar[dict[str, str]] = {"job_spec": "yaml", "conf": "json", "shell_env": "json"}
     ui_color = "#f2a65a"
@@ -157,7 +168,8 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
                  shell_env: Mapping[str, str] | None = None, tony_conn_id: str = TonyHook.default_conn_name,
                  deferrable: bool = airflow_conf.getboolean("operators", "default_deferrable", fallback=False),
                  poll_interval: float = 5.0, tensorboard_wait: float = 60.0, reattach: bool = True,
-                 model_asset: Asset | None = None, proxy_user: str | None = None, **kwargs: Any) -> None:
+                 model_asset: Asset | None = None, proxy_user: str | None = None,
+                 output_tasks: str | Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_asset = model_asset
         if model_asset is not None and model_asset not in (self.outlets or []):
@@ -176,6 +188,7 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self.tensorboard_wait = tensorboard_wait
         self.reattach = reattach
         self.proxy_user = proxy_user
+        self.output_tasks = output_tasks
         self.application_id: str | None = None
 
     @functools.cached_property
@@ -320,14 +333,52 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         self.application_id = app_id = str(external_id)
         # After a submission, or when reattached after a crash: the links point at this job.
         self._show_links(context, app_id)
+        tasks, cursor = self._output_tasks(), self._cursor(context, app_id)
         if self.deferrable:
-            self.defer(trigger=TonyJobTrigger(app_id, self.tony_conn_id, self.poll_interval),
-                       method_name="execute_complete")
+            self.defer(trigger=TonyJobTrigger(app_id, self.tony_conn_id, self.poll_interval, output_tasks=tasks,
+                                              cursor=cursor.to_json()), method_name="execute_complete")
+        handle = self.hook.attach(app_id)
+        output = handle.output(tasks, cursor) if tasks != [] else None
         final = None
-        for update in self.hook.follow(app_id, poll_interval=self.poll_interval):
+        for update in handle.follow(poll_interval=self.poll_interval, output=output,
+                                    on_output=lambda lines: self._output(context, app_id, lines, cursor)):
             self._report(context, update)
             final = update.status
         self._finish(context, final if final is not None else self.hook.get_status(app_id))
+
+    def _output_tasks(self) -> list[str] | None:
+        """The tasks whose output goes to the task's log (None: the chief; ``[]``: none)."""
+        if self.output_tasks is not None:
+            return parse_tasks(self.output_tasks)
+        spec = getattr(self, "_spec", None)
+        return parse_tasks(spec.get("tony.output.tasks") if spec is not None else None)
+
+    def _cursor(self, context: Context, app_id: str) -> Cursor:
+        """How far an earlier try of this task run followed this job's output (from the start
+        when it followed another job, or none)."""
+        store = context.get("task_state_store")
+        try:
+            kept = store.get(OUTPUT_CURSOR_KEY) if store is not None else None
+        except Exception:  # noqa: BLE001 - no state store here: the output is followed from its start
+            kept = None
+        if isinstance(kept, dict) and kept.get("application_id") == app_id:
+            return Cursor.from_json(json.dumps(kept.get("cursor") or {}))
+        return Cursor()
+
+    def _output(self, context: Context, app_id: str, lines: list[OutputLine], cursor: Cursor) -> None:
+        """Writes the job's lines into the task's log, then keeps how far they went, so that a
+        later try reattaching to the job writes none of them again."""
+        for line in lines:
+            self.log.info("%s", line.render())
+        store = context.get("task_state_store")
+        if store is None or getattr(self, "_no_store", False):
+            return
+        try:
+            store.set(OUTPUT_CURSOR_KEY, {"application_id": app_id, "cursor": json.loads(cursor.to_json())})
+        except Exception as e:  # noqa: BLE001 - following goes on; only a later try's resumption is lost
+            self._no_store = True
+            self.log.warning("Cannot keep how far the job's output was followed (%s): a later try that "
+                             "reattaches writes it from its start", e)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict:
         status = self._final = self.hook.get_status(str(external_id))
@@ -366,8 +417,11 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         if not status.succeeded:
             failed = [f"{t.task_id} {t.state} exit={t.exit_code} log={t.log_url}" for t in status.tasks
                       if t.state in ("FAILED", "LOST")]
+            # What the failed tasks printed last (their tracebacks), above the links to the rest.
+            tails = self.hook.attach(status.application_id).failed_output(status)
             raise AirflowException(f"TonY application {status.application_id} ended {status.state}.\n"
-                                   f"Diagnostics: {status.diagnostics}\n" + "\n".join(failed))
+                                   f"Diagnostics: {status.diagnostics}\n" + (f"{tails}\n" if tails else "")
+                                   + "\n".join(failed))
         self.log.info("Application %s SUCCEEDED", status.application_id)
         return status.to_dict()
 

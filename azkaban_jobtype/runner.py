@@ -16,6 +16,10 @@ it until it ends. Its output is the job's log in Azkaban, so it prints:
 * ``Submitted application <id>``, the id as a token of its own: Azkaban's log scanner finds YARN
   applications that way (to show them, and to kill them).
 * The tracking and TensorBoard URLs as soon as they are known, and a line on every change of state.
+* What the training prints, as it prints it, each line after its task (``[worker:0] loss=0.31``):
+  the chief's, or the tasks ``tony.output.tasks`` names (``none``: none).
+* For a job that failed, at the very end, the last lines of each failed task's stdout and stderr
+  (its traceback).
 
 It writes ``tony.application.id``, ``tony.final.status``, ``tony.tracking.url`` and
 ``tony.tensorboard.url`` to ``JOB_OUTPUT_PROP_FILE`` (with ``tony.lineage.namespace``,
@@ -57,6 +61,7 @@ from typing import TextIO
 
 from tony_workflow.client import TonyClient
 from tony_workflow.client.follow import JobUpdate, diff
+from tony_workflow.client.output import parse_tasks
 from tony_workflow.client.saying import saying
 from tony_workflow.errors import ConfigError, SpecError, SubmissionRefused, TonyError
 from tony_workflow.spec import SpecIssue
@@ -176,7 +181,11 @@ def run(out: TextIO | None = None) -> int:
         say(f"OpenLineage run {lineage.run_id} of job {lineage.job} (namespace {lineage.namespace})")
     output = env.get("JOB_OUTPUT_PROP_FILE")
     status = shown = None
-    for update in handle.follow(poll_interval=POLL_INTERVAL, stop=lambda: stop.signum is not None):
+    # What the followed tasks print (tony.output.tasks; the chief by default) goes into the job's log too.
+    tasks = parse_tasks(spec.get("tony.output.tasks"))
+    printed = handle.output(tasks) if tasks != [] else None
+    for update in handle.follow(poll_interval=POLL_INTERVAL, stop=lambda: stop.signum is not None, output=printed,
+                                on_output=lambda lines: [say(line.render()) for line in lines]):
         status = shown = update.status
         _show(update, say)
         if update.first:
@@ -207,6 +216,8 @@ def run(out: TextIO | None = None) -> int:
         say(hanging(f"Diagnostics: {status.diagnostics}"))
     if status.is_final:
         _advise(client, handle.app_id, say)
+    if status.is_final and not status.succeeded and (tails := handle.failed_output(status)):
+        say(tails)  # the log ends with what the failed tasks printed last: their tracebacks
     if stop.signum is not None:
         return 128 + stop.signum
     return 0 if status.succeeded else EXIT_FAILED

@@ -62,14 +62,27 @@ def test_a_spec_file_given_by_its_absolute_path_is_found_and_rendered(airflow_db
     assert x["status"]["state"] == "SUCCEEDED" and x["status"]["name"] == "abs-tony_abs_spec"
 
 
-def test_failing_training_fails_the_task_with_diagnostics(airflow_db, tony_home, capfd):
-    job = {**SMALL_JOB, "command": 'echo "loss went NaN at step 7" >&2; exit 3'}
+def test_failing_training_fails_the_task_with_its_traceback_in_the_error(airflow_db, tony_home, capfd):
+    # worker:1 fails with a Python traceback on its stderr, after a line on its stdout; worker:0,
+    # the one followed, prints its own line into the task's log.
+    command = ('echo "step 1 of $JOB_NAME:$TASK_INDEX"; [ "$TASK_INDEX" = 1 ] || exec sleep 30; '
+               'python -c "import math; raise FloatingPointError(\'loss went NaN at step %d\' % 7)"')
+    job = {**SMALL_JOB, "command": command, "conf": {**SMALL_JOB["conf"],
+                                                     "tony.application.fail-on-worker-failure-enabled": "true"}}
     dag = _one_task_dag("tony_failing", job_spec=job)
     dr = dag.test()
     assert dr.state == "failed"
     out = capfd.readouterr()
     log = out.out + out.err
-    assert "exit code 3" in log and "loss went NaN at step 7" in log and "XCom not found" not in log
+    assert "[worker:0] step 1 of worker:0" in log and "XCom not found" not in log
+    # The error names the job's end, then what the failed task printed last, stdout and stderr,
+    # its traceback whole, then the link to its log.
+    error = log[log.index("TonY application application_"):]
+    stdout = error.index("--- worker:1 stdout (FAILED, exit code 1), its last 1 line:\nstep 1 of worker:1")
+    stderr = error.index("--- worker:1 stderr (FAILED, exit code 1), its last ")
+    traceback = error.index("Traceback (most recent call last):", stderr)
+    cause = error.index("FloatingPointError: loss went NaN at step 7", traceback)
+    assert stdout < stderr < traceback < cause < error.index("worker:1 FAILED exit=1 log=")
     x = xcoms("tony_failing", dr.run_id, "train")
     assert x["status"]["state"] == "FAILED"
 

@@ -24,17 +24,20 @@ async def events(trigger: TonyJobTrigger) -> list:
 
 def test_serialize_round_trip():
     from airflow._shared.module_loading import import_string  # what the triggerer loads triggers with
-    trigger = TonyJobTrigger("application_1_0001", "tony_yarn", 2.5)
+    trigger = TonyJobTrigger("application_1_0001", "tony_yarn", 2.5, output_tasks=["worker:1"], cursor='{"session": 1}')
     classpath, kwargs = trigger.serialize()
-    assert kwargs == {"application_id": "application_1_0001", "tony_conn_id": "tony_yarn", "poll_interval": 2.5}
+    assert kwargs == {"application_id": "application_1_0001", "tony_conn_id": "tony_yarn", "poll_interval": 2.5,
+                      "output_tasks": ["worker:1"], "cursor": '{"session": 1}'}
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
 
 
 @pytest.mark.job
 def test_run_fires_one_event_when_the_job_ends(airflow_db, tony_home, monkeypatch, capfd):
     monkeypatch.delenv("AIRFLOW_CONN_TONY_DEFAULT", raising=False)
-    handle = TonyClient("local").submit(load_job(job("sleep 1")))
-    trigger = TonyJobTrigger(handle.app_id, poll_interval=0.2)
+    # The job prints over several of the trigger's status reads; its last line has no end of line.
+    handle = TonyClient("local").submit(load_job(job("for i in 1 2 3 4 5 6; do echo said $i; sleep 0.4; done; "
+                                                     "printf 'said last'")))
+    trigger = TonyJobTrigger(handle.app_id, poll_interval=1.5)
     capfd.readouterr()
     fired = asyncio.run(asyncio.wait_for(events(trigger), timeout=120))
     assert len(fired) == 1
@@ -47,6 +50,12 @@ def test_run_fires_one_event_when_the_job_ends(airflow_db, tony_home, monkeypatc
              if "TonyJobTrigger" in line and handle.app_id in line]
     assert lines and lines[-1].startswith(" SUCCEEDED session=0")
     assert len(lines) == len(set(lines))  # one line per change, not per poll
+    # What the chief (worker:0) printed, each line once, in order, before the final status line.
+    logged = (out.out + out.err).splitlines()
+    said = [line.split("[worker:0] ", 1)[1].split(" [")[0].strip() for line in logged if "[worker:0] said" in line]
+    assert said == [f"said {i}" for i in range(1, 7)] + ["said last"], said
+    final = max(i for i, line in enumerate(logged) if "SUCCEEDED session=0" in line)
+    assert max(i for i, line in enumerate(logged) if "[worker:0] said" in line) < final
 
 
 def test_an_unknown_application_fires_an_error_event(airflow_db, tony_home, monkeypatch):

@@ -128,6 +128,8 @@ def test_a_job_runs_and_reports_as_azkaban_expects(tony_home, tmp_path):
     assert any(line.startswith("Tracking URL: http://127.0.0.1:") for line in run.lines)
     assert f"Final status of {app_id}: SUCCEEDED" in run.lines
     assert re.search(rf"\] {app_id} SUCCEEDED session=0 worker:0=SUCCEEDED", run.log)
+    # What the training printed is in the job's log, after its task, before the job's end.
+    assert run.lines.index("[worker:0] trained") < run.lines.index(f"Final status of {app_id}: SUCCEEDED")
     # The end of the log advises the next run: 1 GiB asked, a few dozen MB used.
     assert re.search(r"Advice for the next run \[moderate\] memory: worker asked for 1\.0 GiB and used at most "
                      r"\d+ MiB: .*; set tony\.worker\.memory=\d+m", run.log), run.log
@@ -184,13 +186,19 @@ def test_a_job_reports_its_openlineage_run_and_links_it_in_its_output(tony_home,
     assert {(d["namespace"], d["name"]) for d in done["inputs"]} == {("hdfs://nn.example:8020", "/data/x")}
 
 
-def test_a_failed_application_fails_the_job(tony_home, tmp_path):
-    project = script_project(tmp_path / "project", "import sys\nprint('bad data', file=sys.stderr)\nsys.exit(3)\n")
+def test_a_failed_application_fails_the_job_and_its_log_ends_with_the_traceback(tony_home, tmp_path):
+    project = script_project(tmp_path / "project", "print('reading part 3', flush=True)\n"
+                                                   "raise ValueError('bad data in part 3')\n")
     run = Execution(project, "job", job_props(project))
     assert run.wait() == 1, run.log
     assert run.output()["tony.final.status"] == "FAILED"
     assert re.search(r"Final status of application_\d+_\d+: FAILED", run.log)
     assert "Diagnostics: " in run.log
+    # The log ends with what the failed task printed last: its stdout, then its stderr's traceback.
+    tail = run.log[run.log.rindex("--- worker:0 stdout (FAILED, exit code 1)"):]
+    assert "\nreading part 3\n--- worker:0 stderr (FAILED, exit code 1), its last " in tail, tail
+    assert "Traceback (most recent call last):" in tail
+    assert tail.rstrip().endswith("ValueError: bad data in part 3"), tail
 
 
 def test_with_a_history_server_the_output_links_to_the_finished_jobs_page_there(tony_home, tmp_path, monkeypatch):

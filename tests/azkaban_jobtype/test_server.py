@@ -385,6 +385,9 @@ def test_the_job_log_shows_the_application_and_its_progress(azkaban, first_run):
     assert "Building TensorFlowJob job executor." in log
     assert re.search(rf"{app_id} RUNNING session=0 worker:0=RUNNING step=\d/5", log), log[-4000:]
     assert f"Final status of {app_id}: SUCCEEDED" in log
+    # What the training printed, as it printed it, after its task (Azkaban stamps each line of the log).
+    assert re.search(r"\[worker:0\] trained on ids 0 to 49 each once: True", log), log[-4000:]
+    assert log.index("[worker:0] trained on ids") < log.index(f"Final status of {app_id}: SUCCEEDED")
     assert "Process completed successfully" in log
     assert "Traceback" not in log
 

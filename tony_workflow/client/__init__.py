@@ -31,7 +31,7 @@ from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
 from .data import data_issues, with_manifest
 from .follow import Follower, JobUpdate
-from .output import Cursor, OutputFollower
+from .output import TAIL_LINES, Cursor, OutputFollower, OutputLine, Piece, failed_output
 
 if TYPE_CHECKING:
     from ..history import JobHistory, SubmitterHistory
@@ -41,6 +41,8 @@ __all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication",
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
+# How often a follower of a job's output (``JobHandle.follow(output=...)``) looks for new lines.
+OUTPUT_INTERVAL_S = 1.0
 
 
 def check_paths(spec: JobSpec, backend: str = "local") -> None:
@@ -207,29 +209,62 @@ class JobHandle:
         return record
 
     def follow(self, *, poll_interval: float = 1.0, timeout: float | None = None,
-               stop: Callable[[], bool] | None = None) -> Iterator[JobUpdate]:
+               stop: Callable[[], bool] | None = None, output: OutputFollower | None = None,
+               on_output: Callable[[list[OutputLine]], None] | None = None,
+               output_interval: float = OUTPUT_INTERVAL_S) -> Iterator[JobUpdate]:
         """Yields a :class:`~tony_workflow.client.follow.JobUpdate` for the first status and for every
         change after it, reading the status every ``poll_interval`` seconds. Ends after the update
         with the final status (once the AM has released its containers and unregistered: see
         :meth:`wait`), when ``timeout`` seconds have passed, or when ``stop()`` returns true (it is
-        asked at least every 0.1 s while waiting)."""
+        asked at least every 0.1 s while waiting).
+
+        With ``output`` (:meth:`output`), what the followed tasks print is passed to
+        ``on_output`` as it comes, every ``output_interval`` seconds, each batch before the update
+        read with it; at the end, every last line before the final update."""
         deadline = None if timeout is None else time.monotonic() + timeout
         follower = Follower(self.status)
+
+        def lines(st: JobStatus, final: bool = False) -> None:
+            if output is not None and on_output is not None:
+                got = output.drain(st) if final else output.poll(st)
+                if got:
+                    on_output(got)
+
         while True:
             update = follower.poll()
             st = follower.last
             if st.is_final:
                 settled = self._settled(st, poll_interval, deadline)
                 update = follower.see(settled) or update
+                lines(settled, final=True)
                 if update is not None:
                     yield update
                 return
+            lines(st)
             if update is not None:
                 yield update
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            if _pause(poll_interval, deadline, stop):
-                return
+            if output is None or on_output is None:
+                if _pause(poll_interval, deadline, stop):
+                    return
+                continue
+            # The output is looked at more often than the status: a line reaches the log within
+            # about output_interval of being written; the status read last says which files.
+            next_status = time.monotonic() + poll_interval
+            while (left := next_status - time.monotonic()) > 0:
+                if _pause(min(output_interval, left), deadline, stop):
+                    return
+                if time.monotonic() < next_status - 0.05:
+                    lines(st)
+
+    def failed_output(self, status: JobStatus, lines: int = TAIL_LINES) -> str:
+        """The last ``lines`` of each failed task's stdout and stderr in ``status``, as a block for
+        an error (:func:`.output.failed_output`); empty when none failed or none can be read."""
+        try:
+            return failed_output(status, self._read_output, lines)
+        except Exception:  # noqa: BLE001 - the error itself matters more than its last lines
+            return ""
 
     def wait(self, *, poll_interval: float = 1.0, timeout: float | None = None,
              on_update: Callable[[JobStatus], None] | None = None) -> JobStatus:
@@ -276,12 +311,14 @@ class JobHandle:
             self.backend.force_kill(self.app_id)
         return _links_after_the_end(self.backend.stored_status(self.app_id))
 
-    def output(self, tasks: list[str] | None = None, cursor: Cursor | None = None) -> OutputFollower:
-        """A follower of what ``tasks`` (None: the chief; ``[]``: none) print, from ``cursor``
-        (:mod:`.output`): poll it with the job's status, or let it :meth:`~.OutputFollower.follow`."""
-        backend, app_id = self.backend, self.app_id
-        return OutputFollower(lambda p, offset, limit: backend.read_output(app_id, p.container, p.stream, p.where,
-                                                                           offset, limit), tasks, cursor)
+    def output(self, tasks: Sequence[str] | None = None, cursor: Cursor | None = None) -> OutputFollower:
+        """A follower of what ``tasks`` (task ids or types; None: the chief; ``[]``: none) print,
+        from ``cursor`` (:mod:`.output`): poll it with the job's status, let it
+        :meth:`~.OutputFollower.follow` the job, or give it to :meth:`follow`."""
+        return OutputFollower(self._read_output, tasks, cursor)
+
+    def _read_output(self, p: Piece, offset: int, limit: int) -> tuple[bytes, int | None] | None:
+        return self.backend.read_output(self.app_id, p.container, p.stream, p.where, offset, limit)
 
     def logs(self, task: str | None = None, into: Path | None = None) -> dict[str, Path]:
         """The log files of ``task``, or of every task and the AM, by name (``worker:0/stdout``).

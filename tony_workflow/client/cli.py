@@ -30,16 +30,25 @@ from . import JobHandle, TonyClient, load_job
 from .board import cmd_tensorboard
 from .data import cmd_data_inspect
 from .logs import cmd_logs
+from .output import parse_tasks
 from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
 from .saying import saying
 
 __all__ = ["main", "reader_gone"]
 
 
-def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr) -> JobStatus:
-    """Follows the job to its end, a progress line on every change; returns the final status."""
+def _follow(handle: JobHandle, poll_interval: float, stream=sys.stderr, output: list[str] | None | bool = False,
+            output_stream=sys.stdout) -> JobStatus:
+    """Follows the job to its end, a progress line on every change, and with ``output`` (tasks to
+    follow: :func:`.output.parse_tasks`'s) what those tasks print; returns the final status."""
     status = None
-    for update in handle.follow(poll_interval=poll_interval):
+
+    def lines(got) -> None:
+        for line in got:
+            print(line.render(), file=output_stream, flush=True)
+
+    follower = handle.output(output) if output is not False else None  # type: ignore[arg-type]
+    for update in handle.follow(poll_interval=poll_interval, output=follower, on_output=lines):
         status = update.status
         stamp = time.strftime("%H:%M:%S")
         print(f"[tony {stamp}] {status.summary()}", file=stream, flush=True)
@@ -113,7 +122,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         handle = client.submit(spec, checked=True)
     # The id on a line of its own, as its own token: schedulers scan logs for it.
     print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
-    if not args.wait:
+    if not args.wait and args.logs is None:
         st = handle.status()
         print(json.dumps(st.to_dict(), indent=1) if args.json else handle.app_id)
         print(f"tony: follow it with '{_tony(args)} status {handle.app_id} --wait', its logs with "
@@ -160,18 +169,32 @@ def _follow_to_the_end(handle: JobHandle, args: argparse.Namespace) -> int:
     """Follows the job with progress lines until it ends; its final line (or status as JSON) on
     stdout. 0: it succeeded, 1: it did not, 130: the user stopped following (the job runs on)."""
     try:
-        st = _follow(handle, args.poll_interval)
+        st = _follow(handle, args.poll_interval, output=_output_tasks(handle, args),
+                     output_stream=sys.stderr if args.json else sys.stdout)
     except KeyboardInterrupt:
         # Following is not owning: the job runs in its own ApplicationMaster, not in this process.
         print(f"\ntony: stopped following {handle.app_id}; the job keeps running. Follow it again with "
               f"'{_tony(args)} status {handle.app_id} --wait', stop it with '{_tony(args)} kill {handle.app_id}'.",
               file=sys.stderr, flush=True)
         return 130
+    if not st.succeeded and (tails := handle.failed_output(st)):
+        print(tails, file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(st.to_dict(), indent=1))
     else:
         print(f"{st.application_id} {st.state}" + (f": {st.diagnostics}" if st.diagnostics and not st.succeeded else ""))
     return 0 if st.succeeded else 1
+
+
+def _output_tasks(handle: JobHandle, args: argparse.Namespace) -> list[str] | None | bool:
+    """The tasks whose output ``--logs`` follows (False: no --logs): those it names, else the
+    job's tony.output.tasks, else the chief."""
+    given = getattr(args, "logs", None)
+    if given is None:
+        return False
+    if not given.strip() and handle.spec is not None:
+        given = handle.spec.get("tony.output.tasks") or ""
+    return parse_tasks(given)
 
 
 def _handle(args: argparse.Namespace) -> JobHandle:
@@ -180,7 +203,7 @@ def _handle(args: argparse.Namespace) -> JobHandle:
 
 def cmd_status(args: argparse.Namespace) -> int:
     handle = _handle(args)
-    if args.wait:
+    if args.wait or args.logs is not None:
         return _follow_to_the_end(handle, args)
     st = handle.status()
     if args.json:
@@ -304,6 +327,8 @@ def _clean_shipped(args: argparse.Namespace) -> int:
     return 0
 
 
+LOGS_HELP = ("follow the job (as --wait does) and print what its tasks print as they write it, each line after its "
+             "task: the chief's (or the job's tony.output.tasks), or TASKS' (ids or types, comma-separated)")
 BACKEND_HELP = "the cluster: local or yarn (default $TONY_BACKEND, else tony.client.backend in tony-site.xml, else local)"
 
 EXIT_CODES = """exit status:
@@ -330,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     s.add_argument("--wait", action="store_true", help="follow the job until it ends; exit 0 if it succeeded")
     s.add_argument("--json", action="store_true", help="print the JobStatus as JSON on stdout")
+    s.add_argument("--logs", nargs="?", const="", default=None, metavar="TASKS", help=LOGS_HELP)
     s.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
                    help="with --wait, how often the job's status is read (default 1)")
     s.add_argument("--executes", metavar="SCRIPT",
@@ -356,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", parents=[], add_help=True, formatter_class=argparse.RawDescriptionHelpFormatter,
                        help="check a job as submit would (every problem at once, exit 2) and submit nothing")
     for action in s._actions:
-        if action.dest not in ("help", "wait", "poll_interval", "dry_run"):
+        if action.dest not in ("help", "wait", "poll_interval", "dry_run", "logs"):
             v._add_action(action)
     v.set_defaults(fn=cmd_validate)
 
@@ -371,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="follow the job with progress lines until it ends; exit 0 if it succeeded")
             p.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
                            help="with --wait, how often the job's status is read (default 1)")
+            p.add_argument("--logs", nargs="?", const="", default=None, metavar="TASKS", help=LOGS_HELP)
         p.set_defaults(fn=fn)
 
     lg = sub.add_parser("logs", help="print an application's logs")

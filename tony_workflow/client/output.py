@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BURST", "MAX_LINE", "RATE", "READ_LIMIT", "SKIP_OVER", "Cursor", "OutputFollower", "OutputLine",
-           "Piece", "default_tasks"]
+__all__ = ["BURST", "MAX_LINE", "RATE", "READ_LIMIT", "SKIP_OVER", "TAIL_LINES", "Cursor", "OutputFollower",
+           "OutputLine", "Piece", "default_tasks", "failed_output", "last_lines", "parse_tasks", "selected"]
 
 #: lines a second a follower passes on, over all the tasks it follows, and the burst it allows
 RATE, BURST = 200.0, 2000.0
@@ -36,6 +36,15 @@ READ_LIMIT = 1 << 20
 #: a file this far ahead of its offset is read from near its end: the rest is left out, and said
 SKIP_OVER = 4 << 20
 STREAMS = ("stdout", "stderr")
+#: how long the last lines of an ended job are waited for (on YARN its NodeManagers may have let
+#: its files go before its logs are aggregated)
+DRAIN_WAIT_S = 65.0
+#: how many of a failed task's last lines (of each stream) its job's error shows
+TAIL_LINES = 50
+#: the most read from the end of a file for its last lines
+TAIL_BYTES = 64 << 10
+#: the failed tasks whose last lines an error shows; the others are named
+TAIL_TASKS = 3
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,33 @@ def default_tasks(status: Any) -> list[str]:
     return ids[:1]
 
 
+def parse_tasks(value: str | Sequence[str] | None) -> list[str] | None:
+    """Which tasks to follow, as a user gives it (``tony.output.tasks``, an operator's
+    ``output_tasks``, ``--logs``): task ids (``worker:1``) and types (``worker``: its every task),
+    comma-separated or a list. ``none`` or an empty list: none; None, an empty text or ``chief``:
+    the chief (:func:`default_tasks`)."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else [x for v in value for x in str(v).split(",")]
+    items = [v.strip() for v in parts if v.strip()]
+    if (isinstance(value, str) and not items) or items == ["chief"]:
+        return None
+    return [] if items in ([], ["none"]) else items
+
+
+def selected(status: Any, wanted: Sequence[str] | None) -> list[str]:
+    """The ids of the tasks ``wanted`` names in ``status`` (None: the chief), in the order named."""
+    if wanted is None:
+        return default_tasks(status)
+    ids = [t.task_id for t in status.tasks]
+    out: list[str] = []
+    for w in wanted:
+        for tid in ([w] if ":" in w else [i for i in ids if i.partition(":")[0] == w]):
+            if tid in ids and tid not in out:
+                out.append(tid)
+    return out
+
+
 #: reads ``limit`` bytes of a piece from ``offset``: (the bytes, the file's size then if known),
 #: or None when it cannot be read now (not written yet, its node not answering)
 Reader = Callable[[Piece, int, int], "tuple[bytes, int | None] | None"]
@@ -134,7 +170,7 @@ class OutputFollower:
     def pieces(self, status: Any) -> list[Piece]:
         """The files to read at this poll: the followed tasks' current containers', and those of
         earlier containers not read to their end yet, oldest session first."""
-        wanted = default_tasks(status) if self.tasks is None else self.tasks
+        wanted = selected(status, self.tasks)
         session = int(getattr(status, "session_id", 0) or 0)
         current = set()
         for t in status.tasks:
@@ -147,6 +183,23 @@ class OutputFollower:
         self.cursor.open_files = {k: (p.task, p.session, p.where) for k, p in self._known.items()}
         return sorted(self._known.values(),
                       key=lambda p: (p.session, wanted.index(p.task) if p.task in wanted else 0, STREAMS.index(p.stream)))
+
+    @property
+    def pending(self) -> bool:
+        """Whether a file seen is not read to its end yet (on YARN, an ended job's files while its
+        logs are still being aggregated)."""
+        return bool(self._known)
+
+    def drain(self, status: Any, wait_s: float = DRAIN_WAIT_S, sleep: Callable[[float], Any] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> list[OutputLine]:
+        """The last lines of an ended job (``status`` final): read again every few seconds, for
+        at most ``wait_s``, while a file cannot be read to its end yet; then what was left out."""
+        out = self.poll(status)
+        end = clock() + wait_s
+        while self.pending and clock() < end:
+            sleep(min(2.0, max(0.0, end - clock())))
+            out += self.poll(status)
+        return out + self.flush()
 
     def _finished(self, p: Piece) -> None:
         self._known.pop(p.key, None)
@@ -253,8 +306,46 @@ class OutputFollower:
         """Every line until the job ends (``status()`` says it has), then its last ones."""
         while True:
             st = status()
-            yield from self.poll(st)
             if st.is_final:
-                yield from self.flush()
+                yield from self.drain(st, sleep=sleep)
                 return
+            yield from self.poll(st)
             sleep(interval)
+
+
+def last_lines(read: Reader, piece: Piece, n: int = TAIL_LINES) -> list[str] | None:
+    """The last ``n`` lines of one file (from at most :data:`TAIL_BYTES` before its end, long
+    lines cut), or None when it cannot be read."""
+    got = read(piece, 0, 0)
+    if got is None:
+        return None
+    size = got[1]
+    start = max(0, size - TAIL_BYTES) if size is not None else 0
+    got = read(piece, start, TAIL_BYTES if size is not None else READ_LIMIT)
+    if got is None:
+        return None
+    data = got[0] if size is not None else got[0][-TAIL_BYTES:]
+    if start > 0 or size is None:
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else data
+    lines = data.decode("utf-8", errors="replace").splitlines()[-n:]
+    return [line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [line cut]" for line in lines]
+
+
+def failed_output(status: Any, read: Reader, n: int = TAIL_LINES) -> str:
+    """What the failed (or lost) tasks of ``status`` printed last: for each, up to ``n`` lines of
+    its stdout and of its stderr, as a block for the job's error (empty when none failed, or
+    nothing of theirs can be read). The first :data:`TAIL_TASKS` failed tasks are shown, the
+    rest named."""
+    failed = [t for t in status.tasks if t.state in ("FAILED", "LOST") and t.container_id]
+    session = int(getattr(status, "session_id", 0) or 0)
+    blocks: list[str] = []
+    for t in failed[:TAIL_TASKS]:
+        for stream in STREAMS:
+            lines = last_lines(read, Piece(t.task_id, session, str(t.container_id), stream, t.log_url), n)
+            if lines:
+                exit_code = f", exit code {t.exit_code}" if t.exit_code is not None else ""
+                blocks.append(f"--- {t.task_id} {stream} ({t.state}{exit_code}), its last {len(lines)} "
+                              f"line{'' if len(lines) == 1 else 's'}:\n" + "\n".join(lines))
+    if blocks and len(failed) > TAIL_TASKS:
+        blocks.append(f"--- also failed: {', '.join(t.task_id for t in failed[TAIL_TASKS:])} (see their logs)")
+    return "\n".join(blocks)

@@ -255,6 +255,10 @@ LINEAGE_INPUTS = listing("tony.lineage.inputs", "what the job reads, for lineage
                          "(hdfs://namenode:port/data, /local/path)", "")
 LINEAGE_OUTPUTS = listing("tony.lineage.outputs", "what the job writes besides its checkpoints (always an output), "
                           "for lineage: URIs or paths", "")
+OUTPUT_TASKS = text("tony.output.tasks", "the tasks whose output (stdout and stderr) is followed into the log of "
+                    "what runs the job (the Airflow task log, the Azkaban job log, tony submit --wait --logs): "
+                    "task ids (worker:1) or types (worker: its every task), comma-separated; none: none; "
+                    "empty: the chief (chief:0, else worker:0)", "")
 
 KEYS: tuple[Key[Any], ...] = (tuple(v for v in list(globals().values()) if isinstance(v, Key))
                               + CONTEXT_KEYS)

@@ -124,6 +124,24 @@ def problems(spec: JobSpec) -> list[SpecIssue]:
     return issues
 
 
+def _output_problems(spec: JobSpec, active: dict[str, int]) -> list[SpecIssue]:
+    """``tony.output.tasks`` names tasks the job runs."""
+    raw = (spec.get("tony.output.tasks") or "").strip()
+    names = [v.strip() for v in raw.split(",") if v.strip()]
+    if not active or names in ([], ["none"], ["chief"]):
+        return []
+    tasks = ", ".join(f"{t} (0 to {n - 1})" if n > 1 else f"{t} (0)" for t, n in active.items())
+    strangers = []
+    for name in names:
+        task_type, colon, index = name.partition(":")
+        if task_type not in active or (colon and not (index.isdigit() and int(index) < active[task_type])):
+            strangers.append(name)
+    if not strangers:
+        return []
+    return [spec.issue("tony.output.tasks", raw, f"names {', '.join(strangers)}, which the job does not run; "
+                       f"task ids or types of its tasks: {tasks}; none for none; empty for the chief")]
+
+
 def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
     """The user's tags must fit YARN's limits beside TonY's own; the context's source must be one
     a context is made of (:mod:`tony_workflow.context`)."""
@@ -228,6 +246,7 @@ def _check_tasks(spec: JobSpec, check: _Check, framework: str | None) -> list[Sp
         if strangers and active:
             issues.append(spec.issue(key, ",".join(stage), f"names {', '.join(strangers)}, which the job does not "
                                      f"run (its task types: {', '.join(active)})"))
+    issues.extend(_output_problems(spec, active))
     if both := sorted(set(spec.prepare_stage) & set(spec.training_stage)):
         issues.append(spec.issue("tony.application.training-stage", ",".join(spec.training_stage),
                                  f"{', '.join(both)} cannot be in both stages"))

@@ -7,7 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from tony_workflow.client.output import MAX_LINE, SKIP_OVER, Cursor, OutputFollower, default_tasks
+from tony_workflow.client.output import (
+    MAX_LINE,
+    SKIP_OVER,
+    TAIL_BYTES,
+    Cursor,
+    OutputFollower,
+    Piece,
+    default_tasks,
+    failed_output,
+    last_lines,
+    parse_tasks,
+    selected,
+)
 
 
 def status(tasks: dict[str, str], session: int = 0, final: bool = False):
@@ -110,3 +122,71 @@ def test_a_line_longer_than_the_limit_is_cut_and_the_next_lines_follow(tmp_path)
     write(tmp_path, "c1", "y" * (MAX_LINE + 500) + "\nnext\n")
     got = texts(f.poll(status({"worker:0": "c1"})))
     assert got == ["[worker:0] " + "y" * MAX_LINE + " [line cut]", "[worker:0] next"]
+
+
+def test_tasks_are_named_by_id_or_type_and_none_or_chief_are_words():
+    assert parse_tasks(None) is None and parse_tasks("") is None and parse_tasks("chief") is None
+    assert parse_tasks("none") == [] and parse_tasks([]) == []
+    assert parse_tasks(" worker:1, ps ") == ["worker:1", "ps"] and parse_tasks(["worker:0,worker:2"]) == [
+        "worker:0", "worker:2"]
+    st = status({"chief:0": "c0", "worker:0": "c1", "worker:1": "c2", "ps:0": "c3"})
+    assert selected(st, None) == ["chief:0"]
+    assert selected(st, ["worker", "ps:0", "worker:1", "evaluator"]) == ["worker:0", "worker:1", "ps:0"]
+
+
+def test_every_followed_type_task_is_read_in_the_order_named(tmp_path):
+    f = OutputFollower(reader(tmp_path), tasks=["ps", "worker"])
+    for container, said in (("c1", "w0"), ("c2", "w1"), ("c3", "p0")):
+        write(tmp_path, container, f"{said}\n")
+    lines = texts(f.poll(status({"worker:0": "c1", "worker:1": "c2", "ps:0": "c3"})))
+    assert lines == ["[ps:0] p0", "[worker:0] w0", "[worker:1] w1"]
+
+
+def failed_status(final: bool = True):
+    st = status({"worker:0": "c1", "worker:1": "c2"}, final=final)
+    st.tasks[0].state, st.tasks[0].exit_code = "SUCCEEDED", 0
+    st.tasks[1].state, st.tasks[1].exit_code = "FAILED", 1
+    return st
+
+
+def test_a_failed_tasks_last_lines_of_each_stream_with_its_whole_traceback(tmp_path):
+    write(tmp_path, "c1", "fine\n")
+    write(tmp_path, "c2", "".join(f"step {i}\n" for i in range(200)) + "no end of line")
+    write(tmp_path, "c2", "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: NaN\n", "stderr")
+    block = failed_output(failed_status(), reader(tmp_path), n=5)
+    assert block.splitlines() == [
+        "--- worker:1 stdout (FAILED, exit code 1), its last 5 lines:",
+        "step 196", "step 197", "step 198", "step 199", "no end of line",
+        "--- worker:1 stderr (FAILED, exit code 1), its last 3 lines:",
+        "Traceback (most recent call last):", '  File "train.py", line 3', "ValueError: NaN"]
+    assert "fine" not in block  # worker:0 succeeded
+
+
+def test_the_last_lines_of_a_big_file_are_read_from_its_end_only(tmp_path):
+    write(tmp_path, "c2", "x" * (5 << 20) + "\nlast one\n")
+    asked = []
+    read = reader(tmp_path)
+
+    def counting(p, offset, limit):
+        asked.append((offset, limit))
+        return read(p, offset, limit)
+    assert last_lines(counting, Piece("worker:1", 0, "c2", "stdout"), 3) == ["last one"]
+    assert all(limit <= TAIL_BYTES for _, limit in asked)
+
+
+def test_an_ended_jobs_files_not_there_yet_are_waited_for_then_given_up(tmp_path):
+    f = OutputFollower(reader(tmp_path), tasks=["worker:1"])
+    clock = [0.0]
+
+    def sleep(s):  # the files come (aggregated) after a few seconds
+        clock[0] += s
+        if clock[0] >= 4:
+            write(tmp_path, "c2", "at last\n")
+            write(tmp_path, "c2", "", "stderr")
+    assert texts(f.drain(failed_status(), sleep=sleep, clock=lambda: clock[0])) == ["[worker:1] at last"]
+    assert not f.pending and 4 <= clock[0] < 10
+    g = OutputFollower(reader(tmp_path / "never"), tasks=["worker:1"])
+    clock[0] = 0.0
+    assert g.drain(failed_status(), wait_s=30, sleep=lambda s: clock.__setitem__(0, clock[0] + s),
+                   clock=lambda: clock[0]) == []
+    assert 30 <= clock[0] <= 32  # no longer than it was told

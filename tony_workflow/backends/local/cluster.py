@@ -448,6 +448,13 @@ class LocalBackend(Backend):
                 fh.seek(offset)
                 return fh.read(limit), size
         except (FileNotFoundError, NotADirectoryError):
+            pass
+        # Not written yet, or (the job over, or the container's folder made) never to be: then empty.
+        if path.parent.is_dir():
+            return b"", 0
+        try:
+            return (b"", 0) if self.stored_status(app_id).is_final else None
+        except Exception:  # noqa: BLE001 - an application gone: nothing to read
             return None
 
     def submitted_as_me(self, app_id: str, spec: JobSpec | None = None) -> bool:

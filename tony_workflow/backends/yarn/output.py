@@ -61,9 +61,11 @@ class NodeOutput:
                 return None  # its NodeManager holds the container, which has not written the file yet
         if not self._ended(app_id):
             return None  # not written yet, or its NodeManager not answering: looked at again later
-        held = self._from_aggregated(app_id).get(container, {}).get(stream) if container else None
+        files = self._from_aggregated(app_id)
+        held = files.get(container, {}).get(stream) if container else None
         if held is None:
-            return None
+            # Once the job's logs are found, a file not among them was never written: nothing to wait for.
+            return (b"", 0) if files else None
         return held[offset:offset + limit], len(held)
 
     def _sizes(self, app_id: str, node: str, container: str) -> dict[str, int] | None:

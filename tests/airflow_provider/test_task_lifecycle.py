@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,13 +111,31 @@ def mark_failed(api: str, dag_id: str, run_id: str) -> None:
     assert r.status_code == 200, r.text
 
 
+#: a job printing numbered lines for about 12 s
+TICKS = 24
+TICKING = f"for i in $(seq 1 {TICKS}); do echo tick $i; sleep 0.5; done"
+
+
+def task_logs(dag_id: str, pattern: str = "attempt=*.log*") -> str:
+    """Every log file of the DAG's task so far (each try's, and its triggers'), oldest try first."""
+    files = sorted((AIRFLOW_HOME / "logs" / f"dag_id={dag_id}").rglob(pattern))
+    return "".join(p.read_text(errors="replace") for p in files)
+
+
+def ticks(text: str) -> list[int]:
+    """The job's numbered lines, as the task's logs hold them."""
+    return [int(n) for n in re.findall(r"\[worker:0\] tick (\d+)", text)]
+
+
 def test_killed_task_process_retries_and_reattaches_without_a_second_application(api_server, tony_home, tmp_path):
-    job = {**JOB, "command": "sleep 12"}
+    job = {**JOB, "command": TICKING}
     dag = write_dag("tony_resume", {"job_spec": job, "poll_interval": 0.5, "tensorboard_wait": 0, "retries": 1},
                     retry_delay_s=1)
     runner = start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)
     try:
         app_id = wait_for(lambda: running_app(tony_home))
+        # The job's lines reach the task's log while it runs, before the task's process is killed.
+        wait_for(lambda: ticks(task_logs("tony_resume", "attempt=1.log")) and running_app(tony_home), timeout=60)
         sup_pid = json.loads((tony_home / "local" / "apps" / app_id / "supervisor.json").read_text())["pid"]
         # The job's supervisor (the AM's parent) was started by the task's own process: that is the
         # process a crash takes away.
@@ -132,6 +151,10 @@ def test_killed_task_process_retries_and_reattaches_without_a_second_application
     run_id = run.run_id
     assert task_instance("tony_resume", run_id, "train").try_number == 2
     assert TonyClient("local").attach(app_id).status().state == "SUCCEEDED"
+    # Between the two tries, every line of the job once, in order: the second went on from where
+    # the first had got to.
+    first, second = ticks(task_logs("tony_resume", "attempt=1.log")), ticks(task_logs("tony_resume", "attempt=2.log"))
+    assert first and second and first + second == list(range(1, TICKS + 1)), (first, second)
 
 
 # The first try's process dies right after the submission returns, before Airflow records the
@@ -196,7 +219,7 @@ def test_a_task_killed_between_submitting_and_recording_finds_its_application_by
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferrable"])
 def test_marking_the_running_task_failed_kills_the_application(api_server, tony_home, tmp_path, deferrable):
     dag_id = f"tony_mark_failed_{'deferrable' if deferrable else 'sync'}"
-    dag = write_dag(dag_id, {"job_spec": {**JOB, "command": "sleep 120"}, "poll_interval": 0.5,
+    dag = write_dag(dag_id, {"job_spec": {**JOB, "command": f"{TICKING}; sleep 120"}, "poll_interval": 0.5,
                              "tensorboard_wait": 0, "deferrable": deferrable})
     if deferrable:
         clear_stale_triggers()
@@ -213,6 +236,12 @@ def test_marking_the_running_task_failed_kills_the_application(api_server, tony_
             trigger_logs = AIRFLOW_HOME / "logs" / f"dag_id={dag_id}"
             wait_for(lambda: any(app_id in p.read_text(errors="replace")
                                  for p in trigger_logs.rglob("attempt=*.log.trigger.*.log")), timeout=180)
+        # What the job prints reaches the task's log while it runs (the trigger's, when deferred),
+        # in order, once each.
+        wait_for(lambda: len(ticks(task_logs(dag_id))) >= 3 and running_app(tony_home) == app_id, timeout=60,
+                 describe=lambda: task_logs(dag_id)[-3000:])
+        said = ticks(task_logs(dag_id))
+        assert said == list(range(1, len(said) + 1)), said
         mark_failed(api_server, dag_id, run_id)
         st = wait_for(lambda: (s := TonyClient("local").attach(app_id).status()).is_final and s, timeout=120)
         assert st.state == "KILLED"

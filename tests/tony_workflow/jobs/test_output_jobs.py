@@ -120,3 +120,41 @@ def test_two_followers_and_one_started_again_from_a_cursor_see_every_line_once(t
     got_b += [ln.text for ln in b.poll(final) if ln.stream == "stdout"]
     assert got_a == [f"worker:0 line {i}" for i in range(60)]
     assert got_b == [f"worker:1 line {i}" for i in range(60)]
+
+
+def test_a_task_writing_50_mb_is_unharmed_and_its_follower_stays_small_and_says_what_it_left_out(tony_home, tmp_path):
+    import tracemalloc
+
+    from tony_workflow.client.output import BURST, RATE
+    size = 50 << 20
+    script = ("import sys\n"
+              "line = ('x' * 99 + '\\n').encode()\n"
+              f"for i in range({size} // 100):\n"
+              "    sys.stdout.buffer.write(line)\n"
+              "sys.stdout.buffer.write(b'the end\\n')\n")
+    (tmp_path / "floods.py").write_text(script)
+    h = TonyClient("local").submit(load_job({
+        "name": "flood", "command": f"{sys.executable} {tmp_path / 'floods.py'}",
+        "tasks": {"worker": {"instances": 1, "memory": "512m"}},
+        "conf": {"tony.am.memory": "512m", "tony.task.tensorboard.enabled": "false"}}))
+    follower = h.output()
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        lines = list(follower.follow(h.status, interval=0.2))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    took = time.monotonic() - started
+    final = h.status()
+    assert final.state == "SUCCEEDED", final.diagnostics
+    [task] = final.tasks
+    written = (tony_home / "local" / "apps" / h.app_id / "containers" / task.container_id / "stdout").stat().st_size
+    assert written == size // 100 * 100 + len(b"the end\n")  # the task wrote it all, nothing held it up
+    # The follower read from near the end when the file ran ahead, passed at most its rate of
+    # lines, said what it left out, and ended on the task's last line; its memory stayed small.
+    theirs = [ln for ln in lines if ln.task]
+    assert theirs[-1].text == "the end"
+    assert len(theirs) <= BURST + RATE * took + 1, (len(theirs), took)
+    assert any("bytes left out]" in ln.text or "left out: more than" in ln.text for ln in lines if not ln.task)
+    assert peak < 24 << 20, peak

@@ -130,6 +130,11 @@ class AccessDenied(TonyError, PermissionError):
     (tony.application.view-acls, tony.application.modify-acls) do not name them."""
 
 
+class OutputRefused(TonyError):
+    """The node holding a task's output answered a request for it with an error (not "not yet"):
+    the follower says so, once, and asks again later."""
+
+
 class ConfigError(TonyError, ValueError):
     """The configuration of the backend or the cluster (not the job's own keys) is missing or wrong."""
 

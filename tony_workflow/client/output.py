@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import OutputRefused
+
 __all__ = ["BURST", "MAX_LINE", "RATE", "READ_LIMIT", "SKIP_OVER", "TAIL_LINES", "Cursor", "OutputFollower",
            "OutputLine", "Piece", "default_tasks", "failed_output", "last_lines", "parse_tasks", "selected"]
 
@@ -165,6 +167,8 @@ class OutputFollower:
             self._known[key] = Piece(task, session, container, stream, where)
         self._current: set[str] = set()
         self._left_out = 0  # lines left out since the last said
+        self._refused: dict[str, str] = {}  # files whose node refused them at this poll, and what it said
+        self._said_refused: dict[str, str] = {}
 
     # ------------------------------------------------------------------ what to read
     def pieces(self, status: Any) -> list[Piece]:
@@ -211,6 +215,7 @@ class OutputFollower:
         too), with the follower's own lines among them."""
         final = bool(getattr(status, "is_final", False))
         out: list[OutputLine] = []
+        self._refused: dict[str, str] = {}
         for p in self.pieces(status):
             ended = final or p.key not in self._current
             if p.session > self.cursor.session:
@@ -225,11 +230,19 @@ class OutputFollower:
             out.extend(lines)
             if ended and at_end:
                 self._finished(p)
+        for key, said in self._refused.items():  # each refusal once, until it changes
+            if self._said_refused.get(key) != said:
+                self._said_refused[key] = said
+                out.append(OutputLine("", "", said, self.cursor.session))
         return self._limit(out)
 
     def _read(self, p: Piece, ended: bool) -> tuple[list[OutputLine], bool] | None:
         offset = self.cursor.offsets.get(p.key, 0)
-        got = self.read(p, offset, READ_LIMIT)
+        try:
+            got = self.read(p, offset, READ_LIMIT)
+        except OutputRefused as e:
+            self._refused[p.key] = f"[{p.task} {p.stream}: cannot be read now: {e}; asked again]"
+            return None
         if got is None:
             return None
         data, size = got
@@ -316,12 +329,15 @@ class OutputFollower:
 def last_lines(read: Reader, piece: Piece, n: int = TAIL_LINES) -> list[str] | None:
     """The last ``n`` lines of one file (from at most :data:`TAIL_BYTES` before its end, long
     lines cut), or None when it cannot be read."""
-    got = read(piece, 0, 0)
-    if got is None:
+    try:
+        got = read(piece, 0, 0)
+        if got is None:
+            return None
+        size = got[1]
+        start = max(0, size - TAIL_BYTES) if size is not None else 0
+        got = read(piece, start, TAIL_BYTES if size is not None else READ_LIMIT)
+    except OutputRefused:
         return None
-    size = got[1]
-    start = max(0, size - TAIL_BYTES) if size is not None else 0
-    got = read(piece, start, TAIL_BYTES if size is not None else READ_LIMIT)
     if got is None:
         return None
     data = got[0] if size is not None else got[0][-TAIL_BYTES:]

@@ -190,3 +190,25 @@ def test_an_ended_jobs_files_not_there_yet_are_waited_for_then_given_up(tmp_path
     assert g.drain(failed_status(), wait_s=30, sleep=lambda s: clock.__setitem__(0, clock[0] + s),
                    clock=lambda: clock[0]) == []
     assert 30 <= clock[0] <= 32  # no longer than it was told
+
+
+def test_a_node_refusing_a_file_is_said_once_and_its_lines_come_when_it_answers(tmp_path):
+    from tony_workflow.errors import OutputRefused
+    refusing = [True]
+    read = reader(tmp_path)
+
+    def node(p, offset, limit):
+        if refusing[0]:
+            raise OutputRefused("its NodeManager at nm:8042 answered HTTP 500 (MESSAGE: Request failed.)")
+        return read(p, offset, limit)
+    f = OutputFollower(node, tasks=["worker:0"])
+    write(tmp_path, "c1", "one\n")
+    st = status({"worker:0": "c1"})
+    said = texts(f.poll(st))
+    assert said == ["[worker:0 stdout: cannot be read now: its NodeManager at nm:8042 answered HTTP 500 "
+                    "(MESSAGE: Request failed.); asked again]",
+                    "[worker:0 stderr: cannot be read now: its NodeManager at nm:8042 answered HTTP 500 "
+                    "(MESSAGE: Request failed.); asked again]"]
+    assert f.poll(st) == []  # said once
+    refusing[0] = False
+    assert texts(f.poll(st)) == ["[worker:0] one"]

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,20 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     assert logs.returncode == 0, logs.stdout + logs.stderr
     assert "==> worker:0/stderr <==" in logs.stdout and "answered HTTP 500 (MESSAGE: Request failed.)" in logs.stdout, \
         logs.stdout
+    # Followed, its output is asked of the same NodeManager over SPNEGO, and that refusal (after
+    # authenticating: not a 401) is said in the follower's own line rather than waited on in silence.
+    follower = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "logs", app_id,
+                                 "--follow", "--poll-interval", "0.5"], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    first: list[str] = []
+    reading = threading.Thread(target=lambda: first.append(follower.stdout.readline()), daemon=True)
+    reading.start()
+    try:
+        reading.join(timeout=120)
+        said = first[0] if first else "(nothing in 120 s)"
+    finally:
+        follower.kill()
+        follower.wait()
+    assert said.startswith("[worker:0 stdout: cannot be read now: its NodeManager at ") and "HTTP 500" in said, said
 
     # Killed from a third process, through the AM and the ResourceManager's REST API.
     killed = follow_elsewhere(f"""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...errors import OutputRefused
 from .logs import TASK_FILES, container_of, read_aggregated
 
 __all__ = ["NodeOutput"]
@@ -74,6 +75,8 @@ class NodeOutput:
                                         headers={"Accept": "application/json"})
         except Exception:  # noqa: BLE001 - a NodeManager gone holds nothing any more
             return None
+        if r.status_code in (401, 403, 500):  # authenticated or not, it will not say: said, and asked again
+            raise OutputRefused(f"its NodeManager at {node} answered HTTP {r.status_code} for the container's files")
         if r.status_code != 200:
             return None
         try:
@@ -97,6 +100,11 @@ class NodeOutput:
                                         timeout=_TIMEOUT)
         except Exception:  # noqa: BLE001 - looked at again at the next poll
             return None
+        if r.status_code not in (200, 404):
+            # Its NodeManager refuses to serve the file (a secure one without Hadoop's native code
+            # cannot open it): said, not waited for in silence.
+            said = next((ln for ln in r.text.splitlines() if ln.strip().startswith("MESSAGE:")), "").strip()
+            raise OutputRefused(f"its NodeManager at {node} answered HTTP {r.status_code}" + (f" ({said})" if said else ""))
         found = _PRE.search(r.text) if r.status_code == 200 else None
         if found is None:
             return None

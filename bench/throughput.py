@@ -18,7 +18,10 @@ printed:
 The rate is worker 0's, from its first logged step to its last (start-up excluded: that is what
 the launch benchmark measures). Runs alternate in back-to-back pairs, and the ratio is the median
 of the pairs' ratios, which cancels load that drifts between pairs on a shared machine.
-A third way, the runtime with ``tony.task.tensorboard.enabled=false``, shows what TensorBoard costs.
+A third way, the runtime with ``tony.task.tensorboard.enabled=false``, shows what TensorBoard costs;
+with ``--followed`` a fourth, the runtime with its chief's output followed every second (as the
+Airflow operator, the Azkaban runner and ``tony logs --follow`` follow it), what following costs
+the job (goal: >= 0.98 of the same run not followed).
 
 Goal: runtime / by hand >= 0.98 for each example.
 """
@@ -119,7 +122,7 @@ def by_hand(example: Example, params: str) -> dict:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def under_runtime(example: Example, params: str, tensorboard: bool = True) -> dict:
+def under_runtime(example: Example, params: str, tensorboard: bool = True, followed: bool = False) -> dict:
     from tony_workflow.client import TonyClient, load_job
     # Figures sampled every second (five times TonY's default) and every step's progress
     # reported by the example's Keras callback: what watching a job costs it.
@@ -128,7 +131,14 @@ def under_runtime(example: Example, params: str, tensorboard: bool = True) -> di
         conf["tony.task.tensorboard.enabled"] = "false"
     with common.tony_home("tony-bench-throughput-"):
         h = TonyClient("local").submit(load_job(str(example.directory / example.spec), conf=conf))
-        st = h.wait(poll_interval=1.0, timeout=900)
+        if followed:  # its chief's output followed as the Airflow operator follows it, every second
+            seen = []
+            for update in h.follow(poll_interval=1.0, timeout=900, output=h.output(), on_output=seen.extend):
+                st = update.status
+            if not seen:
+                raise RuntimeError("the followed run passed on no line of its chief's output")
+        else:
+            st = h.wait(poll_interval=1.0, timeout=900)
         if st.state != "SUCCEEDED":
             raise RuntimeError(f"runtime run {st.state}: {st.diagnostics[-2000:]}")
         return rate(common.task_stdout(h, "worker:0"), example.step)
@@ -140,7 +150,7 @@ def clean(run: dict) -> dict:
 
 def run_example(example: Example, args, reps: int, variant: bool, host: dict) -> None:
     params = example.quick_params if args.quick else example.params
-    hand, tony, tony_no_tb = [], [], []
+    hand, tony, tony_no_tb, tony_followed = [], [], [], []
     for r in range(reps):
         # Alternate the order too, so neither way always runs on a machine just warmed by the other.
         order = ["hand", "tony"] if r % 2 == 0 else ["tony", "hand"]
@@ -151,6 +161,10 @@ def run_example(example: Example, args, reps: int, variant: bool, host: dict) ->
                 tony.append(under_runtime(example, params))
         if variant:
             tony_no_tb.append(under_runtime(example, params, tensorboard=False))
+        if args.followed:
+            tony_followed.append(under_runtime(example, params, followed=True))
+            log(f"{example.name} rep {r + 1}/{reps}: runtime with its chief's output followed "
+                f"{tony_followed[-1]['steps_per_s']:.1f} steps/s")
         log(f"{example.name} rep {r + 1}/{reps}: by hand {hand[-1]['steps_per_s']:.1f} steps/s, "
             f"runtime {tony[-1]['steps_per_s']:.1f}"
             + (f", runtime without TensorBoard {tony_no_tb[-1]['steps_per_s']:.1f}" if variant else ""))
@@ -174,6 +188,13 @@ def run_example(example: Example, args, reps: int, variant: bool, host: dict) ->
         result["runtime_no_tensorboard"] = [clean(x) for x in tony_no_tb]
         result["ratio_no_tensorboard"] = rnd(median([t["steps_per_s"] / h["steps_per_s"]
                                                      for h, t in zip(hand, tony_no_tb)]), 3)
+    if tony_followed:
+        # Each followed run came right after its pair's runtime run: their ratio is what following costs.
+        result["value_followed"] = rnd(median([x["steps_per_s"] for x in tony_followed]), 2)
+        result["runtime_followed"] = [clean(x) for x in tony_followed]
+        result["ratio_followed"] = rnd(median([f["steps_per_s"] / t["steps_per_s"]
+                                               for t, f in zip(tony, tony_followed)]), 3)
+        result["goal_followed"] = f"followed / not followed >= {GOAL}"
     common.write_result(args, example.result, result, host)
 
 
@@ -182,6 +203,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=None, help="alternating pairs (default 5; --quick 1)")
     ap.add_argument("--example", choices=[*EXAMPLES, "both"], default="both")
     ap.add_argument("--no-tensorboard-variant", action="store_true", help="skip the runtime-without-TensorBoard runs")
+    ap.add_argument("--followed", action="store_true",
+                    help="also run the runtime with its chief's output followed (as the Airflow operator does)")
     args = ap.parse_args()
     reps = args.reps or (1 if args.quick else 5)
     variant = not (args.quick or args.no_tensorboard_variant)

@@ -78,6 +78,9 @@ def followed(h, follower: subprocess.Popen, gate) -> None:
         if not line:
             break
         seen.append(line.rstrip("\n"))
+    if sum(" line " in ln for ln in seen) < 20:  # what the follower said of itself, to know why
+        follower.kill()
+        seen.append(f"stderr: {follower.communicate()[1][-3000:]}")
     assert [ln for ln in seen if " line " in ln] == [f"[worker:0] worker:0 line {i}" for i in range(20)], seen
     assert h.status().state == "RUNNING"
     gate.touch()

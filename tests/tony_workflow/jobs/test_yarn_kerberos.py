@@ -211,7 +211,8 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     finally:
         follower.kill()
         follower.wait()
-    assert said.startswith("[worker:0 stdout: cannot be read now: its NodeManager at ") and "HTTP 500" in said, said
+    assert said.startswith("[worker:0 std") and ": cannot be read now: its NodeManager at " in said, said
+    assert "answered HTTP 500" in said, said
 
     # Killed from a third process, through the AM and the ResourceManager's REST API.
     killed = follow_elsewhere(f"""

@@ -28,7 +28,8 @@ from .logs import TASK_FILES, container_of, read_aggregated
 __all__ = ["NodeOutput"]
 
 _PRE = re.compile(r"<pre>(.*?)</pre>", re.DOTALL)
-_TIMEOUT = 30
+#: how long a NodeManager is given to answer one request (a follower asks again at its next look)
+_TIMEOUT = 10
 #: how long the files of an ended job are looked for in its aggregated logs
 AGGREGATION_WAIT_S = 60.0
 
@@ -73,8 +74,10 @@ class NodeOutput:
         try:
             r = self._session(app_id, node).get(f"http://{node}/ws/v1/node/containers/{container}/logs", timeout=_TIMEOUT,
                                         headers={"Accept": "application/json"})
-        except Exception:  # noqa: BLE001 - a NodeManager gone holds nothing any more
-            return None
+        except Exception as e:  # noqa: BLE001 - a NodeManager gone holds nothing any more
+            if self._ended(app_id):
+                return None
+            raise OutputRefused(f"its NodeManager at {node} did not answer ({type(e).__name__})") from None
         if r.status_code in (401, 403, 500):  # authenticated or not, it will not say: said, and asked again
             raise OutputRefused(f"its NodeManager at {node} answered HTTP {r.status_code} for the container's files")
         if r.status_code != 200:

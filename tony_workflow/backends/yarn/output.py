@@ -30,6 +30,8 @@ __all__ = ["NodeOutput"]
 _PRE = re.compile(r"<pre>(.*?)</pre>", re.DOTALL)
 #: how long a NodeManager is given to answer one request (a follower asks again at its next look)
 _TIMEOUT = 10
+#: how long a container's listing (its files' sizes) serves further reads of its files
+LISTING_FRESH_S = 0.5
 #: how long the files of an ended job are looked for in its aggregated logs
 AGGREGATION_WAIT_S = 60.0
 
@@ -43,6 +45,7 @@ class NodeOutput:
     def __init__(self, session: Callable[[str, str], Any], ended: Callable[[str], bool], conf_dir: Path):
         self._session, self._ended, self.conf_dir = session, ended, conf_dir
         self._lock = threading.Lock()
+        self._listed: dict[tuple[str, str], tuple[float, dict[str, int] | None]] = {}
         # app -> (first look, last look, its containers' files)
         self._aggregated: dict[str, tuple[float | None, float | None, dict[str, dict[str, bytes]]]] = {}
 
@@ -71,6 +74,17 @@ class NodeOutput:
         return held[offset:offset + limit], len(held)
 
     def _sizes(self, app_id: str, node: str, container: str) -> dict[str, int] | None:
+        # One listing serves a container's stdout and stderr at one look.
+        now = time.monotonic()
+        kept = self._listed.get((node, container))
+        if kept is not None and now - kept[0] < LISTING_FRESH_S:
+            return kept[1]
+        sizes = self._list(app_id, node, container)
+        self._listed = {k: v for k, v in self._listed.items() if now - v[0] < LISTING_FRESH_S}
+        self._listed[(node, container)] = (now, sizes)
+        return sizes
+
+    def _list(self, app_id: str, node: str, container: str) -> dict[str, int] | None:
         try:
             r = self._session(app_id, node).get(f"http://{node}/ws/v1/node/containers/{container}/logs", timeout=_TIMEOUT,
                                         headers={"Accept": "application/json"})

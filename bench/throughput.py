@@ -154,15 +154,18 @@ def run_example(example: Example, args, reps: int, variant: bool, host: dict) ->
     for r in range(reps):
         # Alternate the order too, so neither way always runs on a machine just warmed by the other.
         order = ["hand", "tony"] if r % 2 == 0 else ["tony", "hand"]
+        if args.followed:  # the followed run takes each place in turn beside its pair's runtime run
+            order = [["followed", "tony", "hand"], ["hand", "followed", "tony"], ["tony", "hand", "followed"]][r % 3]
         for way in order:
             if way == "hand":
                 hand.append(by_hand(example, params))
+            elif way == "followed":
+                tony_followed.append(under_runtime(example, params, followed=True))
             else:
                 tony.append(under_runtime(example, params))
         if variant:
             tony_no_tb.append(under_runtime(example, params, tensorboard=False))
         if args.followed:
-            tony_followed.append(under_runtime(example, params, followed=True))
             log(f"{example.name} rep {r + 1}/{reps}: runtime with its chief's output followed "
                 f"{tony_followed[-1]['steps_per_s']:.1f} steps/s")
         log(f"{example.name} rep {r + 1}/{reps}: by hand {hand[-1]['steps_per_s']:.1f} steps/s, "

@@ -205,10 +205,8 @@ def test_a_node_refusing_a_file_is_said_once_and_its_lines_come_when_it_answers(
     write(tmp_path, "c1", "one\n")
     st = status({"worker:0": "c1"})
     said = texts(f.poll(st))
-    assert said == ["[worker:0 stdout: cannot be read now: its NodeManager at nm:8042 answered HTTP 500 "
-                    "(MESSAGE: Request failed.); asked again]",
-                    "[worker:0 stderr: cannot be read now: its NodeManager at nm:8042 answered HTTP 500 "
-                    "(MESSAGE: Request failed.); asked again]"]
+    why = "cannot be read now: its NodeManager at nm:8042 answered HTTP 500 (MESSAGE: Request failed.); asked again"
+    assert said == [f"[worker:0 stdout: {why}]", f"[worker:0 stderr: {why}]"]
     assert f.poll(st) == []  # said once
     refusing[0] = False
     assert texts(f.poll(st)) == ["[worker:0] one"]

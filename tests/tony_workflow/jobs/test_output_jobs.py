@@ -4,8 +4,10 @@ job through the library, the second started again from the first's cursor."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -70,23 +72,37 @@ def test_tony_logs_follow_prints_the_chiefs_lines_while_the_job_runs_in_order_on
 
 def followed(h, follower: subprocess.Popen, gate) -> None:
     assert follower.stdout is not None
+    # Read aside, so that a silent follower fails the test with what it said of itself, in time.
+    got: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=lambda: [got.put(ln) for ln in follower.stdout] + [got.put(None)], daemon=True).start()
+
+    def lines_until(done, timeout: float) -> list[str]:
+        seen: list[str] = []
+        deadline = time.time() + timeout
+        while not done(seen) and time.time() < deadline:
+            try:
+                line = got.get(timeout=max(0.1, deadline - time.time()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            seen.append(line.rstrip("\n"))
+        if not done(seen):
+            follower.kill()
+            seen.append(f"(follower stopped; its stderr: {follower.communicate()[1][-3000:]})")
+        return seen
+
     # The first half arrives while the job still runs: the task waits for the gate to go on.
-    seen: list[str] = []
-    deadline = time.time() + 180
-    while sum(" line " in ln for ln in seen) < 20 and time.time() < deadline:
-        line = follower.stdout.readline()
-        if not line:
-            break
-        seen.append(line.rstrip("\n"))
-    if sum(" line " in ln for ln in seen) < 20:  # what the follower said of itself, to know why
-        follower.kill()
-        seen.append(f"stderr: {follower.communicate()[1][-3000:]}")
+    seen = lines_until(lambda s: sum(" line " in ln for ln in s) >= 20, 180)
     assert [ln for ln in seen if " line " in ln] == [f"[worker:0] worker:0 line {i}" for i in range(20)], seen
     assert h.status().state == "RUNNING"
     gate.touch()
-    rest, err = follower.communicate(timeout=180)
-    assert follower.returncode == 0, err
-    lines = seen + rest.splitlines()
+    rest: list[str] = []
+    follower.wait(timeout=180)
+    while (line := got.get(timeout=30)) is not None:
+        rest.append(line.rstrip("\n"))
+    assert follower.returncode == 0, follower.stderr.read() if follower.stderr else ""
+    lines = seen + rest
     # Every line of worker:0 (the chief of a job without one), once each and in order; its stderr
     # too; none of worker:1's.
     assert [ln for ln in lines if " line " in ln] == [f"[worker:0] worker:0 line {i}" for i in range(40)]

@@ -106,6 +106,9 @@ def yarn_lifetime_s(timeout_ms: int) -> float:
 _YARN_RUNNING = ("RUNNING",)
 _YARN_ENDED = ("FINISHED", "FAILED", "KILLED")
 _YARN_ACTIVE = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+#: how long a read of the skein master's keys may take (skein itself sets no deadline)
+KV_DEADLINE_S = 15.0
+
 
 def docker_env(image: str | None, mounts: list[str]) -> dict[str, str]:
     """The variables that make YARN's NodeManager run a container in ``image`` (none without one)."""
@@ -227,6 +230,15 @@ class YarnBackend(Backend):
                                                                         security=skein.Security.from_default()))
                 self._apps[report.id] = known
             return known[1]
+
+    def _kv_prefix(self, report: AppReport, prefix: str) -> dict[str, bytes]:
+        """The skein AM's keys under ``prefix``, within :data:`KV_DEADLINE_S`: skein asks with no
+        deadline, and a master that accepted the connection and does not answer (busy, or not up
+        yet) would hold a status read, and whatever follows the job, for good."""
+        import skein.kv  # type: ignore[import-untyped]
+        found: dict[str, bytes] = self._app_client(report).kv._apply_op(skein.kv.get_prefix(prefix),
+                                                                         timeout=KV_DEADLINE_S)
+        return found
 
     def _report(self, app_id: str) -> AppReport:
         """The ResourceManager's report; UnknownApplication for an application it does not know."""
@@ -393,7 +405,7 @@ class YarnBackend(Backend):
         try:
             if report is None or report.state not in _YARN_RUNNING or not report.am_rpc_address:
                 return None
-            kv = self._app_client(report).kv.get_prefix("tony.am.")
+            kv = self._kv_prefix(report, "tony.am.")
             if KV_ADDRESS not in kv:
                 return None
             return AMEndpoint(kv[KV_ADDRESS].decode(), kv[KV_TOKEN].decode(), kv[KV_VIEW].decode())
@@ -440,7 +452,7 @@ class YarnBackend(Backend):
         """The status of a job YARN runs whose AM does not answer: RUNNING once its AM has started
         (it is ending, or between attempts), else ALLOCATING with the gate's word on its wait."""
         try:
-            kv = self._app_client(report).kv.get_prefix("tony.")
+            kv = self._kv_prefix(report, "tony.")
         except Exception:  # noqa: BLE001 - skein's AM not reachable (yet): what YARN says
             kv = {}
         if KV_ADDRESS in kv:

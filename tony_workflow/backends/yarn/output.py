@@ -30,8 +30,6 @@ __all__ = ["NodeOutput"]
 _PRE = re.compile(r"<pre>(.*?)</pre>", re.DOTALL)
 #: how long a NodeManager is given to answer one request (a follower asks again at its next look)
 _TIMEOUT = 10
-#: how long a container's listing (its files' sizes) serves further reads of its files
-LISTING_FRESH_S = 0.5
 #: how long the files of an ended job are looked for in its aggregated logs
 AGGREGATION_WAIT_S = 60.0
 
@@ -45,7 +43,6 @@ class NodeOutput:
     def __init__(self, session: Callable[[str, str], Any], ended: Callable[[str], bool], conf_dir: Path):
         self._session, self._ended, self.conf_dir = session, ended, conf_dir
         self._lock = threading.Lock()
-        self._listed: dict[tuple[str, str], tuple[float, dict[str, int] | None]] = {}
         # app -> (first look, last look, its containers' files)
         self._aggregated: dict[str, tuple[float | None, float | None, dict[str, dict[str, bytes]]]] = {}
 
@@ -66,25 +63,13 @@ class NodeOutput:
                 return None  # its NodeManager holds the container, which has not written the file yet
         if not self._ended(app_id):
             return None  # not written yet, or its NodeManager not answering: looked at again later
-        files = self._from_aggregated(app_id)
-        held = files.get(container, {}).get(stream) if container else None
+        # Aggregation goes container by container: one not among those found yet may come later.
+        held = self._from_aggregated(app_id, container).get(container, {}).get(stream) if container else None
         if held is None:
-            # Once the job's logs are found, a file not among them was never written: nothing to wait for.
-            return (b"", 0) if files else None
+            return None
         return held[offset:offset + limit], len(held)
 
     def _sizes(self, app_id: str, node: str, container: str) -> dict[str, int] | None:
-        # One listing serves a container's stdout and stderr at one look.
-        now = time.monotonic()
-        kept = self._listed.get((node, container))
-        if kept is not None and now - kept[0] < LISTING_FRESH_S:
-            return kept[1]
-        sizes = self._list(app_id, node, container)
-        self._listed = {k: v for k, v in self._listed.items() if now - v[0] < LISTING_FRESH_S}
-        self._listed[(node, container)] = (now, sizes)
-        return sizes
-
-    def _list(self, app_id: str, node: str, container: str) -> dict[str, int] | None:
         try:
             r = self._session(app_id, node).get(f"http://{node}/ws/v1/node/containers/{container}/logs", timeout=_TIMEOUT,
                                         headers={"Accept": "application/json"})
@@ -134,13 +119,14 @@ class NodeOutput:
             data = data[:last + 1] if last >= 0 else b""
         return data
 
-    def _from_aggregated(self, app_id: str) -> dict[str, dict[str, bytes]]:
+    def _from_aggregated(self, app_id: str, container: str) -> dict[str, dict[str, bytes]]:
         """Every container's files of an ended job, from ``yarn logs``: read again every few
-        seconds while none are found, for :data:`AGGREGATION_WAIT_S` from the first look."""
+        seconds while ``container`` is not among them (aggregation goes node by node), for
+        :data:`AGGREGATION_WAIT_S` from the first look."""
         with self._lock:
             first, last, files = self._aggregated.get(app_id, (None, None, {}))
             now = time.monotonic()
-            if files or (first is not None and now - first > AGGREGATION_WAIT_S) or \
+            if container in files or (first is not None and now - first > AGGREGATION_WAIT_S) or \
                     (last is not None and now - last < 5.0):
                 return files
             files, _ = read_aggregated(app_id, self.conf_dir, TASK_FILES.values())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import OutputRefused
@@ -181,7 +181,11 @@ class OutputFollower:
             if t.task_id in wanted and t.container_id:
                 for stream in STREAMS:
                     p = Piece(t.task_id, session, str(t.container_id), stream, t.log_url)
-                    self._known.setdefault(p.key, p)
+                    known = self._known.setdefault(p.key, p)
+                    if p.where and known.where != p.where:
+                        # A cluster that places a container as it grants it (YARN) links its logs
+                        # later than it names it: the link of the newest status is where to read.
+                        self._known[p.key] = replace(known, where=p.where)
                     current.add(p.key)
         self._current = current
         self.cursor.open_files = {k: (p.task, p.session, p.where) for k, p in self._known.items()}

@@ -210,3 +210,22 @@ def test_a_node_refusing_a_file_is_said_once_and_its_lines_come_when_it_answers(
     assert f.poll(st) == []  # said once
     refusing[0] = False
     assert texts(f.poll(st)) == ["[worker:0] one"]
+
+
+def test_a_container_named_before_its_log_link_is_read_where_the_link_later_says(tmp_path):
+    # YARN names a task's container as it grants it and links its logs once it runs on a node: a
+    # follower that saw the container first must not keep looking for it nowhere.
+    write(tmp_path / "node", "c1", "one\n")
+    where = str(tmp_path / "node")
+
+    def at(p, offset, limit):
+        if p.where is None:
+            return None  # no link yet: nowhere to read
+        return reader(Path(p.where))(p, offset, limit)
+    f = OutputFollower(at, tasks=["worker:0"])
+    before = status({"worker:0": "c1"})
+    assert f.poll(before) == []
+    linked = status({"worker:0": "c1"})
+    linked.tasks[0].log_url = where
+    assert texts(f.poll(linked)) == ["[worker:0] one"]
+    assert f.cursor.open_files["c1/stdout"][2] == where  # a follower started again reads there too

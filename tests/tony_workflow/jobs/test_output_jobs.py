@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -42,7 +43,8 @@ def printing_job(tmp_path, name: str, lines: int, gate: str, fail: bool = False)
 
 
 def follow_cli(app_id: str, *extra: str, backend: str = "local") -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A follower that hangs says where: SIGABRT (see followed) makes it print every thread's stack.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", backend, "logs", app_id,
                              "--follow", "--poll-interval", "0.2", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
@@ -88,7 +90,7 @@ def followed(h, follower: subprocess.Popen, gate) -> None:
                 break
             seen.append(line.rstrip("\n"))
         if not done(seen):
-            follower.kill()
+            follower.send_signal(signal.SIGABRT)  # its stacks on stderr (PYTHONFAULTHANDLER)
             seen.append(f"(follower stopped; its stderr: {follower.communicate()[1][-3000:]})")
         return seen
 

@@ -83,26 +83,26 @@ class _AM:
 _LAPSED = timedelta(days=3650)
 
 
-def without_dead(state: bytes, dead: list[str]) -> tuple[bytes, bool]:
+def without_dead(state: bytes, dead: list[str]) -> tuple[bytes, set[str]]:
     """``state`` with the keep-alives of the ``dead`` nodes (by torch's name, ``addr_pid_localid``)
     long lapsed, so that the handler's own sanitizing removes them as it does any silent node, and
-    whether one of them took part in the round. ``state`` itself comes back when no dead node is
+    those of them that took part in the round. ``state`` itself comes back when no dead node is
     in it, or when it is not the state this torch writes (the nodes then leave when their
     keep-alives lapse, as without the AM's word)."""
     if not dead:
-        return state, False
+        return state, set()
     try:
         # What this job's agents wrote, which torch unpickles as well.
         decoded = pickle.loads(state)
         beats = decoded.last_heartbeats
         gone = [node for node in beats if repr(node) in dead]
         if not gone:
-            return state, False
+            return state, set()
         for node in gone:
             beats[node] = beats[node] - _LAPSED
-        return pickle.dumps(decoded), any(node in decoded.participants for node in gone)
+        return pickle.dumps(decoded), {repr(node) for node in gone if node in decoded.participants}
     except Exception:  # noqa: BLE001 - another torch's state: leave it to torch's keep-alive rule
-        return state, False
+        return state, set()
 
 
 class AMRendezvousBackend(RendezvousBackend):
@@ -110,8 +110,16 @@ class AMRendezvousBackend(RendezvousBackend):
 
     def __init__(self, am: _AM):
         self._am = am
-        #: a node the AM says is gone took part in the round this agent last read
-        self.member_lost = False
+        #: the nodes the AM says are gone that took part in the round this agent last read (kept
+        #: until :meth:`new_round`: torch's sanitizing drops them from its state at once)
+        self.lost: set[str] = set()
+
+    @property
+    def member_lost(self) -> bool:
+        return bool(self.lost)
+
+    def new_round(self) -> None:
+        self.lost.clear()
 
     @property
     def name(self) -> str:
@@ -119,7 +127,7 @@ class AMRendezvousBackend(RendezvousBackend):
 
     def _seen(self, state: bytes, dead: list[str]) -> bytes:
         state, lost = without_dead(state, dead)
-        self.member_lost = self.member_lost or lost
+        self.lost |= lost
         return state
 
     def get_state(self) -> tuple[bytes, Any] | None:
@@ -217,8 +225,11 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
     handler: Any = None
 
     def members() -> set[str]:
+        """The round's members, those the AM says are gone included: torch, syncing its state
+        (its keep-alives do), drops them from its participants before a read waiting on one of
+        them (rank 0's address) hears that it is gone."""
         state = getattr(getattr(handler, "_state_holder", None), "state", None)
-        return {repr(node) for node in getattr(state, "participants", {}) or {}}
+        return {repr(node) for node in getattr(state, "participants", {}) or {}} | backend.lost
 
     store = AMStore(am, timedelta(seconds=join), members)
     backend = AMRendezvousBackend(am)
@@ -261,7 +272,7 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
     def next_rendezvous() -> Any:
         deadline = time.monotonic() + join
         while True:
-            backend.member_lost = False
+            backend.new_round()
             try:
                 info = joined()
                 share_checkpoint(info)
@@ -272,7 +283,7 @@ def create_tony_handler(params: RendezvousParameters) -> RendezvousHandler:
                 if time.monotonic() >= deadline:
                     raise
                 print(f"tony-elastic: {e}; joining the next round", file=sys.stderr, flush=True)
-        backend.member_lost = False
+        backend.new_round()
         # torch keeps the round in the handler's state; the AM groups the agents' reports by it.
         holder = getattr(handler, "_state_holder", None)
         round_ = getattr(getattr(holder, "state", None), "round", None)

@@ -182,18 +182,59 @@ def own_minicluster(directory: Path, **options) -> Iterator[dict]:
         minicluster.stop(directory)
 
 
+#: The session's shared mini cluster: four stand-in GPUs (the machine has none; the GPU scheduling
+#: tests ask for them), and room for the jobs of every test process at once.
+SESSION_CLUSTER = {"gpus_per_nm": 4, "nm_memory_mb": 32768, "nm_vcores": 32}
+
+
 @pytest.fixture(scope="session")
-def hadoop_cluster(tmp_path_factory):
-    """One real Hadoop 3.5 mini cluster (YARN + HDFS) shared by every test that needs one."""
+def hadoop_cluster(request, tmp_path_factory):
+    """One real Hadoop 3.5 mini cluster (YARN + HDFS) shared by every test that needs one: under
+    xdist, by every test process. The first to need it starts it, the others find it running (a
+    lock between them), and the controlling process stops it once every test process is done
+    (:func:`pytest_sessionfinish`): a JVM of daemons for each of them would cost the others its CPU."""
     from tony_workflow import minicluster
     reason = minicluster_missing()
     if reason:
         pytest.skip(reason)
-    d = tmp_path_factory.mktemp("minicluster")
-    # Four stand-in GPUs a NodeManager (the machine has none): the GPU scheduling tests ask for them.
-    info = minicluster.start(d, timeout=START_TIMEOUT, gpus_per_nm=4)
+    if not hasattr(request.config, "workerinput"):
+        d = tmp_path_factory.mktemp("minicluster")
+        info = minicluster.start(d, timeout=START_TIMEOUT, **SESSION_CLUSTER)
+        yield info
+        minicluster.stop(d)
+        return
+    d = _shared_cluster_dir(tmp_path_factory.getbasetemp().parent)
+    with _locked(d.with_suffix(".lock")):
+        info = minicluster.status(d) or minicluster.start(d, timeout=START_TIMEOUT, **SESSION_CLUSTER)
     yield info
-    minicluster.stop(d)
+
+
+def _shared_cluster_dir(root: Path) -> Path:
+    """Where the test processes of one run keep their shared mini cluster: in the controlling
+    process's temporary folder, whose subfolders are theirs."""
+    return root / "shared-minicluster"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def pytest_sessionfinish(session):
+    """In xdist's controlling process, once every test process has ended: the shared mini cluster
+    goes too."""
+    if hasattr(session.config, "workerinput") or not session.config.pluginmanager.hasplugin("dsession"):
+        return
+    from tony_workflow import minicluster
+    d = _shared_cluster_dir(session.config._tmp_path_factory.getbasetemp())
+    if d.exists():
+        minicluster.stop(d)
 
 
 @pytest.fixture(scope="module")

@@ -143,7 +143,7 @@ def test_two_losses_of_rank_0s_container_in_a_row_lose_no_saved_step(tony_home, 
         kill_container(st, next(iter(st.elastic["history"][-1]["members"])))  # rank 0's
     final = finished(h)
     assert final.state == "SUCCEEDED" and final.session_id == 0, final.diagnostics
-    assert final.elastic["changes"] == 2
+    assert final.elastic["changes"] == 2 and sum(t.restarts for t in final.tasks) == 2
     out = stdout(h)
     rounds: dict[int, int] = {}
     for r, s in re.findall(r"round=(\d+) rank=\d+ world=\d+ start_step=(\d+)", out):

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import REPO, START_TIMEOUT, app_processes, minicluster_missing, run_tony, wait_for
+from tests.conftest import REPO, SESSION_CLUSTER, START_TIMEOUT, app_processes, minicluster_missing, run_tony, wait_for
 from tony_workflow import minicluster
 from tony_workflow.minicluster.build import _POM, _sha256
 from tony_workflow.minicluster.scheduling import Scheduling
@@ -75,7 +75,8 @@ def test_the_nodemanager_offers_four_gpus_as_a_countable_resource(cluster):
     assert [n["state"] for n in nodes] == ["RUNNING"]
     total = {r["name"]: r for r in nodes[0]["totalResource"]["resourceInformations"]["resourceInformation"]}
     assert total["yarn.io/gpu"]["value"] == 4 and total["yarn.io/gpu"]["resourceType"] == "COUNTABLE"
-    assert total["memory-mb"]["value"] == 16384 and total["vcores"]["value"] == 16
+    assert total["memory-mb"]["value"] == SESSION_CLUSTER["nm_memory_mb"]
+    assert total["vcores"]["value"] == SESSION_CLUSTER["nm_vcores"]
     # A ResourceManager with the DefaultResourceCalculator refuses to start with any resource type
     # beyond memory, so the GPU type being there also shows the DominantResourceCalculator is in use.
     scheduler = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/scheduler", timeout=10).json()

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from tony_workflow.client import OUTPUT_INTERVAL_S
 from tony_workflow.client.follow import Follower
-from tony_workflow.client.output import Cursor, OutputLine
+from tony_workflow.client.output import Cursor, OutputLine, StatusGap
 
 if TYPE_CHECKING:
     from airflow_provider.hooks import TonyHook
@@ -31,7 +29,7 @@ class TonyJobTrigger(BaseTrigger):
     :param tony_conn_id: the ``tony`` connection it runs on.
     :param poll_interval: seconds between status checks.
     :param output_tasks: the tasks whose output it logs as they print it (None: the chief;
-        ``[]``: none), looked at every :data:`~tony_workflow.client.OUTPUT_INTERVAL_S` seconds.
+        ``[]``: none), looked at every :data:`~tony_workflow.client.output.OUTPUT_INTERVAL_S` seconds.
     :param cursor: where following the output starts (:class:`~tony_workflow.client.output.Cursor`
         as JSON): where the deferring task left it.
     """
@@ -77,11 +75,10 @@ class TonyJobTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "success" if status.succeeded else "error",
                                         "application_id": self.application_id, "job": status.to_dict()})
                     return
-                # The output is looked at more often than the status (which says which files).
-                next_status = time.monotonic() + self.poll_interval
-                while (left := next_status - time.monotonic()) > 0:
-                    await asyncio.sleep(min(OUTPUT_INTERVAL_S, left))
-                    if output is not None and time.monotonic() < next_status - 0.05:
+                gap = StatusGap(self.poll_interval)
+                while (pause := gap.pause()) is not None:
+                    await asyncio.sleep(pause)
+                    if output is not None and gap.look():
                         self._say(await asyncio.to_thread(output.poll, status))
         except Exception as e:  # noqa: BLE001 - surfaced as an event so the task fails with the reason
             yield TriggerEvent({"status": "error", "application_id": self.application_id,

@@ -121,6 +121,15 @@ def write_result(args: argparse.Namespace, name: str, result: dict[str, Any], ho
 
 # ------------------------------------------------------------------ local cluster
 
+def kill_all(handles, why: str = "benchmark over") -> None:
+    """Kills every job of ``handles`` (a job that cannot be killed is said, and the rest still are)."""
+    for h in handles:
+        try:
+            h.kill(why, timeout=60)
+        except Exception as e:  # noqa: BLE001 - the rest must still be killed
+            log(f"  kill {h.app_id}: {e}")
+
+
 def kill_leftovers(home: Path, grace: float = 5.0) -> None:
     """Kills supervisors, AMs and containers still running under ``home``: only what this benchmark started.
     An AM that is finishing on its own gets ``grace`` seconds first (it writes its final files)."""

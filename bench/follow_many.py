@@ -154,11 +154,7 @@ def main() -> int:
             runtime = run_follower("runtime", ids, args.poll, window, args.tree)
             log(f"  runtime: {runtime}")
         finally:
-            for h in handles:
-                try:
-                    h.kill("benchmark over", timeout=60)
-                except Exception as e:  # noqa: BLE001 - the rest must still be killed
-                    log(f"  kill {h.app_id}: {e}")
+            common.kill_all(handles)
     met = (runtime["jvms"] <= GOAL_JVMS and runtime["mb_per_job"] <= GOAL_MB_PER_JOB
            and runtime["cpu_share"] <= GOAL_CPU and runtime["states"] == ["RUNNING"])
     result = {

@@ -190,11 +190,7 @@ def measure(backend: str, n: int, args: argparse.Namespace, script: Path, window
         runtime = run_follower("runtime", backend, ids, args.poll, window)
         log(f"  runtime: {runtime}")
     finally:
-        for h in handles:
-            try:
-                h.kill("benchmark over", timeout=60)
-            except Exception as e:  # noqa: BLE001 - the rest must still be killed
-                log(f"  kill {h.app_id}: {e}")
+        common.kill_all(handles)
     expected = n * window / args.every
     per_job = (runtime["cpu_share"] - floor["cpu_share"]) / n
     return {"n": n, "floor": floor, "runtime": runtime, "cpu_per_job": rnd(per_job, 4),

@@ -31,7 +31,7 @@ from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
 from .data import data_issues, with_manifest
 from .follow import Follower, JobUpdate
-from .output import TAIL_LINES, Cursor, OutputFollower, OutputLine, Piece, failed_output
+from .output import OUTPUT_INTERVAL_S, TAIL_LINES, Cursor, OutputFollower, OutputLine, Piece, StatusGap, failed_output
 
 if TYPE_CHECKING:
     from ..history import JobHistory, SubmitterHistory
@@ -41,8 +41,6 @@ __all__ = ["JobHandle", "SubmissionRefused", "TonyClient", "UnknownApplication",
 
 # How long ``JobHandle.wait`` gives an AM that has announced its final state to unregister.
 FINISH_GRACE_S = 60.0
-# How often a follower of a job's output (``JobHandle.follow(output=...)``) looks for new lines.
-OUTPUT_INTERVAL_S = 1.0
 
 
 def check_paths(spec: JobSpec, backend: str = "local") -> None:
@@ -249,13 +247,11 @@ class JobHandle:
                 if _pause(poll_interval, deadline, stop):
                     return
                 continue
-            # The output is looked at more often than the status: a line reaches the log within
-            # about output_interval of being written; the status read last says which files.
-            next_status = time.monotonic() + poll_interval
-            while (left := next_status - time.monotonic()) > 0:
-                if _pause(min(output_interval, left), deadline, stop):
+            gap = StatusGap(poll_interval, output_interval)
+            while (pause := gap.pause()) is not None:
+                if _pause(pause, deadline, stop):
                     return
-                if time.monotonic() < next_status - 0.05:
+                if gap.look():
                     lines(st)
 
     def failed_output(self, status: JobStatus, lines: int = TAIL_LINES) -> str:

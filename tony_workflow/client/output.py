@@ -26,8 +26,12 @@ from typing import Any
 
 from ..errors import OutputRefused
 
-__all__ = ["BURST", "MAX_LINE", "RATE", "READ_LIMIT", "SKIP_OVER", "TAIL_LINES", "Cursor", "OutputFollower",
-           "OutputLine", "Piece", "default_tasks", "failed_output", "last_lines", "parse_tasks", "selected"]
+__all__ = ["BURST", "MAX_LINE", "OUTPUT_INTERVAL_S", "RATE", "READ_LIMIT", "SKIP_OVER", "TAIL_LINES", "Cursor",
+           "OutputFollower", "OutputLine", "Piece", "StatusGap", "default_tasks", "failed_output", "last_lines",
+           "parse_tasks", "selected"]
+
+#: how often a job's followers look at its output between two reads of its status (seconds)
+OUTPUT_INTERVAL_S = 1.0
 
 #: lines a second a follower passes on, over all the tasks it follows, and the burst it allows
 RATE, BURST = 200.0, 2000.0
@@ -328,6 +332,28 @@ class OutputFollower:
                 return
             yield from self.poll(st)
             sleep(interval)
+
+
+class StatusGap:
+    """The looks at a job's output between two reads of its status ``poll_interval`` apart: the
+    output is looked at more often than the status (which says which files), so that a line
+    reaches its reader within about ``output_interval`` of being written; none just before the
+    next status read, which looks itself. Used as ``while (p := gap.pause()) is not None: sleep(p);
+    if gap.look(): ...``, by a blocking follower and an asynchronous one alike."""
+
+    def __init__(self, poll_interval: float, output_interval: float = OUTPUT_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.output_interval, self.clock = output_interval, clock
+        self.next_status = clock() + poll_interval
+
+    def pause(self) -> float | None:
+        """How long to wait before the next look; None once it is time to read the status."""
+        left = self.next_status - self.clock()
+        return min(self.output_interval, left) if left > 0 else None
+
+    def look(self) -> bool:
+        """Whether to look at the output now (not within 50 ms of the next status read)."""
+        return self.clock() < self.next_status - 0.05
 
 
 def last_lines(read: Reader, piece: Piece, n: int = TAIL_LINES) -> list[str] | None:

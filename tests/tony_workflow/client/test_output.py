@@ -229,3 +229,15 @@ def test_a_container_named_before_its_log_link_is_read_where_the_link_later_says
     linked.tasks[0].log_url = where
     assert texts(f.poll(linked)) == ["[worker:0] one"]
     assert f.cursor.open_files["c1/stdout"][2] == where  # a follower started again reads there too
+
+
+def test_between_two_status_reads_the_output_is_looked_at_every_interval_but_not_just_before_the_next():
+    from tony_workflow.client.output import StatusGap
+    now = [100.0]
+    gap = StatusGap(2.5, 1.0, clock=lambda: now[0])
+    looks = []
+    while (pause := gap.pause()) is not None:
+        now[0] += pause
+        looks.append((round(now[0] - 100.0, 2), gap.look()))
+    # At 1 s and 2 s; at 2.5 s the status is read, which looks itself.
+    assert looks == [(1.0, True), (2.0, True), (2.5, False)]

@@ -148,6 +148,8 @@ class Heartbeat:
     metrics: dict[str, Any] | None = None
     progress: dict[str, Any] | None = None
     store: dict[str, Any] | None = None
+    #: the container whose executor beats (see :class:`Result`): an earlier one's is told to stop
+    container_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ class Started:
     session_id: int
     pid: int | None = None
     restored: dict[str, Any] | None = None
+    container_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -122,12 +122,14 @@ class AMClient:
                           timeout=wait + 10)
 
     def heartbeat(self, task_id: str, session_id: int, metrics: dict | None = None, progress: dict | None = None,
-                  store: dict | None = None) -> dict:
+                  store: dict | None = None, container_id: str | None = None) -> dict:
         return self._call(protocol.HEARTBEAT, task_id=task_id, session_id=session_id, metrics=metrics or {},
-                          progress=progress, store=store)
+                          progress=progress, store=store, **({"container_id": container_id} if container_id else {}))
 
-    def task_started(self, task_id: str, session_id: int, pid: int, restored: dict | None = None) -> dict:
-        return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid, restored=restored)
+    def task_started(self, task_id: str, session_id: int, pid: int, restored: dict | None = None,
+                     container_id: str | None = None) -> dict:
+        return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid, restored=restored,
+                          **({"container_id": container_id} if container_id else {}))
 
     def result(self, task_id: str, session_id: int, exit_code: int, diagnostics: str = "",
                container_id: str | None = None) -> dict:

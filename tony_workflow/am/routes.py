@@ -164,7 +164,7 @@ class AMRoutes:
         s = self.state
         now = time.time()
         with s.lock:
-            task = self._task_for(req.task_id, req.session_id)
+            task = self._task_for(req.task_id, req.session_id, req.container_id)
             if not isinstance(task, Task):
                 return task
             task.last_heartbeat = now
@@ -189,7 +189,7 @@ class AMRoutes:
     def started(self, req: Started) -> tuple[int, Ack | Stop]:
         s = self.state
         with s.lock:
-            task = self._task_for(req.task_id, req.session_id)
+            task = self._task_for(req.task_id, req.session_id, req.container_id)
             if not isinstance(task, Task):
                 return task
             if req.pid is not None:

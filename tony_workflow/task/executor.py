@@ -196,7 +196,7 @@ class TaskExecutor:
                 continue
             beat_at = now + self.interval
             try:
-                reply = am.heartbeat(self.task_id, self.session_id, **self._report())
+                reply = am.heartbeat(self.task_id, self.session_id, container_id=self.container_id, **self._report())
                 failures, last_ok = 0, time.monotonic()
                 if reply.get("action") == "stop":
                     self._stop("the ApplicationMaster asked this task to stop")
@@ -480,11 +480,12 @@ class TaskExecutor:
                                          stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
             with contextlib.suppress(AMError, AMUnreachable):
-                self.am.task_started(self.task_id, self.session_id, self.user.pid, restored=self.restored)
+                self.am.task_started(self.task_id, self.session_id, self.user.pid, restored=self.restored,
+                                     container_id=self.container_id)
         else:
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0,
-                                     restored=self.restored)
+                                     restored=self.restored, container_id=self.container_id)
         if self.mirror and (self.is_chief or self.follows_rank0):
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
         unannounced = self._announce() if driver and self.user is not None else None
@@ -508,7 +509,7 @@ class TaskExecutor:
                 self.inbox.drain()  # the last reports, sent as the process exited
             with contextlib.suppress(AMError, AMUnreachable):
                 # The final figures, progress and store outcome, before the result ends the task.
-                self.am.heartbeat(self.task_id, self.session_id, **self._report())
+                self.am.heartbeat(self.task_id, self.session_id, container_id=self.container_id, **self._report())
                 self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "",
                                container_id=self.container_id)
         if self.inbox:

@@ -93,6 +93,20 @@ def test_the_exit_of_a_tasks_earlier_container_is_not_taken_for_its_replacements
     assert state.tasks["worker:0"].reported is not None
 
 
+def test_an_earlier_containers_executor_is_told_to_stop_at_its_next_beat_or_start(tmp_path):
+    # Its heartbeats must not keep the task alive in the AM's eyes, nor its start be the task's.
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    assert register(routes, "worker:0", 2000)[0] == 200
+    code, reply = routes.heartbeat(Heartbeat("worker:0", 0, container_id="c-earlier"))
+    assert (code, reply["action"]) == (409, "stop") and "stale container" in reply["error"]
+    code, reply = routes.started(Started("worker:0", 0, pid=4242, container_id="c-earlier"))
+    assert code == 409 and state.tasks["worker:0"].status.pid != 4242
+    assert routes.heartbeat(Heartbeat("worker:0", 0, container_id="c-worker:0")) == (200, {"action": "continue"})
+    assert routes.started(Started("worker:0", 0, pid=4243, container_id="c-worker:0"))[0] == 200
+    assert state.tasks["worker:0"].status.pid == 4243
+
+
 def test_a_relaunched_task_must_keep_its_port(tmp_path):
     state = make_state(tmp_path)
     state.tasks["worker:0"].fixed_port = 2000

@@ -28,11 +28,11 @@ mxnet: $(MXNET_VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml Makefile | kerberos
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[tensorflow,airflow,history,yarn,lineage,data,test]'
+	$(PY) -m pip install -q -e '.[tensorflow,airflow,history,yarn,lineage,data,notebook,test]'
 	touch $(STAMP)
 
 $(FRAMEWORKS): $(STAMP)
-	$(PY) -m pip install -q -e '.[tensorflow,airflow,history,yarn,lineage,data,test,pytorch,jax,examples]'
+	$(PY) -m pip install -q -e '.[tensorflow,airflow,history,yarn,lineage,data,notebook,test,pytorch,jax,examples]'
 	touch $(FRAMEWORKS)
 
 $(MXNET_VENV)/.installed:

@@ -26,6 +26,7 @@ from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..spec.keys import task_key
+from ..spec.notebook import is_notebook, notebook_problem
 from ..spec.resources import resource_issues
 from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
@@ -93,14 +94,14 @@ def executes_problem(spec: JobSpec) -> str | None:
     except ValueError:
         return None
     # The script itself, also in TonY's form of a whole command line ("python x.py --flag").
-    script = next((w for w in words if w.endswith((".py", ".sh"))), None)
+    script = next((w for w in words if w.endswith((".py", ".sh", ".ipynb"))), None)
     if script is None or "://" in script or Path(script).is_absolute():
         return None
     src = Path(spec.src_dir)
     if (src / script).is_file():
-        return None
+        return notebook_problem(src / script) if is_notebook(script) else None
     scripts = [p.relative_to(src).as_posix() for p in itertools.islice(src.rglob("*"), 5000)
-               if p.suffix in (".py", ".sh") and p.is_file()]
+               if p.suffix in (".py", ".sh", ".ipynb") and p.is_file()]
     close = difflib.get_close_matches(script, scripts, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     names = "is" if script == spec.executes.strip() else f"names {script}, which is"

@@ -49,7 +49,8 @@ it, lays it over :data:`TONY_DEFAULTS` and applies ``--conf`` overrides. It does
 bad value, and what is allowed.
 
 The package, one concern a module, each importing only those before it:
-:mod:`.errors` (SpecIssue, SpecError), :mod:`.keys` (the key catalogue and defaults), :mod:`.values`
+:mod:`.errors` (SpecIssue, SpecError), :mod:`.keys` (the key catalogue and defaults), :mod:`.notebook`
+(a notebook as what a job executes), :mod:`.values`
 (value parsers), :mod:`.overrides` (``key=value`` pairs), :mod:`.validation` and :mod:`.model` (the
 JobSpec), :mod:`.document` (YAML/JSON/XML readers), :mod:`.render` (Jinja2), :mod:`.loading`, and :mod:`.site` (the local cluster's own settings,
 which come from the site configuration and never from a job).

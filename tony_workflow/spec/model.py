@@ -21,6 +21,7 @@ from .data import DataInput, inputs_of
 from .errors import SpecError, SpecIssue, error, unknown_message
 from .horovod import implied_keys
 from .keys import INSTANCES_KEY, task_key
+from .notebook import NOTEBOOK_MODULE, is_notebook
 from .overrides import apply_pairs, parse_overrides
 from .table import TASK_KEY, TONY_DEFAULTS
 from .values import (
@@ -547,8 +548,9 @@ class JobSpec:
             return command
         if not self.executes:
             return None
-        parts = [self.executes]
-        if self.python_binary_path or needs_interpreter(self.executes):
+        notebook = is_notebook(self.executes)  # run by the runtime, in a kernel of the task's interpreter
+        parts = [f"-m {NOTEBOOK_MODULE} {self.executes}" if notebook else self.executes]
+        if self.python_binary_path or notebook or needs_interpreter(self.executes):
             parts.insert(0, shlex.quote(python) if python else (self.python_binary_path or "python"))
         if self.task_params:
             parts.append(self.task_params)

@@ -39,6 +39,9 @@ def test_command_precedence():
     # ...and what can only be Python's gets the job's interpreter (the executor passes the one it resolved).
     ("train.py", None, "/venv/bin/python train.py --n 1"),
     ("-m pkg.train", None, "/venv/bin/python -m pkg.train --n 1"),
+    # A notebook runs under the runtime's notebook runner, in the job's interpreter, whatever the rest.
+    ("train.ipynb", None, "/venv/bin/python -m tony_workflow.task.notebook train.ipynb --n 1"),
+    ("nb/train.ipynb", "/usr/bin/python3", "/usr/bin/python3 -m tony_workflow.task.notebook nb/train.ipynb --n 1"),
 ])
 def test_the_interpreter_is_put_in_front_of_executes_as_tony_does(executes, python_binary_path, command):
     spec = JobSpec(executes=executes, python_binary_path=python_binary_path, task_params="--n 1")

@@ -87,6 +87,29 @@ def test_failing_training_fails_the_task_with_its_traceback_in_the_error(airflow
     assert x["status"]["state"] == "FAILED"
 
 
+def test_a_notebook_runs_as_the_tasks_step_with_the_operators_parameters(airflow_db, tony_home, tmp_path, capfd):
+    # The operator runs a notebook unchanged: its parameters from the DAG (templated like any
+    # task_params), its cells' output in the task's log, a raising cell's traceback in the error.
+    from tests.tony_workflow.task.test_notebook import notebook
+    src = tmp_path / "src"
+    src.mkdir()
+    notebook(src / "train.ipynb", ("import os\nrun = 'none'\nfail = False", ["parameters"]),
+             ("print(f\"{os.environ['TONY_TASK_ID']} trained for run {run}\")", []),
+             ("if fail:\n    raise FloatingPointError('loss went NaN in the notebook')", []))
+    job = {**SMALL_JOB, "executes": "train.ipynb", "src_dir": str(src)}
+    dag = _one_task_dag("tony_notebook", job_spec=job, task_params="--run {{ run_id }}")
+    dr = dag.test()
+    assert dr.state == "success"
+    log = "".join(capfd.readouterr())
+    assert f"[worker:0] worker:0 trained for run {dr.run_id}" in log, log[-3000:]
+    dag = _one_task_dag("tony_notebook_fails", job_spec=job, task_params="--fail True")
+    dr = dag.test()
+    assert dr.state == "failed"
+    log = "".join(capfd.readouterr())
+    error = log[log.index("TonY application application_"):]
+    assert "FloatingPointError" in error and "loss went NaN in the notebook" in error, error[-3000:]
+
+
 def test_bad_spec_fails_at_once_names_the_key_and_submits_nothing(airflow_db, tony_home, capfd):
     job = {**SMALL_JOB, "command": "true", "tasks": {"worker": {"instances": "two"}}}
     dag = _one_task_dag("tony_bad_spec", job_spec=job, retries=3)

@@ -99,13 +99,28 @@ def executes_problem(spec: JobSpec) -> str | None:
         return None
     src = Path(spec.src_dir)
     if (src / script).is_file():
-        return notebook_problem(src / script) if is_notebook(script) else None
+        return _notebook_problem(spec, src / script) if is_notebook(script) else None
     scripts = [p.relative_to(src).as_posix() for p in itertools.islice(src.rglob("*"), 5000)
                if p.suffix in (".py", ".sh", ".ipynb") and p.is_file()]
     close = difflib.get_close_matches(script, scripts, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     names = "is" if script == spec.executes.strip() else f"names {script}, which is"
     return f"{names} not a file in src_dir {spec.src_dir}{hint}: every task runs it from there"
+
+
+def _notebook_problem(spec: JobSpec, path: Path) -> str | None:
+    """Why the notebook at ``path`` cannot run, or None: not a notebook, or no Jupyter to run it
+    in the job's Python (this one's, which the tasks run, or ship on YARN, unless the job names
+    its own)."""
+    problem = notebook_problem(path)
+    if problem or spec.python_venv or spec.python_binary_path:
+        return problem
+    import importlib.util
+    absent = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    if absent:
+        return (f"runs a notebook, which needs {', '.join(absent)} in the job's Python (pip install "
+                "'tony-workflow[notebook]' where you submit from, or give the job a python_venv that has them)")
+    return None
 
 
 def venv_problem(path: str, remote: bool = False) -> str | None:

@@ -59,3 +59,17 @@ def test_a_file_that_is_no_notebook_is_refused_before_anything_is_submitted(tony
         TonyClient("local").submit(load_job(job(src, "not-a-notebook")))
     assert "executes" in str(e.value) and "train.ipynb is not a notebook: not JSON" in str(e.value)
     assert not list((tony_home / "local" / "apps").glob("*"))
+
+
+def test_without_jupyter_in_the_jobs_python_a_notebook_is_refused_before_anything_is_submitted(tony_home, tmp_path,
+                                                                                              monkeypatch):
+    import sys
+    src = tmp_path / "src"
+    src.mkdir()
+    notebook(src / "train.ipynb", ("print('hello')", []))
+    monkeypatch.setitem(sys.modules, "ipykernel", None)  # as where it is not installed: not to be found
+    with pytest.raises(SpecError) as e:
+        TonyClient("local").submit(load_job(job(src, "no-jupyter")))
+    said = str(e.value)
+    assert "executes" in said and "needs ipykernel in the job's Python" in said and "tony-workflow[notebook]" in said
+    assert not list((tony_home / "local" / "apps").glob("*"))

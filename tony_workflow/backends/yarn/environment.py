@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -39,6 +40,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ...spec.notebook import is_notebook
 from .app import Shipment
 from .runtime import _cache_dir, _canonical, _closure, _dist_files, _platform, is_built
 from .ship import Cache, UploadProgress, shipped
@@ -94,7 +96,7 @@ def _source_files(src_dir: Path) -> Iterator[Path]:
     for root, dirs, files in os.walk(src_dir, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
         for name in sorted(files):
-            if name.endswith(".py"):
+            if name.endswith((".py", ".ipynb")):
                 path = Path(root) / name
                 try:
                     if path.stat().st_size > _MAX_FILE_BYTES:
@@ -107,14 +109,26 @@ def _source_files(src_dir: Path) -> Iterator[Path]:
                 yield path
 
 
+def _notebook_code(path: Path) -> str:
+    """A notebook's code cells as one Python text, IPython's magics and shell lines left out."""
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells") or []
+    lines = []
+    for cell in cells:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source") or ""
+            text = "".join(source) if isinstance(source, list) else str(source)
+            lines += [ln for ln in text.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
+
+
 def imports_of(src_dir: Path) -> dict[str, str]:
-    """The modules the ``.py`` files under ``src_dir`` import absolutely (``import a.b``,
+    """The modules the ``.py`` files and notebooks under ``src_dir`` import absolutely (``import a.b``,
     ``from a.b import c``), each with the file that first does: a file that does not parse is
     passed over (the task will say what is wrong with it)."""
     found: dict[str, str] = {}
     for path in _source_files(src_dir):
         try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+            tree = ast.parse(_notebook_code(path) if path.suffix == ".ipynb" else path.read_bytes(), filename=str(path))
         except (SyntaxError, ValueError, OSError):
             continue
         for node in ast.walk(tree):
@@ -242,6 +256,10 @@ def roots_of(spec: Any) -> tuple[dict[str, str], dict[str, str]]:
             roots.setdefault(_canonical(dist), f"{where} imports {top}")
     if spec.tensorboard_enabled and spec.framework in ("tensorflow", "pytorch", "jax") and _installed("tensorboard"):
         roots.setdefault("tensorboard", "the chief runs TensorBoard")
+    if is_notebook(spec.executes):
+        for name in _extra_requirements("notebook"):
+            if _installed(name):
+                roots.setdefault(_canonical(name), f"the job executes a notebook ({spec.executes.split()[0]})")
     if wants_data:
         for name in _extra_requirements("data"):
             if _installed(name):

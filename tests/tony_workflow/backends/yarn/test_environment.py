@@ -5,6 +5,7 @@ task's side joins the unpacked parts into one site directory (:func:`tony_workfl
 A real job on nodes with nothing installed: tests/tony_workflow/jobs/test_yarn_nodes.py."""
 from __future__ import annotations
 
+import json
 import logging
 import tarfile
 from importlib import metadata
@@ -61,6 +62,20 @@ def test_tensorboard_the_data_reader_and_named_packages_go_too(tmp_path):
     assert roots["tensorboard"] == "the chief runs TensorBoard"
     assert {"pyarrow", "fastavro", "google-crc32c"} <= set(roots)
     assert roots["tenacity"] == "tony.yarn.environment-packages names it"
+
+
+def test_a_notebooks_imports_go_with_it_and_so_does_what_runs_it(tmp_path):
+    cells = [{"cell_type": "markdown", "source": "import not_code"},
+             {"cell_type": "code", "source": ["%matplotlib inline\n", "!pip list\n", "import yaml\n"]},
+             {"cell_type": "code", "source": "from jinja2 import Template"}]
+    src = source(tmp_path, {"train.ipynb": json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+                                                       "cells": cells})})
+    assert set(imports_of(src)) == {"yaml", "jinja2"}  # code cells only, IPython's magics passed over
+    roots, missing = roots_of(job(src, executes="train.ipynb", conf={"tony.task.tensorboard.enabled": "false"}))
+    assert roots["pyyaml"] == "train.ipynb imports yaml" and roots["jinja2"] == "train.ipynb imports jinja2"
+    for name in ("nbclient", "nbformat", "ipykernel"):
+        assert roots[name] == "the job executes a notebook (train.ipynb)", roots
+    assert not missing
 
 
 def test_each_distribution_is_a_part_of_its_own_named_by_its_content_and_packed_once(tmp_path, cache):

@@ -201,6 +201,17 @@ def test_a_failed_application_fails_the_job_and_its_log_ends_with_the_traceback(
     assert tail.rstrip().endswith("ValueError: bad data in part 3"), tail
 
 
+def test_a_notebook_runs_as_the_jobs_step_with_its_parameters(tony_home, tmp_path):
+    from tests.tony_workflow.task.test_notebook import notebook
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    notebook(project / "src" / "train.ipynb", ("who = 'nobody'", ["parameters"]), ("print(f'trained for {who}')", []))
+    run = Execution(project, "job", job_props(project, executes="train.ipynb", task_params="--who azkaban"))
+    assert run.wait() == 0, run.log
+    assert run.output()["tony.final.status"] == "SUCCEEDED"
+    assert "trained for azkaban" in run.log
+
+
 def test_with_a_history_server_the_output_links_to_the_finished_jobs_page_there(tony_home, tmp_path, monkeypatch):
     monkeypatch.setenv("TONY_HISTORY_SERVER", "http://hs.example.com:19886")
     project = script_project(tmp_path / "project", "print('done')\n")

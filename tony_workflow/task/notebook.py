@@ -20,8 +20,12 @@ before anything is submitted is :func:`tony_workflow.spec.notebook.notebook_prob
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from ..spec.notebook import is_notebook, notebook_problem
 __all__ = ["executed_path", "is_notebook", "parameters", "run"]
 
 _PARAMETERS_TAG, _INJECTED_TAG = "parameters", "injected-parameters"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _value(text: str) -> Any:
@@ -101,13 +106,20 @@ def run(notebook: Path, params: dict[str, Any], out: Path) -> int:
     """Executes ``notebook`` with ``params``, writing the executed copy to ``out``: 0 when every
     cell ran, 1 when one raised (its traceback on stderr)."""
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(notebook, as_version=4)
     _inject(nb, params)
-    # The kernel is this interpreter (ipykernel's own kernel spec): the task's environment and packages.
-    client = NotebookClient(nb, kernel_name="python3", timeout=None, allow_errors=False,
+    # The kernel is this interpreter (ipykernel's own kernel spec): the task's environment and
+    # packages. It is reached over local sockets, not TCP ports that anyone on a shared node could
+    # connect to.
+    # In a folder of its own, private, under a short path: a socket's path is at most 107 bytes,
+    # which a container's directory alone can pass.
+    sockets = Path(tempfile.mkdtemp(prefix="tony-kernel-"))
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(sockets / "k"))
+    client = NotebookClient(nb, km=km, timeout=None, allow_errors=False,
                             resources={"metadata": {"path": str(Path.cwd())}},
                             on_cell_executed=lambda cell, cell_index, execute_reply: _say(cell))
     code = 0
@@ -115,8 +127,16 @@ def run(notebook: Path, params: dict[str, Any], out: Path) -> int:
         client.execute()
     except CellExecutionError as e:
         code = 1
-        print(f"tony: a cell of {notebook.name} raised; the cells after it did not run:\n{e}", file=sys.stderr)
+        said = _ANSI.sub("", str(e))  # IPython colours its tracebacks: a log shows them as they are
+        print(f"tony: a cell of {notebook.name} raised; the cells after it did not run:\n{said}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the kernel did not start or died: said in a line, no traceback
+        code = 1
+        print(f"tony: the kernel running {notebook.name} failed: {type(e).__name__}: {e}", file=sys.stderr)
     finally:
+        with contextlib.suppress(Exception):  # nbclient ends the kernel; this one makes sure of it
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
+        shutil.rmtree(sockets, ignore_errors=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out)
         print(f"tony: the executed notebook is {out}", file=sys.stderr, flush=True)
@@ -150,4 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not through the interpreter's own exit: a kernel that failed to start can leave ZeroMQ
+    # sockets whose context then waits for good at exit, and the task would never end.
+    os._exit(status)

@@ -239,7 +239,13 @@ def lose_a_worker(backend: str, regroup: str, gate: Path) -> None:
     if regroup == "in-place":
         assert {t: trainers(back, t) for t in survivors} == first_trainers
     else:
-        assert all(trainers(back, t) and not trainers(back, t) & first_trainers[t] for t in survivors)
+        # The agents restart their trainers as the round forms: on a busy machine the new ones may
+        # still be starting when the AM sees the group whole, so they are waited for.
+        def restarted():
+            s = h.status()
+            return all((new := trainers(s, t)) and not new & first_trainers[t] for t in survivors)
+        wait_for(restarted, timeout=120, describe=lambda: (h.status().state, {t: trainers(h.status(), t)
+                                                                                for t in survivors}))
     final = finished(h)
     assert final.state == "SUCCEEDED", final.diagnostics
     assert final.session_id == 0 and final.attempts == 1 and final.retries == 0

@@ -5,6 +5,7 @@ traceback. A notebook run as a job's task is tests/tony_workflow/jobs/test_noteb
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ def notebook(path: Path, *cells: tuple[str, list[str]]) -> Path:
 
 def run(path: Path, *params: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tony_workflow.task.notebook", str(path), *params],
-                          capture_output=True, text=True, cwd=cwd, timeout=300, check=False)
+                          capture_output=True, text=True, cwd=cwd, timeout=300, check=False,
+                          env={**os.environ, "TMPDIR": str(cwd)})  # where its kernel's sockets go
 
 
 def test_parameters_read_as_python_literals_or_words():
@@ -78,6 +80,8 @@ def test_a_cell_that_raises_fails_the_run_with_its_traceback_and_the_rest_does_n
     assert r.returncode == 1
     assert "first" in r.stdout and "never" not in r.stdout
     assert "ValueError" in r.stderr and "the loss went to nan" in r.stderr and "cells after it did not run" in r.stderr
+    assert "\x1b[" not in r.stderr  # IPython's colours taken out for the log
+    assert not list(tmp_path.glob("tony-kernel-*"))  # the kernel's sockets went with it
     executed = json.loads((tmp_path / "fails.executed.ipynb").read_text())
     assert executed["cells"][1]["outputs"][0]["ename"] == "ValueError"  # kept, with the error
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -67,11 +68,24 @@ def kept_events(tmp_path, app_id: str) -> tuple[LocalStorage, str]:
     return LocalStorage(root), key
 
 
+_SINCE = {"t": 0.0}
+
+
+@pytest.fixture(autouse=True)
+def _this_tests_boards():
+    # A test module shares its process with others run before it: only boards started from now on
+    # are this test's.
+    _SINCE["t"] = time.time() - 0.5
+    yield
+
+
 def boards_running() -> list[psutil.Process]:
-    """TensorBoard processes of this test process (its children) serving a keeper's copy or a history."""
+    """TensorBoard processes this test started (children of this test process) serving a keeper's
+    copy or a history."""
     def serving(p: psutil.Process) -> bool:
         try:
-            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline()
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline() \
+                and p.create_time() >= _SINCE["t"]
         except psutil.Error:  # it ended between the listing and the look: not running
             return False
 

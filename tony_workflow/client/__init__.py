@@ -26,7 +26,7 @@ from ..errors import SubmissionRefused, UnknownApplication
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec, SpecError, SpecIssue, load_job
 from ..spec.keys import task_key
-from ..spec.notebook import is_notebook, notebook_problem
+from ..spec.notebook import absent_jupyter, is_notebook, notebook_problem
 from ..spec.resources import resource_issues
 from ..spec.validation import problems as validation_problems
 from ..status import JobStatus, check_application_id
@@ -115,8 +115,7 @@ def _notebook_problem(spec: JobSpec, path: Path) -> str | None:
     problem = notebook_problem(path)
     if problem or spec.python_venv or spec.python_binary_path:
         return problem
-    import importlib.util
-    absent = [m for m in ("nbclient", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    absent = absent_jupyter()
     if absent:
         return (f"runs a notebook, which needs {', '.join(absent)} in the job's Python (pip install "
                 "'tony-workflow[notebook]' where you submit from, or give the job a python_venv that has them)")

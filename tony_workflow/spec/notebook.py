@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["NOTEBOOK_MODULE", "is_notebook", "notebook_problem"]
+__all__ = ["JUPYTER_MODULES", "NOTEBOOK_MODULE", "absent_jupyter", "is_notebook", "notebook_problem"]
 
 #: the module a notebook's tasks run it with, in the task's interpreter
 NOTEBOOK_MODULE = "tony_workflow.task.notebook"
+#: what runs a notebook (the ``notebook`` extra): its client, its format, and the kernel
+JUPYTER_MODULES = ("nbclient", "nbformat", "ipykernel")
 
 
 def is_notebook(executes: str | None) -> bool:
@@ -29,3 +31,9 @@ def notebook_problem(path: Path) -> str | None:
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         return f"{path.name} is not a notebook of format 4 (nbformat 4, a list of cells)"
     return None
+
+
+def absent_jupyter() -> list[str]:
+    """Those of :data:`JUPYTER_MODULES` this interpreter cannot import."""
+    import importlib.util
+    return [m for m in JUPYTER_MODULES if importlib.util.find_spec(m) is None]

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..spec.notebook import is_notebook, notebook_problem
+from ..spec.notebook import absent_jupyter, is_notebook, notebook_problem
 
 __all__ = ["executed_path", "is_notebook", "parameters", "run"]
 
@@ -159,12 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in said:
             print(f"tony: {line}", file=sys.stderr)
         return 2
-    try:
-        import ipykernel  # noqa: F401 - the kernel the notebook runs in
-        import nbclient  # noqa: F401
-    except ModuleNotFoundError as e:
-        print(f"tony: running a notebook needs {e.name} in the task's environment (the notebook extra: "
-              f"pip install 'tony-workflow[notebook]')", file=sys.stderr)
+    absent = absent_jupyter()
+    if absent:
+        print(f"tony: running a notebook needs {', '.join(absent)} in the task's environment (the notebook "
+              "extra: pip install 'tony-workflow[notebook]')", file=sys.stderr)
         return 2
     return run(notebook, params, executed_path(notebook))
 

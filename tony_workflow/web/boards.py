@@ -173,7 +173,13 @@ class BoardKeeper:
                 raise
             b = Board(app_id, proc, url, scratch)
             with self._lock:
-                self._boards[app_id] = b
+                late = self._stopped.is_set()  # stopped while this board started: stop() did not see it
+                if not late:
+                    self._boards[app_id] = b
+            if late:
+                _stop(b)
+                raise RuntimeError("the history server is stopping")
+            with self._lock:
                 extra = sorted(self._boards.values(), key=lambda x: x.last_used)[:max(0, len(self._boards) - self.most)]
                 for old in extra:
                     del self._boards[old.app_id]
@@ -192,7 +198,8 @@ class BoardKeeper:
             boards, self._boards = list(self._boards.values()), {}
         for b in boards:
             _stop(b)
-        self._thread.join(10)
+        # A board still starting (TensorBoard takes seconds) is stopped by the thread itself once it answers.
+        self._thread.join(_READY_S + 15)
 
 
 def _stop(b: Board) -> None:

@@ -144,3 +144,26 @@ def test_a_board_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
         assert set(Path(tempfile.gettempdir()).glob("tony-board-*")) <= scratch
     finally:
         keeper.stop()
+
+
+def test_a_board_still_starting_when_the_keeper_stops_is_stopped_too(tmp_path):
+    # The server stops (its test ends, Ctrl-C) while a viewer's board is still coming up: the
+    # board answers after stop() has stopped the others, and must not outlive the keeper.
+    store, key = kept_events(tmp_path, "application_1_0004")
+    keeper = BoardKeeper()
+    answer: list[object] = []
+
+    def ask() -> None:
+        try:
+            answer.append(keeper.board("application_1_0004", store, key, ""))
+        except Exception as e:  # noqa: BLE001 - what the viewer was told
+            answer.append(e)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_for(lambda: boards_running() or answer, timeout=60, interval=0.05)  # its process exists, not answering yet
+    keeper.stop()
+    asker.join(180)
+    assert not boards_running() and keeper.running() == {}
+    assert answer and (isinstance(answer[0], RuntimeError) and "stopping" in str(answer[0])
+                       or answer[0].proc.poll() is not None), answer

@@ -196,7 +196,7 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
         "state": status["state"], "started_at": status.get("started_at"), "finished_at": status.get("finished_at"),
         "diagnostics": status.get("diagnostics") or "", "backend": status.get("backend"),
         "tracking_url": status.get("tracking_url"), "tensorboard_url": status.get("tensorboard_url"),
-        "am_attempts": status.get("am_attempt", 1), "reclaims": status.get("reclaims", 0), "progress": status.get("progress"),
+        "notebook": bool(status.get("notebook_url")), "am_attempts": status.get("am_attempt", 1), "reclaims": status.get("reclaims", 0), "progress": status.get("progress"),
         "warnings": status.get("warnings") or [], "sessions": [sessions[k] for k in sorted(sessions)],
         "waiting": {k: status.get(k) for k in ("waiting_reason", "waiting_since", "containers_held",
                                                 "containers_wanted", "jobs_ahead")} if status.get("waiting_reason") else None,

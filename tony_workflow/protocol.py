@@ -68,6 +68,7 @@ __all__ = [
     "Heartbeat",
     "Kill",
     "NoFields",
+    "Notebook",
     "Problem",
     "Registration",
     "RendezvousRound",
@@ -83,6 +84,7 @@ __all__ = [
     "StoreReply",
     "TensorBoard",
     "group_token",
+    "notebook_token",
     "route_for",
 ]
 
@@ -188,6 +190,13 @@ class RendezvousServer:
 
 @dataclass(frozen=True)
 class TensorBoard:
+    url: str
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """Where a notebook job's JupyterLab answers (its base URL, no token in it)."""
+
     url: str
 
 
@@ -462,6 +471,7 @@ HEARTBEAT = Route("heartbeat", "POST", "/v1/heartbeat", Heartbeat, Go | Stop)
 STARTED = Route("started", "POST", "/v1/started", Started, Ack | Stop)
 RESULT = Route("result", "POST", "/v1/result", Result, Ack | Stop)
 TENSORBOARD = Route("tensorboard", "POST", "/v1/tensorboard", TensorBoard, Ack | Problem)
+NOTEBOOK = Route("notebook", "POST", "/v1/notebook", Notebook, Ack | Problem)
 # A Horovod job's driver: its rendezvous server's address, which the workers' cluster spec waits for.
 HOROVOD_DRIVER = Route("horovod_driver", "POST", "/v1/horovod-driver", RendezvousServer, Ack | Stop)
 # The job's status (status.JobStatus as a dict) and its record as the history keeps it, as it
@@ -478,8 +488,8 @@ RDZV_ROUND = Route("rdzv_round", "POST", "/v1/rendezvous/round", RendezvousRound
 RDZV_GROUP = Route("rdzv_group", "POST", "/v1/rendezvous/group", GroupRequest, GroupReply | Problem | Stop,
                    group=True)
 
-ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, HOROVOD_DRIVER, STATUS,
-                             RECORD, KILL, RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND, RDZV_GROUP)
+ROUTES: tuple[Route, ...] = (REGISTER, CLUSTER_SPEC, HEARTBEAT, STARTED, RESULT, TENSORBOARD, NOTEBOOK, HOROVOD_DRIVER,
+                             STATUS, RECORD, KILL, RDZV_STATE, RDZV_SET_STATE, RDZV_STORE, RDZV_ROUND, RDZV_GROUP)
 
 
 def group_token(token: str) -> str:
@@ -487,6 +497,14 @@ def group_token(token: str) -> str:
     the routes marked ``group`` (the generations and the store of the job's open rendezvous), so
     user code never holds the executors' secret."""
     return hmac.new(token.encode(), b"tony-elastic-group", hashlib.sha256).hexdigest()
+
+
+def notebook_token(token: str) -> str:
+    """The token a notebook job's JupyterLab asks of every request: derived from the job's, so that
+    only what holds the job's secret (its executor, its owner's client, a history server that may
+    see the job) reaches it, and the view token never does."""
+    return hmac.new(token.encode(), b"tony-notebook", hashlib.sha256).hexdigest()
+
 _BY_REQUEST = {(r.method, r.path): r for r in ROUTES}
 
 #: A route's handler: its request object in, (HTTP status, reply or None) out.

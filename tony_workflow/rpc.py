@@ -144,6 +144,9 @@ class AMClient:
     def register_tensorboard(self, url: str) -> dict:
         return self._call(protocol.TENSORBOARD, url=url)
 
+    def register_notebook(self, url: str) -> dict:
+        return self._call(protocol.NOTEBOOK, url=url)
+
     # client side
     def status(self) -> dict:
         return self._call(protocol.STATUS)

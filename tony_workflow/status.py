@@ -132,6 +132,9 @@ class JobStatus:
     tasks: list[TaskStatus] = field(default_factory=list)
     tensorboard_url: str | None = None
     tracking_url: str | None = None
+    #: a notebook job's JupyterLab, as its container serves it (it asks for the job's notebook token:
+    #: reached through the history server's /jobs/<id>/notebook/); None for other jobs
+    notebook_url: str | None = None
     diagnostics: str = ""
     started_at: float | None = None
     finished_at: float | None = None

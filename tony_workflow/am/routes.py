@@ -32,6 +32,7 @@ from ..protocol import (
     Handler,
     Heartbeat,
     Kill,
+    Notebook,
     Problem,
     Registration,
     RendezvousRound,
@@ -75,6 +76,7 @@ class AMRoutes:
             protocol.STARTED.name: self.started,
             protocol.RESULT.name: self.result,
             protocol.TENSORBOARD.name: self.tensorboard,
+            protocol.NOTEBOOK.name: self.notebook,
             protocol.HOROVOD_DRIVER.name: self.horovod_driver,
             protocol.STATUS.name: lambda _: (200, s.status_dict()),
             protocol.RECORD.name: lambda _: (200, s.record()),
@@ -323,6 +325,16 @@ class AMRoutes:
             s.status.tensorboard_url = url
             s.events.emit("tensorboard", url=url)
             s.publish()
+        return 200, _ACK
+
+    def notebook(self, req: Notebook) -> tuple[int, Ack | Problem]:
+        parts = urlsplit(req.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return 400, {"error": f"a notebook URL must be an http(s) address, got {req.url[:200]!r}"}
+        with self.state.lock:
+            self.state.status.notebook_url = req.url
+            self.state.events.emit("notebook", url=req.url)
+            self.state.publish()
         return 200, _ACK
 
     def kill(self, req: Kill) -> tuple[int, Ack]:

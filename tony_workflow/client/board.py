@@ -20,7 +20,19 @@ from typing import Any
 from ..web.boards import event_files, free_port, serve_kept_events
 from . import TonyClient
 
-__all__ = ["cmd_tensorboard"]
+__all__ = ["add_tensorboard_parser", "cmd_tensorboard"]
+
+
+def add_tensorboard_parser(sub: Any, backend_help: str) -> None:
+    """``tony tensorboard``'s arguments, in the subcommands ``sub`` of ``tony``."""
+    tb = sub.add_parser("tensorboard", help="TensorBoard for a job that has ended, from its history",
+                        description="Serves the TensorBoard event files a finished job's history record kept, "
+                                    "on this machine, until Ctrl-C. Prints the URL on stdout.")
+    tb.add_argument("app_id", metavar="APPLICATION_ID")
+    tb.add_argument("--port", type=int, default=6006, help="the port, if free (default 6006; else any free one)")
+    tb.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    tb.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=backend_help)
+    tb.set_defaults(fn=cmd_tensorboard)
 
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt

@@ -27,9 +27,10 @@ from ..errors import (
 from ..spec import JobSpec, SpecError, SpecIssue, parse_pairs
 from ..status import JobStatus, TaskStatus, counted, hanging
 from . import JobHandle, TonyClient, load_job
-from .board import cmd_tensorboard
+from .board import add_tensorboard_parser
 from .data import cmd_data_inspect
 from .logs import cmd_logs
+from .notebook import add_notebook_parser
 from .output import parse_tasks
 from .records import TABLE_HEADER, cmd_advise, cmd_history, context_filter, show_group, table_row
 from .saying import saying
@@ -444,14 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
     ad.set_defaults(fn=cmd_advise)
 
-    tb = sub.add_parser("tensorboard", help="TensorBoard for a job that has ended, from its history",
-                        description="Serves the TensorBoard event files a finished job's history record kept, "
-                                    "on this machine, until Ctrl-C. Prints the URL on stdout.")
-    tb.add_argument("app_id", metavar="APPLICATION_ID")
-    tb.add_argument("--port", type=int, default=6006, help="the port, if free (default 6006; else any free one)")
-    tb.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    tb.add_argument("--backend", choices=["local", "yarn"], default=argparse.SUPPRESS, help=BACKEND_HELP)
-    tb.set_defaults(fn=cmd_tensorboard)
+    add_tensorboard_parser(sub, BACKEND_HELP)
+    add_notebook_parser(sub, BACKEND_HELP)
 
     data = sub.add_parser("data", help="a training input: what it holds, checked as a submission checks it")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
@@ -525,7 +520,8 @@ def error_report(error: TonyError) -> tuple[str, int]:
 EXTRAS = {"fastapi": "history", "uvicorn": "history", "multipart": "history", "skein": "yarn", "pyhdfs": "yarn",
           "requests_gssapi": "yarn", "gssapi": "yarn", "pyarrow": "data", "fastavro": "data", "cramjam": "data",
           "google_crc32c": "data", "tensorboard": "tensorflow", "tensorflow": "tensorflow",
-          "openlineage": "lineage", "airflow": "airflow"}
+          "openlineage": "lineage", "airflow": "airflow", "jupyterlab": "notebook", "httpx": "history",
+          "websockets": "history"}
 
 
 def missing_extra(error: ModuleNotFoundError) -> str | None:

@@ -353,6 +353,7 @@ class JobSpec:
     heartbeat_interval_ms = field_of(table.HEARTBEAT_INTERVAL_MS)
     max_missed_heartbeats = field_of(table.MAX_MISSED_HEARTBEATS)
     tensorboard_enabled = field_of(table.TENSORBOARD_ENABLED)
+    notebook_idle_timeout_ms = field_of(table.NOTEBOOK_IDLE_TIMEOUT_MS)
     execution_timeout_ms = field_of(table.EXECUTION_TIMEOUT_MS)
     checkpoint_location = field_of(table.CHECKPOINT_LOCATION)
     reclaim_retry_count = field_of(table.RECLAIM_RETRY_COUNT)
@@ -524,8 +525,8 @@ class JobSpec:
 
     @cached_property
     def chief(self) -> tuple[str, int]:
-        """The chief task: ``("chief", 0)`` when there is a chief type, else ``("worker", 0)``."""
-        return ("chief", 0) if "chief" in self._active_types() else ("worker", 0)
+        """The chief task: ``("chief", 0)`` when there is a chief type, else a notebook's, else ``("worker", 0)``."""
+        return next(((t, 0) for t in ("chief", "notebook") if t in self._active_types()), ("worker", 0))
 
     @cached_property
     def tracked_types(self) -> list[str]:

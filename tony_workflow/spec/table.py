@@ -222,6 +222,10 @@ DOCKER_MOUNTS = listing("tony.docker.mounts", "with tony.docker.enabled, what ev
                         "host path:container path:ro|rw entries", "")
 AM_NODE_LABEL = text("tony.am.node-label", "on YARN, the node label expression of the AM's container; empty: "
                      "the application's", "")
+NOTEBOOK_IDLE_TIMEOUT_MS = integer("tony.application.notebook-idle-timeout-ms", 0,
+                                   "a notebook job (tony notebook) that has had no request, no kernel at work and "
+                                   "no open connection this long shuts down and frees its container; 0: never",
+                                   "3600000")
 PROGRESS_TIMEOUT_MS = integer("tony.task.progress-timeout-ms", 0,
                               "a task that reported progress and then reports none this long is lost; 0: never",
                               "0")

@@ -34,6 +34,7 @@ from .handoff import HANDOFF_ENV, serve
 from .horovod import announced, driver_env
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
+from .serving import NOTEBOOK_TYPE, TOKEN_ENV, announce_when_ready, notebook_env, notebook_path
 from .workdir import job_python, python_path, task_pythonpath, user_directory
 
 __all__ = ["PortReservation", "TaskExecutor", "main"]
@@ -335,26 +336,9 @@ class TaskExecutor:
         self.tensorboard = subprocess.Popen(argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env)
         url = f"http://{self.host}:{port}"
-        threading.Thread(target=self._announce_tensorboard, args=(url,), daemon=True).start()
-
-    def _announce_tensorboard(self, url: str) -> None:
-        import urllib.request
-
-        deadline = time.time() + 180
-        while time.time() < deadline and not self.stop_event.is_set():
-            if self.tensorboard is None or self.tensorboard.poll() is not None:
-                log.warning("TensorBoard exited early; see tensorboard.log")
-                return
-            try:
-                with urllib.request.urlopen(url + "/data/logdir", timeout=2) as reply:
-                    ready = reply.status == 200
-                if ready:
-                    self.am.register_tensorboard(url)
-                    log.info("TensorBoard ready at %s", url)
-                    return
-            except (OSError, AMError, AMUnreachable):
-                pass
-            time.sleep(0.5)
+        threading.Thread(target=announce_when_ready, daemon=True, args=(
+            url + "/data/logdir", lambda: self.tensorboard, lambda: self.am.register_tensorboard(url), self.stop_event,
+            f"TensorBoard at {url} (see tensorboard.log)")).start()
 
     def _mirrors(self) -> bool:
         """Whether this container's saves are the job's: the chief's, or rank 0's in an elastic job."""
@@ -464,6 +448,10 @@ class TaskExecutor:
         if command:
             command = launch_command(ctx, command, self._python())
         env = self._user_env(ctx, tb_port.port if tb_port else None)
+        lab = self.task_type == NOTEBOOK_TYPE and bool(command)  # a notebook job's JupyterLab, on the task's port
+        if lab:
+            env.update(notebook_env(self.env["TONY_AM_TOKEN"], self.app_id, self.host, port.port,
+                                    self.spec.notebook_idle_timeout_ms))
         driver = self.spec.framework == "horovod" and self.task_type == "driver"  # Horovod's rendezvous server
         if driver:
             env.update(driver_env(cluster, self.workdir / "horovod-driver"))
@@ -488,6 +476,12 @@ class TaskExecutor:
                                      restored=self.restored, container_id=self.container_id)
         if self.mirror and (self.is_chief or self.follows_rank0):
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
+        if lab and self.user is not None:
+            url, headers = f"http://{self.host}:{port.port}{notebook_path(self.app_id)}", {
+                "Authorization": "token " + env[TOKEN_ENV]}
+            threading.Thread(target=announce_when_ready, daemon=True, args=(
+                url + "api/status", lambda: self.user, lambda: self.am.register_notebook(url), self.stop_event,
+                f"JupyterLab at {url}", headers, None)).start()
         unannounced = self._announce() if driver and self.user is not None else None
         code = self._wait()
         code = 1 if unannounced and code == 0 else code

@@ -169,6 +169,7 @@ class JobPages:
         self.query_of = query_of or (lambda request: {})
         self.keeper = keeper or BoardKeeper()
         self.index_ttl, self.title = index_ttl, title
+        self.notebooks = False  # whether the server passes /jobs/<id>/notebook/ on (web.notebook)
         self._indexes: dict[str, HistoryIndex] = {}
         self._lock = threading.Lock()
 
@@ -286,7 +287,7 @@ class JobPages:
         board = f"{base}/jobs/{app_id}/tensorboard/{_q(keep)}" if not live and record.get("tensorboard_logs") else None
         return render("job.html", r=record, live=live, charts=charts(record.get("series")), advice=advice,
                       progress=progress_text(record["progress"], metrics=8) if record.get("progress") else "",
-                      base=base, q=_q(keep), board=board, viewer=self.viewer_of(request),
+                      base=base, q=_q(keep), board=board, viewer=self.viewer_of(request), notebooks=self.notebooks,
                       events=f"{base}/jobs/{app_id}/events{_q(keep)}" if not live else None)
 
     def events(self, request: Request, app_id: str) -> PlainTextResponse:

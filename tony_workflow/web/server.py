@@ -24,9 +24,11 @@ from urllib.parse import urlencode
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from .access import Spnego, SpnegoError, TokenBook, TokenFileError, Viewer
 from .boards import BoardKeeper
+from .notebook import NotebookProxy
 from .pages import JobPages, render
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ COOKIE = "tony_history_token"
 _OPEN = ("/login", "/favicon.ico")
 
 
-def _token(request: Request) -> str | None:
+def _token(request: HTTPConnection) -> str | None:
     auth = request.headers.get("authorization") or ""
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
@@ -117,6 +119,17 @@ def create_server(client: TonyClient, book: TokenBook, keeper: BoardKeeper | Non
         return out
 
     app.include_router(pages.router())
+
+    async def socket_viewer(conn: HTTPConnection) -> Viewer | None:
+        """A websocket's viewer, signed in as a page's is (its token, or a Kerberos login)."""
+        viewer = book.viewer(_token(conn))
+        auth = conn.headers.get("authorization") or ""
+        if viewer is None and spnego is not None and auth.lower().startswith("negotiate "):
+            accepted = await run_in_threadpool(spnego.accept, auth[10:].strip())
+            viewer = book.viewer_named(accepted[0]) if accepted is not None else None
+        return viewer
+
+    NotebookProxy(pages, socket_viewer, COOKIE).mount(app)
     return app
 
 

@@ -15,7 +15,16 @@ from tony_workflow.am.state import AMState, Task
 from tony_workflow.backends import Container
 from tony_workflow.backends.local import LocalClusterManager
 from tony_workflow.backends.local.ledger import Inventory
-from tony_workflow.protocol import ClusterSpecQuery, Heartbeat, Kill, Registration, Result, Started, TensorBoard
+from tony_workflow.protocol import (
+    ClusterSpecQuery,
+    Heartbeat,
+    Kill,
+    Notebook,
+    Registration,
+    Result,
+    Started,
+    TensorBoard,
+)
 from tony_workflow.rpc import AMClient, AMError
 from tony_workflow.spec import load_job
 from tony_workflow.status import JobState, TaskState, TaskStatus
@@ -158,6 +167,16 @@ def test_only_a_web_address_becomes_the_tensorboard_link(tmp_path):
     assert state.status.tensorboard_url == "http://h:6006/"
 
 
+def test_a_notebooks_address_is_a_web_address_kept_in_the_status_and_set_only_with_the_executors_token(tmp_path):
+    state = make_state(tmp_path)
+    routes = AMRoutes(state)
+    code, reply = routes.notebook(Notebook("file:///etc/passwd"))
+    assert code == 400 and "http(s) address" in reply["error"] and state.status.notebook_url is None
+    assert routes.notebook(Notebook("http://h:8888/jobs/a/notebook/")) == (200, {"ok": True})
+    assert state.status.notebook_url == "http://h:8888/jobs/a/notebook/"
+    assert protocol.NOTEBOOK.view is False and protocol.NOTEBOOK.group is False  # the executors' token only
+
+
 def test_kill_is_recorded_with_its_reason_and_cancels_a_wait(tmp_path):
     state = make_state(tmp_path)
     AMRoutes(state).kill(Kill())
@@ -170,7 +189,7 @@ SAMPLES = {"register": {"task_id": "worker:0", "session_id": 0, "host": "h", "po
            "cluster_spec": {"task_id": "worker:0", "session_id": 0},
            "heartbeat": {"task_id": "worker:0", "session_id": 0}, "started": {"task_id": "worker:0", "session_id": 0},
            "result": {"task_id": "worker:0", "session_id": 0, "exit_code": 0},
-           "tensorboard": {"url": "http://h:6006"}, "status": {}, "record": {}, "kill": {},
+           "tensorboard": {"url": "http://h:6006"}, "notebook": {"url": "http://h:8888/jobs/a/notebook/"}, "status": {}, "record": {}, "kill": {},
            "horovod_driver": {"task_id": "driver:0", "session_id": 0, "host": "h", "port": 9999},
            "rdzv_state": {"run_id": "r-0"}, "rdzv_set_state": {"run_id": "r-0", "state": "AAE="},
            "rdzv_store": {"run_id": "r-0", "op": "set", "keys": ["k"], "values": ["AAE="]},

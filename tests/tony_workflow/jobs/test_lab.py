@@ -1,0 +1,180 @@
+"""``tony notebook`` for real on the embedded cluster: JupyterLab in a container, reached through the
+one URL the command prints (a server it runs itself, or ``tony history serve``), its kernels
+seeing the job's environment, opened and run in headless Chromium; a stranger refused, page and
+kernel websocket alike; ``tony kill`` and the idle timeout each end it with nothing left."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import REPO, app_processes, run_tony, stopped, wait_for
+from tests.tony_workflow.web.test_server import shoot
+from tony_workflow.protocol import notebook_token
+from tony_workflow.task.lab import idle_seconds
+
+pytestmark = pytest.mark.job
+
+
+def test_idle_means_no_connection_no_busy_kernel_and_no_activity_for_that_long():
+    status = {"last_activity": "2026-12-07T10:00:00+00:00", "connections": 0}
+    at = 1796637600.0  # 2026-12-07T10:00:00Z
+    assert idle_seconds(status, [], at + 90) == pytest.approx(90)
+    assert idle_seconds(status, [{"execution_state": "idle"}], at + 90) == pytest.approx(90)
+    assert idle_seconds(status, [{"execution_state": "busy"}], at + 90) == 0  # a long cell is work
+    assert idle_seconds({**status, "connections": 1}, [], at + 90) == 0  # an open tab is someone there
+
+
+def test_the_labs_token_is_neither_the_jobs_nor_its_group_token():
+    from tony_workflow.protocol import group_token
+    secret = uuid.uuid4().hex
+    assert notebook_token(secret) not in (secret, group_token(secret)) and notebook_token(secret) == notebook_token(secret)
+
+
+def test_a_duration_that_is_none_is_refused_with_nothing_submitted(tony_home):
+    r = run_tony("notebook", "--idle-timeout", "soon")
+    assert r.returncode == 2 and "--idle-timeout" in r.stderr and "'soon'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tony_home / "local" / "apps").exists() or not any((tony_home / "local" / "apps").iterdir())
+
+
+NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+                       "source": "import os\nprint('application:', os.environ['TONY_APPLICATION_ID'])"}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def start(tmp_path, *args: str) -> tuple[subprocess.Popen, str, str]:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "hello.ipynb").write_text(json.dumps(NOTEBOOK))
+    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "notebook", "--memory", "1g",
+                             "--src-dir", str(src), "--conf", "tony.am.memory=512m", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    url = proc.stdout.readline().strip()
+    if not url:
+        proc.wait(30)
+        pytest.fail(f"tony notebook printed no URL (exit {proc.returncode}): {proc.stderr.read()[-3000:]}")
+    (app_id,) = re.findall(r"/jobs/(application_\w+)/notebook/lab\?token=\S+$", url)
+    return proc, url, app_id
+
+
+def lab_token(app_id: str) -> str:
+    from tony_workflow.client import TonyClient
+    return notebook_token(TonyClient("local").backend.endpoint(app_id).token)
+
+
+def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[str, str]) -> str:
+    """Starts a kernel through the server and runs a cell over its websocket; what it printed."""
+    import requests
+    import websocket
+
+    kernel = requests.post(f"{base}/jobs/{app_id}/notebook/api/kernels", json={"name": "python3"}, headers=headers,
+                           timeout=60)
+    assert kernel.status_code == 201, kernel.text[:500]
+    ws = websocket.create_connection(f"ws{base[4:]}/jobs/{app_id}/notebook/api/kernels/{kernel.json()['id']}/channels",
+                                     header=[f"{k}: {v}" for k, v in headers.items()], timeout=60)
+    try:
+        msg_id = uuid.uuid4().hex
+        ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t",
+                                       "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
+                            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                            "content": {"code": "import os; print(os.environ['TONY_APPLICATION_ID'], "
+                                                "os.environ['TONY_TASK_ID'])", "silent": False}}))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            m = json.loads(ws.recv())
+            if m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "stream":
+                return m["content"]["text"]
+        raise AssertionError("the kernel printed nothing in 60 s")
+    finally:
+        ws.close()
+
+
+def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_ends_with_kill(tony_home, tmp_path,
+                                                                                          browser):
+    import requests
+    import websocket
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    proc, url, app_id = start(tmp_path, "--idle-timeout", "0")
+    try:
+        base = url.split("/jobs/")[0]
+        owner = {"Cookie": f"tony_history_token={url.split('token=')[1]}"}
+        page = requests.get(url, timeout=60)  # signs in (a cookie), then JupyterLab's page, through the server
+        assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
+        assert lab_token(app_id) not in page.text and lab_token(app_id) not in page.url
+        assert run_cell_over_the_kernels_websocket(base, app_id, owner).split() == [app_id, "notebook:0"]
+        # In Chromium: JupyterLab opens the notebook, and its cell runs in the container's kernel.
+        browser.get(url)
+        browser.get(f"{base}/jobs/{app_id}/notebook/lab/tree/hello.ipynb")
+        wait_for(lambda: "Idle" in browser.find_element(By.TAG_NAME, "body").text, timeout=120, interval=1)
+
+        def run_the_cell() -> bool:  # JupyterLab renders the cell again as it settles: asked afresh each time
+            try:
+                browser.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content").click()
+                ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+                return True
+            except StaleElementReferenceException:
+                return False
+        wait_for(run_the_cell, timeout=60, interval=1)
+        out = wait_for(lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                                if app_id in e.text], timeout=120, interval=1)
+        assert out == [f"application: {app_id}"]
+        shoot(browser, tmp_path, "notebook-lab.png")
+        # A stranger, signed in to a history server of the same cluster, gets neither the lab nor a kernel.
+        tokens = tmp_path / "tokens"
+        tokens.write_text("bob bob-token-0123456789abcdef\n")
+        tokens.chmod(0o600)
+        serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "history", "serve", "--port", "0",
+                                  "--tokens", str(tokens)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)})
+        try:
+            served = serve.stdout.readline().strip().split("/?")[0]
+            bob = {"Authorization": "Bearer bob-token-0123456789abcdef"}
+            refused = requests.get(f"{served}/jobs/{app_id}/notebook/lab", headers=bob, timeout=60)
+            assert refused.status_code == 403 and "bob may not see" in refused.text
+            with pytest.raises(websocket.WebSocketBadStatusException) as e:
+                websocket.create_connection(f"ws{served[4:]}/jobs/{app_id}/notebook/api/kernels/x/channels",
+                                            header=["Authorization: Bearer bob-token-0123456789abcdef"], timeout=30)
+            assert e.value.status_code == 403
+            with pytest.raises(websocket.WebSocketBadStatusException) as e:
+                websocket.create_connection(f"ws{served[4:]}/jobs/{app_id}/notebook/api/kernels/x/channels", timeout=30)
+            assert e.value.status_code == 403  # nobody signed in
+        finally:
+            assert stopped(serve) == 0
+        # tony kill ends it: the command that served it ends, and nothing of the job is left.
+        assert run_tony("kill", app_id).returncode == 0
+        assert proc.wait(120) == 0
+        assert "has ended" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            run_tony("kill", app_id)
+            stopped(proc)
+    wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
+    st = json.loads(run_tony("status", app_id, "--json").stdout)
+    assert st["state"] == "KILLED"
+
+
+def test_an_idle_notebook_shuts_itself_down_and_frees_its_container(tony_home, tmp_path):
+    proc, _, app_id = start(tmp_path, "--idle-timeout", "5s")
+    try:
+        assert proc.wait(180) == 0  # the job ended by itself: the command serving it ends too
+    finally:
+        if proc.poll() is None:
+            run_tony("kill", app_id)
+            stopped(proc)
+    st = json.loads(run_tony("status", app_id, "--json").stdout)
+    assert st["state"] == "SUCCEEDED", st
+    said = run_tony("logs", app_id).stdout
+    assert "idle for" in said and "notebook-idle-timeout-ms" in said, said[-2000:]
+    wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))

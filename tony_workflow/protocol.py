@@ -106,6 +106,10 @@ OWNER_ENV = "TONY_AM_OWNER"
 #: packed environment (a site-packages directory). A task's own processes get the environment and
 #: the runtime's ``tony/`` on their path, never its ``lib/``.
 RUNTIME_ENV, ENVIRONMENT_ENV = "TONY_RUNTIME", "TONY_ENVIRONMENT"
+#: Where a shipped distribution's data files (those its wheel puts under the environment's
+#: ``share/``: JupyterLab's pages, Jupyter's extensions) are, inside its site directory:
+#: ``<site>/_tony_data/share/...``.
+SHIPPED_DATA_DIR = "_tony_data"
 #: The exit status a cluster gives a container it killed for using more memory than it was given
 #: (YARN's ContainerExitStatus.KILLED_EXCEEDED_PMEM).
 EXCEEDED_MEMORY_EXIT = -104

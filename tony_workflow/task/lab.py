@@ -30,8 +30,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+from ..protocol import SHIPPED_DATA_DIR
 from .serving import BASE_ENV, IDLE_ENV, IP_ENV, PORT_ENV, TOKEN_ENV
 
 __all__ = ["idle_seconds", "main"]
@@ -62,6 +64,20 @@ def idle_seconds(status: dict[str, Any], kernels: list[dict[str, Any]], now: flo
     return max(0.0, now - _when(status.get("last_activity")))
 
 
+def shipped_jupyter() -> tuple[list[str], dict[str, str]]:
+    """Where JupyterLab's pages and Jupyter's data are when this interpreter's prefix has none: in
+    the job's shipped environment (YARN: a wheel's ``share/`` files travel in its part, under
+    SHIPPED_DATA_DIR). The lab's arguments and environment for them."""
+    if (Path(sys.prefix) / "share" / "jupyter" / "lab" / "static").is_dir():
+        return [], {}
+    for entry in sys.path:
+        data = Path(entry or ".") / SHIPPED_DATA_DIR / "share" / "jupyter"
+        if (data / "lab" / "static").is_dir():
+            found = os.pathsep.join(p for p in (str(data), os.environ.get("JUPYTER_PATH", "")) if p)
+            return [f"--LabApp.app_dir={data / 'lab'}"], {"JUPYTER_PATH": found}
+    return [], {}
+
+
 def main(argv: list[str] | None = None) -> int:
     token = os.environ.pop(TOKEN_ENV, "")
     if not token or PORT_ENV not in os.environ:
@@ -75,11 +91,13 @@ def main(argv: list[str] | None = None) -> int:
            "JUPYTERLAB_WORKSPACES_DIR": os.path.join(private, "workspaces")}
     for name in (TOKEN_ENV, PORT_ENV, BASE_ENV, IP_ENV, IDLE_ENV):
         env.pop(name, None)
+    pages, data = shipped_jupyter()
+    env.update(data)
     argv = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.ip={ip}", f"--ServerApp.port={port}",
             "--ServerApp.port_retries=0", f"--ServerApp.base_url={base}", f"--ServerApp.root_dir={os.getcwd()}",
             "--ServerApp.allow_remote_access=True", "--ServerApp.quit_button=True",
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            *(["--allow-root"] if os.geteuid() == 0 else []),  # a container's user is the job's, root or not
+            *pages, *(["--allow-root"] if os.geteuid() == 0 else []),  # a container's user is the job's, root or not
             *(sys.argv[1:] if argv is None else argv)]
     if idle:  # kernels nobody uses go first; the lab then goes when nothing at all happens
         argv += [f"--MappingKernelManager.cull_idle_timeout={idle}", "--MappingKernelManager.cull_connected=False",

@@ -49,14 +49,22 @@ NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1",
             "nbformat": 4, "nbformat_minor": 5}
 
 
-def start(tmp_path, *args: str) -> tuple[subprocess.Popen, str, str]:
+def tony(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """``tony`` with ``env`` (a cluster's) over this process's environment."""
+    return run_tony(*args, env=env, **kw)
+
+
+def start(tmp_path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str, str]:
+    """Runs ``tony [--backend B] notebook ARGS`` (``args`` starts with the backend's flags, if any)
+    over a source directory holding hello.ipynb; the command, the URL it printed, the application."""
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / "hello.ipynb").write_text(json.dumps(NOTEBOOK))
-    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "notebook", "--memory", "1g",
-                             "--src-dir", str(src), "--conf", "tony.am.memory=512m", *args],
+    flags = list(args[:2]) if args[:1] == ("--backend",) else []
+    proc = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", *flags, "notebook", "--memory", "1g",
+                             "--src-dir", str(src), "--conf", "tony.am.memory=512m", *args[len(flags):]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})
+                            env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})})
     url = proc.stdout.readline().strip()
     if not url:
         proc.wait(30)
@@ -65,9 +73,9 @@ def start(tmp_path, *args: str) -> tuple[subprocess.Popen, str, str]:
     return proc, url, app_id
 
 
-def lab_token(app_id: str) -> str:
+def lab_token(app_id: str, backend: str = "local") -> str:
     from tony_workflow.client import TonyClient
-    return notebook_token(TonyClient("local").backend.endpoint(app_id).token)
+    return notebook_token(TonyClient(backend).backend.endpoint(app_id).token)
 
 
 def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[str, str]) -> str:
@@ -99,6 +107,14 @@ def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[st
 
 def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_ends_with_kill(tony_home, tmp_path,
                                                                                           browser):
+    walk(tmp_path, browser, "local")
+
+
+def walk(tmp_path, browser, backend: str, env: dict | None = None) -> None:
+    """The notebook's life as its user and a stranger see it, on ``backend`` (its cluster's ``env``):
+    started with the URL printed; the page, a kernel over its websocket, and JupyterLab in Chromium
+    running the notebook's cell, all through that URL; a stranger refused by a history server of
+    the same cluster; tony kill ends it, the command with it, and nothing of the job is left."""
     import requests
     import websocket
     from selenium.common.exceptions import StaleElementReferenceException
@@ -106,13 +122,14 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    proc, url, app_id = start(tmp_path, "--idle-timeout", "0")
+    on = ["--backend", backend]
+    proc, url, app_id = start(tmp_path, *on, "--idle-timeout", "0", env=env)
     try:
         base = url.split("/jobs/")[0]
         owner = {"Cookie": f"tony_history_token={url.split('token=')[1]}"}
         page = requests.get(url, timeout=60)  # signs in (a cookie), then JupyterLab's page, through the server
-        assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
-        assert lab_token(app_id) not in page.text and lab_token(app_id) not in page.url
+        assert page.status_code == 200 and "jupyter-config-data" in page.text and "Error" not in page.text, page.text[:500]
+        assert lab_token(app_id, backend) not in page.text and lab_token(app_id, backend) not in page.url
         assert run_cell_over_the_kernels_websocket(base, app_id, owner).split() == [app_id, "notebook:0"]
         # In Chromium: JupyterLab opens the notebook, and its cell runs in the container's kernel.
         browser.get(url)
@@ -135,9 +152,9 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
         tokens = tmp_path / "tokens"
         tokens.write_text("bob bob-token-0123456789abcdef\n")
         tokens.chmod(0o600)
-        serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "history", "serve", "--port", "0",
-                                  "--tokens", str(tokens)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)})
+        serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", *on, "history", "serve", "--port",
+                                  "0", "--tokens", str(tokens)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path), **(env or {})})
         try:
             served = serve.stdout.readline().strip().split("/?")[0]
             bob = {"Authorization": "Bearer bob-token-0123456789abcdef"}
@@ -153,15 +170,15 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
         finally:
             assert stopped(serve) == 0
         # tony kill ends it: the command that served it ends, and nothing of the job is left.
-        assert run_tony("kill", app_id).returncode == 0
+        assert tony(*on, "kill", app_id, env=env).returncode == 0
         assert proc.wait(120) == 0
         assert "has ended" in proc.stderr.read()
     finally:
         if proc.poll() is None:
-            run_tony("kill", app_id)
+            tony(*on, "kill", app_id, env=env)
             stopped(proc)
     wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
-    st = json.loads(run_tony("status", app_id, "--json").stdout)
+    st = json.loads(tony(*on, "status", app_id, "--json", env=env).stdout)
     assert st["state"] == "KILLED"
 
 
@@ -178,3 +195,18 @@ def test_an_idle_notebook_shuts_itself_down_and_frees_its_container(tony_home, t
     said = run_tony("logs", app_id).stdout
     assert "idle for" in said and "notebook-idle-timeout-ms" in said, said[-2000:]
     wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
+
+
+def test_the_lab_finds_jupyterlabs_pages_in_the_shipped_environment_when_its_prefix_has_none(tmp_path, monkeypatch):
+    from tony_workflow.protocol import SHIPPED_DATA_DIR
+    from tony_workflow.task import lab
+    site = tmp_path / "site"
+    (site / SHIPPED_DATA_DIR / "share" / "jupyter" / "lab" / "static").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "bare-python"))  # a node's Python: nothing under share/
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), str(site)])
+    monkeypatch.setenv("JUPYTER_PATH", "/etc/jupyter-site")
+    args, env = lab.shipped_jupyter()
+    data = site / SHIPPED_DATA_DIR / "share" / "jupyter"
+    assert args == [f"--LabApp.app_dir={data / 'lab'}"] and env == {"JUPYTER_PATH": f"{data}{os.pathsep}/etc/jupyter-site"}
+    monkeypatch.setattr(sys, "prefix", str(site / SHIPPED_DATA_DIR))  # a prefix that has them: nothing to add
+    assert lab.shipped_jupyter() == ([], {})

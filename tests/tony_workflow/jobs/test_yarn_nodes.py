@@ -310,3 +310,11 @@ def test_the_readmes_yarn_commands_run_the_mnist_example_on_nodes_with_nothing_i
     # Hadoop's own INFO and WARN lines (its driver's log4j) are not mixed into the progress.
     hadoops = re.findall(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (?:INFO|WARN) .*$", said, re.MULTILINE)
     assert not hadoops, hadoops
+
+
+def test_a_notebook_runs_on_nodes_with_nothing_installed_and_is_used_and_ended_as_on_the_embedded_cluster(
+        bare_nodes, tmp_path, browser):
+    # JupyterLab goes with the job's environment, its pages too (the files its wheel puts under
+    # the environment's share/, which no import names).
+    from tests.tony_workflow.jobs.test_lab import walk
+    walk(tmp_path, browser, "yarn")

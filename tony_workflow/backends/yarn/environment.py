@@ -53,6 +53,9 @@ log = logging.getLogger("tony.ship")
 _SKIPPED_DIRS = {"__pycache__", ".git", ".venv", "venv", "site-packages", "node_modules", ".tox", ".mypy_cache"}
 #: At most this many files of a source tree are read for imports, each at most this large.
 _MAX_FILES, _MAX_FILE_BYTES = 5000, 2 << 20
+#: What a part holds besides its site files, named in its key so that a part packed before is not
+#: taken for one of this layout: 2, its data files under ``share/`` (protocol.SHIPPED_DATA_DIR).
+_LAYOUT = "layout 2"
 #: The time every member of a part carries (1980-01-01), so that its bytes depend on its files alone.
 _EPOCH = 315532800
 #: A distribution larger than this is said as it is packed (a few seconds).
@@ -276,7 +279,7 @@ def _record_digest(dist: metadata.Distribution, described: Any = None) -> str:
     read it (each reading parses the file again)."""
     described = dist.metadata if described is None else described
     h = hashlib.sha256()
-    for part in _platform():
+    for part in [*_platform(), _LAYOUT]:
         h.update(part.encode() + b"\0")
     h.update(f"{described['Name']}=={described['Version']}\0".encode())
     record = dist.read_text("RECORD")

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ...protocol import SHIPPED_DATA_DIR
+
 __all__ = ["RUNTIME_DIR", "Pack", "base_python", "is_built", "local_archives", "runtime",
            "runtime_key", "runtime_path", "task_path"]
 
@@ -130,13 +132,20 @@ def _package_files() -> Iterator[tuple[Path, str]]:
 
 
 def _dist_files(dists: dict[str, metadata.Distribution], prefix: str) -> Iterator[tuple[Path, str]]:
-    """Every installed file of ``dists`` inside their site-packages directory (not their scripts)."""
+    """Every installed file of ``dists`` inside their site-packages directory (not their scripts),
+    and their data files under the environment's ``share/``, as ``SHIPPED_DATA_DIR/share/...``."""
+    share = Path(sys.prefix).resolve() / "share"
     for dist in dists.values():
         for f in dist.files or []:
             rel = f.as_posix()
-            if rel.startswith("..") or any(s in rel for s in _SKIPPED):
+            if any(s in rel for s in _SKIPPED):
                 continue
             path = Path(str(dist.locate_file(f)))
+            if rel.startswith(".."):
+                outside = Path(os.path.realpath(path))
+                if not outside.is_relative_to(share) or not outside.is_file():
+                    continue
+                path, rel = outside, f"{SHIPPED_DATA_DIR}/share/{outside.relative_to(share).as_posix()}"
             if path.is_file():
                 yield path, f"{prefix}{rel}"
 

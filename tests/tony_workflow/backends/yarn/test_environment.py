@@ -188,3 +188,16 @@ def test_which_distribution_provides_a_module_is_read_once_until_one_is_installe
     (site / "tony_probe_mod.py").write_text("")
     roots, missing = roots_of(spec)
     assert read == [1] and roots["tony-probe"] == "train.py imports tony_probe_mod" and missing == {}
+
+
+def test_a_distributions_data_files_go_in_its_part_under_the_shipped_data_directory():
+    # JupyterLab's pages are files its wheel puts under the environment's share/, named by no
+    # import: a node with nothing installed needs them all the same.
+    from tony_workflow.backends.yarn.runtime import _dist_files
+    from tony_workflow.protocol import SHIPPED_DATA_DIR
+    names = [rel for _, rel in _dist_files({"jupyterlab": metadata.distribution("jupyterlab")}, "")]
+    assert "jupyterlab/__init__.py" in names and not any(n.startswith("..") for n in names)
+    static = [n for n in names if n.startswith(f"{SHIPPED_DATA_DIR}/share/jupyter/lab/static/")]
+    assert any(n.endswith("/index.html") for n in static), names[:20]
+    # Its scripts (bin/) stay behind: the task's interpreter runs modules.
+    assert not any("/bin/" in n for n in names if n.startswith(SHIPPED_DATA_DIR))

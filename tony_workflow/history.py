@@ -50,6 +50,7 @@ __all__ = ["JobHistory", "SubmitterHistory", "build_record", "history_default", 
 
 FINISHED = "finished"
 BOARD = "tensorboard"  # a record's TensorBoard event files, beside it
+NOTEBOOKS = "notebooks"  # its tasks' executed notebooks, a folder per task
 PROXIED = "proxied"
 _NAME = re.compile(r"(application_\d+_\d+)-(\d+)-(\d+)-(.+)-([A-Z]+)\.json")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
@@ -231,10 +232,11 @@ class JobHistory:
             zone = _dt.UTC
         return _dt.datetime.fromtimestamp(ts, zone).strftime("%Y/%m/%d")
 
-    def write(self, record: dict[str, Any], events_file: Path | None = None, board_dir: Path | None = None) -> str:
-        """Stores ``record`` (and a copy of the event log, and the TensorBoard event files under
-        ``board_dir``, which ``tony tensorboard`` serves once the job has ended); returns the
-        record's key. Purges expired records first."""
+    def write(self, record: dict[str, Any], events_file: Path | None = None, board_dir: Path | None = None,
+              notebooks: Sequence[tuple[str, Path]] = ()) -> str:
+        """Stores ``record`` (and a copy of the event log, the TensorBoard event files under
+        ``board_dir``, which ``tony tensorboard`` serves once the job has ended, and each task's
+        executed notebook, ``(task id, file)``); returns the record's key. Purges expired records first."""
         self.purge()
         app_id = check_application_id(record["application_id"])
         folder = f"{FINISHED}/{self._day(record.get('finished_at') or time.time())}/{app_id}"
@@ -247,6 +249,13 @@ class JobHistory:
         if kept:
             record = {**record, "tensorboard_logs": {"key": f"{folder}/{BOARD}", "uri": f"{self.store.uri}/{folder}/{BOARD}",
                                                      "files": len(kept), "bytes": sum(f.stat().st_size for f, _ in kept)}}
+        shown = []
+        for task_id, path in notebooks:
+            key = f"{folder}/{NOTEBOOKS}/{task_id.replace(':', '-')}/{path.name}"
+            self.store.put(path, key)
+            shown.append({"task": task_id, "name": path.name, "key": key, "bytes": path.stat().st_size})
+        if shown:
+            record = {**record, "notebooks": shown}
         with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
             conf = Path(tmp) / "config.json"
             conf.write_text(json.dumps(record.get("conf") or {}, indent=1, sort_keys=True))
@@ -467,7 +476,38 @@ def record_job(app_dir: Path, spec: JobSpec, default_location: str, user: str,
                 pass  # the chief wrote no event files
             except Exception as e:  # noqa: BLE001 - the store's errors: the record is written without them
                 print(f"tony: the job's TensorBoard event files were not kept: {e}", file=sys.stderr, flush=True)
-        return history.write(record, Path(app_dir) / "events.jsonl", board_dir=board_dir)
+        return history.write(record, Path(app_dir) / "events.jsonl", board_dir=board_dir,
+                             notebooks=executed_notebooks(Path(app_dir), board_store, Path(tmp) / NOTEBOOKS))
+
+
+def executed_notebooks(app_dir: Path, board_store: str | None, scratch: Path) -> list[tuple[str, Path]]:
+    """Each task's executed notebook (``executes: train.ipynb``), the last it wrote: in its
+    container's directory (the embedded cluster), or in the store beside ``board_store`` where
+    the task kept it as it ended (YARN, :data:`~tony_workflow.protocol.NOTEBOOK_STORE_ENV`)."""
+    found: dict[tuple[str, str], Path] = {}
+    if board_store:
+        try:
+            store = open_storage(f"{board_store.rsplit('/', 1)[0]}/{NOTEBOOKS}")
+            for rel in sorted(store.list("")):
+                task_dir, _, name = rel.rpartition("/")
+                target = scratch / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                store.get(rel, target)
+                kind, _, index = task_dir.rpartition("-")  # the task's folder: worker-0 for worker:0
+                found[(f"{kind}:{index}", name)] = target
+        except FileNotFoundError:
+            pass  # no task kept one
+        except Exception as e:  # noqa: BLE001 - the store's errors: the record is written without them
+            print(f"tony: the job's executed notebooks were not kept: {e}", file=sys.stderr, flush=True)
+        return sorted((task, path) for (task, _), path in found.items())
+    containers = sorted(Path(app_dir).glob("containers/*/*.executed.ipynb"), key=lambda p: p.stat().st_mtime)
+    for path in containers:  # a relaunched task's newer container last: its copy is kept
+        try:
+            task = (path.parent / "task_id").read_text().strip()
+        except OSError:
+            continue
+        found[(task, path.name)] = path
+    return sorted((task, path) for (task, _), path in found.items())
 
 
 class SubmitterHistory:

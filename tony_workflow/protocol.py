@@ -40,6 +40,7 @@ __all__ = [
     "HEARTBEAT",
     "HOROVOD_DRIVER",
     "KILL",
+    "NOTEBOOK_STORE_ENV",
     "OWNER_ENV",
     "RDZV_GROUP",
     "RDZV_ROUND",
@@ -118,6 +119,11 @@ RESOURCES_ENV = "TONY_RESOURCES"
 #: Where a chief whose TensorBoard directory is its own (YARN: no directory is shared across nodes)
 #: copies its event files as it ends, for the job's history record (a store URI).
 BOARD_STORE_ENV = "TONY_BOARD_STORE"
+#: Where a task whose program is a notebook (``executes: train.ipynb``) keeps its executed copy
+#: as it ends, in a folder named after the task (``worker-0/train.executed.ipynb``), for the job's
+#: history record: where the tasks share no directory (YARN), the folder ``notebooks`` beside the
+#: TensorBoard store.
+NOTEBOOK_STORE_ENV = "TONY_NOTEBOOK_STORE"
 
 
 # ---------------------------------------------------------------- requests

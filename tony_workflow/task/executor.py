@@ -26,7 +26,7 @@ from ..context import task_env
 from ..events import log_tail
 from ..frameworks import RANKED_TYPES, TaskContext, build_env, in_place_env, launch_command, thread_env
 from ..process import kill_tree  # imports psutil on first use: a container start is mostly imports
-from ..protocol import BOARD_STORE_ENV, RESULT_FILE, group_token
+from ..protocol import BOARD_STORE_ENV, NOTEBOOK_STORE_ENV, RESULT_FILE, group_token
 from ..rpc import AMClient, AMError, AMUnreachable
 from ..spec import JobSpec
 from ..spec.data import MANIFEST_ENV, MANIFEST_NAME
@@ -34,7 +34,7 @@ from .handoff import HANDOFF_ENV, serve
 from .horovod import announced, driver_env
 from .metrics import GpuSampler, TaskSampler, visible_gpus
 from .reporting import ReportInbox
-from .serving import NOTEBOOK_TYPE, TOKEN_ENV, announce_when_ready, notebook_env, notebook_path
+from .serving import NOTEBOOK_TYPE, TOKEN_ENV, announce_when_ready, keep_executed, notebook_env, notebook_path
 from .workdir import job_python, python_path, task_pythonpath, user_directory
 
 __all__ = ["PortReservation", "TaskExecutor", "main"]
@@ -494,6 +494,8 @@ class TaskExecutor:
         self._sync_checkpoints()
         if self.is_chief and self.env.get(BOARD_STORE_ENV):
             self._keep_events(self.env[BOARD_STORE_ENV])
+        if self.env.get(NOTEBOOK_STORE_ENV) and self.user is not None:
+            keep_executed(self.spec.executes, user_dir, self.env, self.task_id, self.env[NOTEBOOK_STORE_ENV])
         if not self.stop_event.is_set():
             # On disk first: an AM attempt that dies before hearing it still finds the outcome.
             with contextlib.suppress(OSError):

@@ -14,13 +14,14 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..protocol import notebook_token
 from ..rpc import AMError, AMUnreachable
 
-__all__ = ["NOTEBOOK_TYPE", "announce_when_ready", "notebook_env", "notebook_path", "notebook_probe"]
+__all__ = ["NOTEBOOK_TYPE", "announce_when_ready", "keep_executed", "notebook_env", "notebook_path", "notebook_probe"]
 
 log = logging.getLogger("tony.executor")
 
@@ -72,3 +73,23 @@ def announce_when_ready(probe: str, proc_of: Callable[[], subprocess.Popen | Non
         except (OSError, AMError, AMUnreachable):
             pass
         time.sleep(0.5)
+
+
+def keep_executed(executes: str | None, user_dir: Path, env: Mapping[str, str], task_id: str, location: str) -> None:
+    """Copies the executed copy of the task's notebook (when its program is one) to ``location``,
+    in the task's folder, for the job's history record; a failing store is said in the task's log."""
+    from ..spec.notebook import is_notebook
+    from ..storage import open_storage
+    from .notebook import executed_path
+
+    if not is_notebook(executes):
+        return
+    path = executed_path(Path(str(executes).split()[0]), dict(env))
+    path = path if path.is_absolute() else user_dir / path
+    if not path.is_file():
+        return
+    try:
+        open_storage(location).put(path, f"{task_id.replace(':', '-')}/{path.name}")
+        log.info("kept the executed notebook %s in %s", path.name, location)
+    except Exception as e:  # noqa: BLE001 - the store's errors: the task's outcome does not depend on them
+        log.warning("the executed notebook %s was not kept in %s: %s", path.name, location, e)

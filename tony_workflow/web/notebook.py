@@ -189,7 +189,11 @@ def _with(response: Response, headers: list[tuple[str, str]]) -> Response:
 
 
 async def _pump(downstream: WebSocket, upstream: Any) -> None:
-    """Passes messages both ways until either side closes, then closes the other."""
+    """Passes messages both ways until either side closes (or goes: a lab that ended, a browser
+    tab closed), then closes the other."""
+    from starlette.websockets import WebSocketDisconnect
+    from websockets.exceptions import ConnectionClosed
+
     async def down() -> None:
         while True:
             message = await downstream.receive()
@@ -205,10 +209,15 @@ async def _pump(downstream: WebSocket, upstream: Any) -> None:
             else:
                 await downstream.send_text(data)
 
-    tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
+    async def quietly(pass_on: Callable[[], Awaitable[None]]) -> None:
+        with contextlib.suppress(ConnectionClosed, WebSocketDisconnect, RuntimeError, OSError):
+            await pass_on()
+
+    tasks = [asyncio.ensure_future(quietly(down)), asyncio.ensure_future(quietly(up))]
     _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for t in pending:
         t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     with contextlib.suppress(Exception):
         await upstream.close()
     with contextlib.suppress(Exception):

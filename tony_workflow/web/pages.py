@@ -20,6 +20,7 @@ that mounts the pages says who the viewer is, or None where it decides access it
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import tempfile
 import threading
 import time
@@ -236,6 +237,7 @@ class JobPages:
                         name="logs")
         r.add_api_route("/jobs/{app_id}/tensorboard/{path:path}", self.tensorboard, methods=["GET", "POST"],
                         name="tensorboard")
+        r.add_api_route("/jobs/{app_id}/notebooks/{task}/{name}", self.notebook, methods=["GET"], name="notebook")
         return r
 
     def jobs(self, request: Request, user: str | None = None, state: str | None = None, since: str | None = None,
@@ -330,6 +332,22 @@ class JobPages:
                                      "kept none)")
         return PlainTextResponse("\n".join(parts))
 
+    def notebook(self, request: Request, app_id: str, task: str, name: str, raw: bool = False) -> Response:
+        """A task's executed notebook kept with the record: as HTML (nbconvert's, in a sandbox: its
+        outputs are the job's, never scripts of this site), or the file itself with ``raw``."""
+        record, index = self._record(request, app_id)
+        kept = next((n for n in record.get("notebooks") or () if (n["task"], n["name"]) == (task, name)), None)
+        history = index.history_of(app_id)
+        if kept is None or history is None:
+            raise HTTPException(404, f"{app_id} kept no executed notebook {name} of {task}")
+        with tempfile.TemporaryDirectory(prefix="tony-notebook-") as tmp:
+            history.store.get(kept["key"], Path(tmp) / "nb")
+            text = (Path(tmp) / "nb").read_text(errors="replace")
+        if raw:
+            return Response(text, media_type="application/x-ipynb+json",
+                            headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        return HTMLResponse(notebook_html(text), headers={"Content-Security-Policy": _SANDBOX})
+
     async def tensorboard(self, request: Request, app_id: str, path: str = "") -> Response:
         from starlette.concurrency import run_in_threadpool
 
@@ -352,6 +370,33 @@ class JobPages:
         except RuntimeError as e:
             raise HTTPException(502, str(e)) from None
         return _pass_on(request, board.url.rstrip("/") + "/" + path, body)
+
+
+#: A kept notebook's page runs nothing and reaches nothing: a sandbox of its own (no scripts, no
+#: origin), its styles and images inline.
+_SANDBOX = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def notebook_html(text: str) -> str:
+    """An executed notebook as a page: nbconvert's rendering, else its cells and text outputs."""
+    from html import escape
+
+    try:
+        import nbformat
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nbformat.reads(text, as_version=4))  # type: ignore[no-untyped-call]
+        return str(body)
+    except ImportError:
+        nb = json.loads(text)
+        parts = []
+        for cell in nb.get("cells") or ():
+            source = "".join(cell.get("source") or "")
+            parts.append(f"<pre class='source'>{escape(source)}</pre>")
+            for out in cell.get("outputs") or ():
+                shown = out.get("text") or (out.get("data") or {}).get("text/plain") or out.get("traceback") or ""
+                parts.append(f"<pre class='output'>{escape(''.join(shown))}</pre>")
+        return "<!DOCTYPE html><meta charset='utf-8'>" + "".join(parts)
 
 
 def _q(keep: dict[str, str]) -> str:

@@ -172,7 +172,8 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None) -> None:
         # tony kill ends it: the command that served it ends, and nothing of the job is left.
         assert tony(*on, "kill", app_id, env=env).returncode == 0
         assert proc.wait(120) == 0
-        assert "has ended" in proc.stderr.read()
+        said = proc.stderr.read()
+        assert "has ended" in said and "Warning" not in said and "Traceback" not in said, said[-3000:]
     finally:
         if proc.poll() is None:
             tony(*on, "kill", app_id, env=env)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import app_processes, wait_for
+from tests.conftest import app_processes, run_tony, wait_for
 from tests.tony_workflow.task.test_notebook import notebook
 from tony_workflow.client import TonyClient, load_job
 from tony_workflow.spec import SpecError
@@ -37,6 +37,34 @@ def test_every_task_runs_the_notebook_with_the_jobs_parameters(tony_home, tmp_pa
     executed = [json.loads(p.read_text()) for p in app_dir.glob("containers/*/train.executed.ipynb")]
     assert len(executed) == 2 and all(nb["cells"][1]["metadata"]["tags"] == ["injected-parameters"] for nb in executed)
     wait_for(lambda: not app_processes(h.app_id), timeout=120)  # the kernels went with their tasks
+    kept_with_the_history(h.app_id, {"worker:0", "worker:1"}, "ran 7 steps")
+
+
+def kept_with_the_history(app_id: str, tasks: set[str], printed: str, backend: str = "local") -> None:
+    """Each task's executed notebook is kept with the job's history record and shown from its page:
+    as HTML in a sandbox, and as the file itself, with what its cells printed."""
+    from starlette.testclient import TestClient
+
+    from tony_workflow.web.access import TokenBook
+    from tony_workflow.web.server import create_server
+
+    record = json.loads(run_tony("--backend", backend, "history", app_id, "--json").stdout)
+    kept = record["notebooks"]
+    assert {n["task"] for n in kept} == tasks and {n["name"] for n in kept} == {"train.executed.ipynb"}, kept
+    app = create_server(TonyClient(backend), TokenBook("svc", owner_token="owner-token-0123456789"), index_ttl=0)
+    owner = {"authorization": "Bearer owner-token-0123456789"}
+    try:
+        with TestClient(app) as c:
+            page = c.get(f"/jobs/{app_id}", headers=owner)
+            assert page.status_code == 200 and f"/jobs/{app_id}/notebooks/worker:0/train.executed.ipynb" in page.text
+            shown = c.get(f"/jobs/{app_id}/notebooks/worker:0/train.executed.ipynb", headers=owner)
+            assert shown.status_code == 200 and printed in shown.text, shown.text[:300]
+            assert shown.headers["content-security-policy"].startswith("sandbox")
+            raw = c.get(f"/jobs/{app_id}/notebooks/worker:0/train.executed.ipynb?raw=1", headers=owner).json()
+            assert any(printed in "".join(o.get("text", "")) for cell in raw["cells"] for o in cell.get("outputs", []))
+            assert c.get(f"/jobs/{app_id}/notebooks/worker:9/train.executed.ipynb", headers=owner).status_code == 404
+    finally:
+        app.state.pages.keeper.stop()
 
 
 def test_a_raising_cell_fails_the_job_with_its_traceback(tony_home, tmp_path):

@@ -318,3 +318,20 @@ def test_a_notebook_runs_on_nodes_with_nothing_installed_and_is_used_and_ended_a
     # the environment's share/, which no import names).
     from tests.tony_workflow.jobs.test_lab import walk
     walk(tmp_path, browser, "yarn")
+
+
+def test_a_notebook_job_runs_on_nodes_with_nothing_installed_and_its_executed_copy_is_kept(bare_nodes, tmp_path):
+    # The notebook's imports and Jupyter go with the job; each task keeps its executed copy in the
+    # job's store as it ends (its container's directory goes with it), and the record holds it.
+    from tests.tony_workflow.jobs.test_notebook_jobs import job, kept_with_the_history
+    from tests.tony_workflow.task.test_notebook import notebook
+    src = tmp_path / "src"
+    src.mkdir()
+    notebook(src / "train.ipynb", ("import os\nsteps = 1", ["parameters"]),
+             ("print(f\"{os.environ['TONY_TASK_ID']} ran {steps} steps\")", []))
+    spec = job(src, "yarn-notebook", "--steps 5")
+    spec["tasks"]["worker"]["instances"] = 1
+    h = TonyClient("yarn").submit(load_job(spec))
+    st = h.wait(timeout=900)
+    assert st.state == "SUCCEEDED", st.diagnostics
+    kept_with_the_history(h.app_id, {"worker:0"}, "worker:0 ran 5 steps", backend="yarn")

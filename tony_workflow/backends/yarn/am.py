@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import hadoop
-from ...protocol import BOARD_STORE_ENV
+from ...protocol import BOARD_STORE_ENV, NOTEBOOK_STORE_ENV
 from ...status import JobState
 from ...storage import Storage, open_storage
 from ..base import AMIdentity, ClusterManager, Container, ContainerRequest, Wait
@@ -326,6 +326,7 @@ class YarnClusterManager(ClusterManager):
         env = {k: str(v) for k, v in env.items()}
         env["TONY_SPEC_FILE"] = "spec.json"  # every container has the job's spec in its own directory
         env[BOARD_STORE_ENV] = self.board_store()
+        env[NOTEBOOK_STORE_ENV] = f"{app_store(self.app_id)}/notebooks"
         self._envs[container.id] = env
         adopted = self._adopt.pop(container.id, None)
         if adopted is not None:

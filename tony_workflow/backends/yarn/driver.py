@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # instead, with the rest of what tony writes (``$TONY_HOME/skein``), unless the user named one
 # (``SKEIN_CONFIG``). Read by skein when it loads: set before.
 os.environ.setdefault("SKEIN_CONFIG", str(tony_home() / "skein"))
+# The first use writes the certificate there, and skein warns of it in a Python traceback-like
+# line amid the submission's progress: the directory is tony's own, and nothing is asked of the user.
+warnings.filterwarnings("ignore", message="Skein global security credentials not found", category=UserWarning)
 
 _ENV_LOCK = threading.Lock()
 

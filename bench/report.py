@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "rm_load", "follow_many", "chaos",
          "chaos_yarn", "history_server", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn", "data_input",
-         "output_follow", "output_follow_yarn"]
+         "output_follow", "output_follow_yarn", "notebook_start"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -509,6 +509,11 @@ def details(name: str, r: dict) -> list[str]:
                        f"{fmt(x.get('checkpoint_step'))} | {fmt(x.get('restart_start_step'))} | "
                        f"{fmt(x.get('lost_beyond_checkpoint'))} | {fmt(x.get('processes_left'))} | "
                        f"{fmt(x.get('resume_s'))} | {x.get('state')} |")
+    elif name == "notebook_start" and r.get("pairs"):
+        out += [("| pair | bare JupyterLab in a skein container (s) | tony notebook, URL answering (s) | "
+                "URL printed (s) | ratio |"), "|---|---|---|---|---|"]
+        out += [f"| {i + 1} | {p['floor']['seconds']} | {p['runtime']['seconds']} | {p['runtime']['url_printed_s']} | "
+                f"{p['ratio']} |" for i, p in enumerate(r["pairs"])]
     return out
 
 

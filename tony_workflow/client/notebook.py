@@ -111,13 +111,14 @@ def _ready(handle: JobHandle) -> str:
             if time.monotonic() > deadline:
                 raise TonyError(f"JupyterLab of {handle.app_id} did not answer in {_READY_S:.0f} s; it still runs: "
                                  f"see tony logs {handle.app_id}, end it with tony kill {handle.app_id}")
-        time.sleep(1.0)
+        time.sleep(0.25)
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
     from ..backends import history_server
 
     client = TonyClient(args.backend)
+    server = history_server()
     if args.attach:
         handle = client.attach(args.attach)
     else:
@@ -127,55 +128,67 @@ def cmd_notebook(args: argparse.Namespace) -> int:
                              "'tony-workflow[notebook]', or give --python-venv with JupyterLab in it")
         handle = client.submit(spec, checked=True)
         print(f"Submitted application {handle.app_id}", file=sys.stderr, flush=True)
-    _ready(handle)
     path = f"/jobs/{handle.app_id}/notebook/lab"
-    server = history_server()
     if server:
+        _ready(handle)
         print(f"{server}{path}", flush=True)
         print(f"tony: the notebook {handle.app_id} runs until tony kill {handle.app_id}, its idle timeout, or "
               "File > Shut Down in JupyterLab", file=sys.stderr, flush=True)
         return 0
-    return _serve(client, handle, path, args.host, args.port)
-
-
-def _serve(client: TonyClient, handle: JobHandle, path: str, host: str, port: int) -> int:
-    """Serves the notebook on this machine until Ctrl-C, SIGTERM or the job's end."""
-    import uvicorn
-
-    from ..process import user_name
-    from ..web.access import TokenBook
-    from ..web.boards import BoardKeeper
-    from ..web.server import create_server
-
-    book, keeper = TokenBook(user_name()), BoardKeeper()
-    app = create_server(client, book, keeper)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
-    original = server.startup
-
-    async def startup(sockets: Any = None) -> None:
-        await original(sockets)
-        bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
-        shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-        print(f"http://{shown}:{bound}{path}?token={book.owner_token}", flush=True)
+    own = _Server(client, args.host, args.port)  # started while the cluster starts the notebook
+    try:
+        _ready(handle)
+        shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0") else args.host
+        print(f"http://{shown}:{own.port()}{path}?token={own.book.owner_token}", flush=True)
         print(f"tony: served here until Ctrl-C; the notebook {handle.app_id} goes on after it (tony notebook --attach "
               f"{handle.app_id} serves it again, tony kill {handle.app_id} ends it)", file=sys.stderr, flush=True)
-
-    server.startup = startup  # type: ignore[method-assign]
-
-    def watch() -> None:
-        while not server.should_exit:
-            time.sleep(2.0)
+        signal.signal(signal.SIGTERM, lambda *_: own.stop())
+        while not own.stopped():
             with contextlib.suppress(Exception):  # the cluster not answering for a moment ends nothing
                 if handle.status().is_final:
                     print(f"tony: the notebook {handle.app_id} has ended", file=sys.stderr, flush=True)
-                    server.should_exit = True
-
-    threading.Thread(target=watch, name="tony-notebook-watch", daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
-    try:
-        server.run()
+                    break
+            own.wait(2.0)
     except KeyboardInterrupt:
         pass
     finally:
-        keeper.stop()
+        own.stop()
     return 0
+
+
+class _Server:
+    """The server this command runs (no history server configured), on a thread of its own: it
+    serves the owner the job's pages and its notebook until :meth:`stop`."""
+
+    def __init__(self, client: TonyClient, host: str, port: int):
+        import uvicorn
+
+        from ..process import user_name
+        from ..web.access import TokenBook
+        from ..web.boards import BoardKeeper
+        from ..web.server import create_server
+
+        self.book, self.keeper = TokenBook(user_name()), BoardKeeper()
+        app = create_server(client, self.book, self.keeper)
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, name="tony-notebook-server", daemon=True)
+        self.thread.start()
+
+    def port(self) -> int:
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise TonyError("this command's server did not start (is the port taken? --port)")
+            time.sleep(0.05)
+        return int(self.server.servers[0].sockets[0].getsockname()[1])
+
+    def wait(self, seconds: float) -> None:
+        self.thread.join(seconds)
+
+    def stopped(self) -> bool:
+        return not self.thread.is_alive()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.keeper.stop()

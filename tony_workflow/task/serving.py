@@ -72,7 +72,7 @@ def announce_when_ready(probe: str, proc_of: Callable[[], subprocess.Popen | Non
                 return
         except (OSError, AMError, AMUnreachable):
             pass
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def keep_executed(executes: str | None, user_dir: Path, env: Mapping[str, str], task_id: str, location: str) -> None:

@@ -257,6 +257,8 @@ class JobHistory:
         if shown:
             record = {**record, "notebooks": shown}
         with tempfile.TemporaryDirectory(prefix="tony-history-") as tmp:
+            if str((record.get("conf") or {}).get("tony.history.tony-format", "")).strip().lower() == "true":
+                self._write_tony_files(folder, record, events_file, Path(tmp))
             conf = Path(tmp) / "config.json"
             conf.write_text(json.dumps(record.get("conf") or {}, indent=1, sort_keys=True))
             self.store.put(conf, f"{folder}/config.json")
@@ -267,6 +269,17 @@ class JobHistory:
             key = f"{folder}/{record_name(record)}"
             self.store.put(body, key)  # last: a listed record always has its files beside it
         return key
+
+    def _write_tony_files(self, folder: str, record: dict[str, Any], events_file: Path | None, tmp: Path) -> None:
+        """TonY's own files of the job beside its record (:mod:`tony_workflow.tony_format`)."""
+        from .tony_format import final_xml, jhist, jhist_name
+
+        log = list(read_events(events_file)) if events_file is not None else []
+        (tmp / "jhist").write_bytes(jhist(record, log))
+        self.store.put(tmp / "jhist", f"{folder}/{jhist_name(record)}")
+        (tmp / "tony-final.xml").write_text(final_xml(record.get("conf") or {}, record.get("context"),
+                                                      str(record.get("user") or "")))
+        self.store.put(tmp / "tony-final.xml", f"{folder}/tony-final.xml")
 
     def _keys(self) -> list[str]:
         return [f"{FINISHED}/{rel}" for rel in self.store.list(FINISHED)]

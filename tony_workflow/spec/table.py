@@ -222,6 +222,9 @@ DOCKER_MOUNTS = listing("tony.docker.mounts", "with tony.docker.enabled, what ev
                         "host path:container path:ro|rw entries", "")
 AM_NODE_LABEL = text("tony.am.node-label", "on YARN, the node label expression of the AM's container; empty: "
                      "the application's", "")
+TONY_HISTORY_FORMAT = boolean("tony.history.tony-format", "also write TonY's history files in the job's record "
+                              "folder (its .jhist events and tony-final.xml), for the TonY Portal and Dr. Elephant",
+                              "false")
 NOTEBOOK_IDLE_TIMEOUT_MS = integer("tony.application.notebook-idle-timeout-ms", 0,
                                    "a notebook job (tony notebook) that has had no request, no kernel at work and "
                                    "no open connection this long shuts down and frees its container; 0: never",

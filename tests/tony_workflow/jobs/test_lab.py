@@ -169,6 +169,11 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None) -> None:
             assert e.value.status_code == 403  # nobody signed in
         finally:
             assert stopped(serve) == 0
+        # It is a job like the others: listed, with its status, and (its task being the chief) a TensorBoard
+        # over its log directory, where its kernels' summaries go.
+        running = json.loads(tony(*on, "status", app_id, "--json", env=env).stdout)
+        assert running["state"] == "RUNNING" and running["notebook_url"] and running["tensorboard_url"], running
+        assert app_id in tony(*on, "list", env=env).stdout
         # tony kill ends it: the command that served it ends, and nothing of the job is left.
         assert tony(*on, "kill", app_id, env=env).returncode == 0
         assert proc.wait(120) == 0

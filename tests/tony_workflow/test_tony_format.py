@@ -108,3 +108,21 @@ def test_a_job_leaves_tonys_jhist_and_final_xml_that_tonys_schemas_read_field_by
     # This project's own record is still there, and still read beside them.
     record = TonyClient("local").history().get(h.app_id)
     assert record is not None and record["state"] == "SUCCEEDED" and record["user"]
+
+
+def test_an_azkaban_runs_keys_are_the_ones_dr_elephants_azkaban_scheduler_reads():
+    from tony_workflow.tony_format import final_xml
+    text = final_xml({"tony.worker.instances": "2"}, {"source": "azkaban", "project": "ml", "flow_id": "daily",
+                                                      "job_id": "train", "execution_id": "42", "attempt": "1",
+                                                      "url": "https://azkaban.example.com:8443/executor?execid=42"},
+                     "First.Last")
+    conf = {p.findtext("name"): p.findtext("value") for p in ET.fromstring(text)}
+    assert conf["azkaban.flow.execid"] == "42" and conf["azkaban.flow.flowid"] == "daily"
+    assert conf["azkaban.flow.projectname"] == "ml" and conf["azkaban.job.id"] == "train"
+    web = "https://azkaban.example.com:8443"
+    assert conf["azkaban.link.execution.url"] == f"{web}/executor?execid=42"
+    assert conf["azkaban.link.workflow.url"] == f"{web}/manager?project=ml&flow=daily"
+    assert conf["azkaban.link.job.url"] == f"{web}/manager?project=ml&flow=daily&job=train"
+    assert conf["azkaban.link.attempt.url"] == f"{web}/executor?execid=42&job=train&attempt=1"
+    assert conf["tony.history.user"] == "First.Last" and conf["tony.worker.instances"] == "2"
+    assert not any(k.startswith("airflow.") for k in conf)

@@ -84,7 +84,9 @@ def notebook_spec(args: argparse.Namespace, backend: str) -> JobSpec:
         conf["tony.application.timeout"] = limit
     given = {str(c).split("=", 1)[0].strip() for c in args.conf or ()}
     if backend == "yarn" and "tony.yarn.environment-packages" not in given:
-        conf["tony.yarn.environment-packages"] = "jupyterlab,ipykernel"  # the lab goes with its environment
+        # The lab goes with its environment, and so does the TensorBoard its summaries show in.
+        board = ["tensorboard"] if importlib.util.find_spec("tensorboard") is not None else []
+        conf["tony.yarn.environment-packages"] = ",".join(["jupyterlab", "ipykernel", *board])
     doc: dict[str, Any] = {"name": args.name, "framework": "standalone", "tasks": {"notebook": task}, "conf": conf}
     if args.queue:
         doc["queue"] = args.queue

@@ -78,7 +78,9 @@ def lab_token(app_id: str, backend: str = "local") -> str:
     return notebook_token(TonyClient(backend).backend.endpoint(app_id).token)
 
 
-def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[str, str]) -> str:
+def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[str, str],
+                                        code: str = "import os; print(os.environ['TONY_APPLICATION_ID'], "
+                                                    "os.environ['TONY_TASK_ID'])") -> str:
     """Starts a kernel through the server and runs a cell over its websocket; what it printed."""
     import requests
     import websocket
@@ -93,8 +95,7 @@ def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[st
         ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t",
                                        "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
                             "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                            "content": {"code": "import os; print(os.environ['TONY_APPLICATION_ID'], "
-                                                "os.environ['TONY_TASK_ID'])", "silent": False}}))
+                            "content": {"code": code, "silent": False}}))
         deadline = time.time() + 60
         while time.time() < deadline:
             m = json.loads(ws.recv())
@@ -110,7 +111,7 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
     walk(tmp_path, browser, "local")
 
 
-def walk(tmp_path, browser, backend: str, env: dict | None = None) -> None:
+def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks: dict[str, str] | None = None) -> None:
     """The notebook's life as its user and a stranger see it, on ``backend`` (its cluster's ``env``):
     started with the URL printed; the page, a kernel over its websocket, and JupyterLab in Chromium
     running the notebook's cell, all through that URL; a stranger refused by a history server of
@@ -131,6 +132,8 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None) -> None:
         assert page.status_code == 200 and "jupyter-config-data" in page.text and "Error" not in page.text, page.text[:500]
         assert lab_token(app_id, backend) not in page.text and lab_token(app_id, backend) not in page.url
         assert run_cell_over_the_kernels_websocket(base, app_id, owner).split() == [app_id, "notebook:0"]
+        for code, said in (kernel_checks or {}).items():  # what else its kernels must see
+            assert run_cell_over_the_kernels_websocket(base, app_id, owner, code).strip() == said, code
         # In Chromium: JupyterLab opens the notebook, and its cell runs in the container's kernel.
         browser.get(url)
         browser.get(f"{base}/jobs/{app_id}/notebook/lab/tree/hello.ipynb")

@@ -570,3 +570,12 @@ def test_a_jobs_input_in_hdfs_is_planned_over_spnego_and_read_with_the_container
     assert st.state == "SUCCEEDED", st.diagnostics
     seen = ids_read(out, 2)
     assert sorted(seen) == list(range(N)) and max(seen.values()) == 1
+
+
+def test_a_notebook_on_the_secure_cluster_is_used_through_its_url_and_its_kernels_hold_the_jobs_hdfs_tokens(
+        secure, tmp_path, browser):
+    # The command and the server reach the job with the user's ticket; the kernels, in the
+    # container, hold what any task holds on a secure cluster: the job's delegation tokens.
+    from tests.tony_workflow.jobs.test_lab import walk
+    walk(tmp_path, browser, "yarn", kernel_checks={
+        "import os; print(os.path.getsize(os.environ['HADOOP_TOKEN_FILE_LOCATION']) > 0)": "True"})

@@ -111,7 +111,8 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
     walk(tmp_path, browser, "local")
 
 
-def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks: dict[str, str] | None = None) -> None:
+def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks: dict[str, str] | None = None,
+         options: tuple[str, ...] = ()) -> None:
     """The notebook's life as its user and a stranger see it, on ``backend`` (its cluster's ``env``):
     started with the URL printed; the page, a kernel over its websocket, and JupyterLab in Chromium
     running the notebook's cell, all through that URL; a stranger refused by a history server of
@@ -124,7 +125,7 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks
     from selenium.webdriver.common.keys import Keys
 
     on = ["--backend", backend]
-    proc, url, app_id = start(tmp_path, *on, "--idle-timeout", "0", env=env)
+    proc, url, app_id = start(tmp_path, *on, "--idle-timeout", "0", *options, env=env)
     try:
         base = url.split("/jobs/")[0]
         owner = {"Cookie": f"tony_history_token={url.split('token=')[1]}"}

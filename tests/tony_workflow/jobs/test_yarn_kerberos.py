@@ -579,3 +579,12 @@ def test_a_notebook_on_the_secure_cluster_is_used_through_its_url_and_its_kernel
     from tests.tony_workflow.jobs.test_lab import walk
     walk(tmp_path, browser, "yarn", kernel_checks={
         "import os; print(os.path.getsize(os.environ['HADOOP_TOKEN_FILE_LOCATION']) > 0)": "True"})
+
+
+def test_a_notebook_runs_as_its_proxy_user_and_is_used_and_ended_by_the_user_who_started_it(secure, tmp_path,
+                                                                                          browser):
+    # YARN runs the container as the colleague (its USER); the user who started it reaches it
+    # through its URL and ends it, as the job's ACLs let them.
+    from tests.tony_workflow.jobs.test_lab import walk
+    walk(tmp_path, browser, "yarn", kernel_checks={"import os; print(os.environ.get('USER'))": "colleague"},
+         options=("--conf", "tony.application.proxy-user=colleague"))

@@ -19,6 +19,7 @@ import base64
 import binascii
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .. import protocol
@@ -315,26 +316,24 @@ class AMRoutes:
 
     # ---------------------------------------------------------------- the chief and clients
     def tensorboard(self, req: TensorBoard) -> tuple[int, Ack | Problem]:
-        s = self.state
-        # The URL becomes a link in the tracking page and the workflow UIs: a web address, nothing else.
-        parts = urlsplit(req.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            return 400, {"error": f"a TensorBoard URL must be an http(s) address, got {req.url[:200]!r}"}
-        url: str = s.cluster.expose_tensorboard(req.url) or req.url
-        with s.lock:
-            s.status.tensorboard_url = url
-            s.events.emit("tensorboard", url=url)
-            s.publish()
-        return 200, _ACK
+        return self._link("tensorboard", "TensorBoard", req.url, self.state.cluster.expose_tensorboard)
 
     def notebook(self, req: Notebook) -> tuple[int, Ack | Problem]:
-        parts = urlsplit(req.url)
+        return self._link("notebook", "notebook", req.url)
+
+    def _link(self, name: str, what: str, given: str,
+              shown: Callable[[str], str | None] = lambda url: None) -> tuple[int, Ack | Problem]:
+        """Keeps ``given`` (or ``shown(given)``, how the cluster shows it) as the status's ``<name>_url``. It
+        becomes a link in the tracking page and the workflow UIs: a web address, nothing else."""
+        parts = urlsplit(given)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            return 400, {"error": f"a notebook URL must be an http(s) address, got {req.url[:200]!r}"}
-        with self.state.lock:
-            self.state.status.notebook_url = req.url
-            self.state.events.emit("notebook", url=req.url)
-            self.state.publish()
+            return 400, {"error": f"a {what} URL must be an http(s) address, got {given[:200]!r}"}
+        url = shown(given) or given
+        s = self.state
+        with s.lock:
+            setattr(s.status, f"{name}_url", url)
+            s.events.emit(name, url=url)
+            s.publish()
         return 200, _ACK
 
     def kill(self, req: Kill) -> tuple[int, Ack]:

@@ -71,8 +71,10 @@ log = logging.getLogger("tony.yarn")
 #: How often a waiting job looks at its line (each look is spread by ±25 %, so that jobs started
 #: together do not ask in step).
 LOOK_EVERY_S = 2.0
-#: How often a job looks whose AM started first in line, to ask for its gang once the room frees.
-KEEN_LOOK_S = 1.0
+#: How often a job looks whose AM started first in line, to ask for its gang once the room frees. It
+#: reads the ResourceManager itself (one such job a queue), not another looker's board, which is up
+#: to a look of that looker older.
+KEEN_LOOK_S = 0.5
 #: A board whose time has not changed for this long has lost its looker.
 STALE_S = 3 * LOOK_EVERY_S
 #: How many bytes a second the looker may spend on the ResourceManager's node list.
@@ -185,7 +187,8 @@ class Line:
 
     def pause(self) -> float:
         """Seconds until the next look: a job whose AM waits first in line (:attr:`keen`, one per
-        queue) looks every :data:`KEEN_LOOK_S`, for its gang is asked for the moment the room frees."""
+        queue) looks every :data:`KEEN_LOOK_S` for itself, for its gang is asked for the moment the
+        room frees."""
         return (KEEN_LOOK_S if self.keen else self._interval) * random.uniform(0.75, 1.25)
 
     def shape(self, request: ContainerRequest) -> Shape:
@@ -375,6 +378,11 @@ class Line:
         now = time.monotonic()
         fresh = [looker for looker, (seen, b) in boards.items()
                  if now - seen.since < STALE_S and not b.leaving and looker != self.app_id]
+        if fresh and self.keen:
+            # First in line with its AM up: its own verdict from the ResourceManager, now (the
+            # asked marks just listed included), rather than the looker's of up to a look ago.
+            self.looking = False
+            return None, False
         if fresh:
             # The first looker in the queue's order holds; a later one (this job too) steps down.
             first = _in_order(fresh, boards)[0]

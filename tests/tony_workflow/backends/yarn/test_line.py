@@ -234,6 +234,25 @@ def test_a_job_that_asked_goes_before_the_older_ones_that_wait_until_it_waits_ag
     assert marks() == []
 
 
+def test_a_job_whose_am_waits_first_in_line_reads_its_own_turn_not_a_board_a_look_old(tmp_path, clock):
+    rm = FakeRM(jobs=3, max_mb=16384, used_mb=16384)  # the queue is full
+    board = LocalStorage(tmp_path)
+    first, second, third = lines(rm, board, 3)
+    look_all([second, third], clock)  # the second took the looking; the third reads its board
+    assert second.looking and not third.looking
+    first.keen = True
+    rm.calls.clear()
+    assert not first.look(GANG, COUNTS).go
+    assert rm.calls["apps"] == 1 and not first.looking  # for itself; the looker stays the looker
+    # The room frees between two looks of the looker: the board still says "wait", the first in
+    # line sees its turn at its own next look, and its pause is the keen one.
+    rm.used_mb = 0
+    assert not third.look(GANG, COUNTS).go
+    assert first.look(GANG, COUNTS).go
+    assert first.pause() <= 0.5 * 1.25 < second.pause()
+    assert second.looking and not first.looking
+
+
 def test_a_forming_job_reads_the_board_but_never_looks_for_the_others(tmp_path, clock):
     rm = FakeRM(jobs=2)
     board = LocalStorage(tmp_path)

@@ -143,8 +143,8 @@ def _output_problems(spec: JobSpec, active: dict[str, int]) -> list[SpecIssue]:
 
 
 def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
-    """The user's tags must fit YARN's limits beside TonY's own; the context's source must be one
-    a context is made of (:mod:`tony_workflow.context`)."""
+    """The user's tags and the application type must fit YARN's limits beside TonY's own; the
+    context's source must be one a context is made of (:mod:`tony_workflow.context`)."""
     from ..context import IDENTITY_TAG, MAX_TAG_LENGTH, MAX_TAGS, SOURCES, TONY_TAGS
     issues = []
     tags = spec.tags
@@ -161,6 +161,10 @@ def _tag_problems(spec: JobSpec) -> list[SpecIssue]:
             issues.append(spec.issue("tony.application.tags", tag, f"a tag other than {IDENTITY_TAG}:…, which names "
                                      "the workflow run that submitted a job and is given by Airflow or "
                                      "Azkaban only"))
+    app_type = (spec.get("tony.application.type") or "").strip()
+    if app_type and (len(app_type) > 20 or not app_type.isascii() or not app_type.isprintable() or "," in app_type):
+        issues.append(spec.issue("tony.application.type", app_type, "at most 20 printable ASCII characters and no "
+                                 "comma (YARN cuts a longer type, and lists types separated by commas)"))
     source = (spec.get("tony.context.source") or "").strip()
     if source and source not in SOURCES:
         issues.append(spec.issue("tony.context.source", source, f"one of {', '.join(SOURCES)} (or empty: the "

@@ -61,10 +61,13 @@ def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_p
     assert st.state == "RUNNING" and "/proxy/" in st.tensorboard_url
     page = requests.get(st.tensorboard_url, timeout=30)  # through the ResourceManager's web proxy
     assert page.status_code == 200 and "tensorboard" in page.text.lower()
-    # that page lives under the YARN application's own tracking URL (the proxied skein web UI)
+    # that page lives under the YARN application's own tracking URL (the proxied skein web UI),
+    # which opens on the job's page, TensorBoard linked from there
     app = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
-    assert app["trackingUrl"].rstrip("/").endswith(f"/proxy/{h.app_id}")
+    assert app["trackingUrl"].rstrip("/").endswith(f"/proxy/{h.app_id}") and app["applicationType"] == "TONY"
     assert st.tensorboard_url.startswith(f"{cluster['rm_web']}/proxy/{h.app_id}/")
+    home = requests.get(app["trackingUrl"], timeout=30)
+    assert home.status_code == 200 and h.app_id in home.text and st.tensorboard_url in home.text
     # The chief's Keras progress reports move the ResourceManager's own progress bar.
     def rm_progress():
         app = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]

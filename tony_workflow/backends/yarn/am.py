@@ -41,6 +41,7 @@ from .attempts import EventsCopy, save_state
 from .containers import (
     AM_SERVICE,
     ASKED_ENV,
+    HISTORY_ENV,
     KV_ADDRESS,
     KV_GATE,
     KV_TOKEN,
@@ -58,6 +59,7 @@ from .gate import wait_turn
 from .line import Line, line_store
 from .master import Master
 from .rm import AppReport, RMError, container_rm
+from .skein_jar import FINAL_TRACKING_URL_KEY, UI_HOME_KEY
 from .spread import Placement
 
 if TYPE_CHECKING:
@@ -471,7 +473,15 @@ class YarnClusterManager(ClusterManager):
         self.app.kv[KV_TOKEN] = token.encode()
         self.app.kv[KV_VIEW] = view_token.encode()
         self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
-        return self._proxy("tony", tracking_url, "TonY") or tracking_url
+        # skein's master (with TonY's changes, .skein_jar) ends the application with the job's page
+        # on the history server as its tracking URL, and its UI (the tracking URL while it runs)
+        # opens on the job's page.
+        if os.environ.get(HISTORY_ENV):
+            self.app.kv[FINAL_TRACKING_URL_KEY] = f"{os.environ[HISTORY_ENV].rstrip('/')}/jobs/{self.app_id}".encode()
+        page = self._proxy("tony", tracking_url, "TonY")
+        if page is not None:
+            self.app.kv[UI_HOME_KEY] = b"/pages/tony/"
+        return page or tracking_url
 
     def expose_tensorboard(self, url: str) -> str | None:
         return self._proxy("tensorboard", url, "TensorBoard")

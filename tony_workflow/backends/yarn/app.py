@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import ConfigError
 from ...protocol import ENVIRONMENT_ENV, RESOURCES_ENV, RUNTIME_ENV
 from .attempts import am_restarts
 from .containers import (
     AM_SERVICE,
     ASKED_ENV,
+    HISTORY_ENV,
     MASTER_JAVA_OPTIONS,
     MASTER_MEMORY_MB,
     MASTER_VCORES,
@@ -107,6 +109,9 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
                        RESOURCES_ENV: ",".join(sorted(shipment.resources_of(None)))})
     if at_start:
         am_env[ASKED_ENV] = encode_asked(at_start)
+    history = _history_server()
+    if history:  # the job's page there becomes its tracking URL once it ends (yarn/am.py)
+        am_env[HISTORY_ENV] = history
     if spread:
         am_env[SPREAD_ENV] = encode_hosts(dict(spread))
     started = {t: sum(1 for a in at_start if a.startswith(f"{t}:")) for t in spec.tasks}
@@ -148,6 +153,15 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
     return skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
                                  tags=set(tags), max_attempts=1, node_label=spec.node_label or "",
                                  acls=acls(spec, secure, submitter), user=spec.proxy_user or "")
+
+
+def _history_server() -> str | None:
+    """The history server the client is configured with, if any (:func:`~tony_workflow.backends.history_server`)."""
+    from .. import history_server
+    try:
+        return history_server()
+    except ConfigError:
+        return None
 
 
 def acls(spec: Any, secure: bool = True, submitter: str | None = None) -> Any:

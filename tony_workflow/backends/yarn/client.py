@@ -88,6 +88,7 @@ from .output import NodeOutput
 from .rm import AppReport, ResourceManager, RMError, http_session, node_totals, resource_manager
 from .runtime import RUNTIME_DIR, base_python, runtime
 from .ship import deterministic_zip, open_cache, ship_resources, ship_venv, shipped, skein_security, spec_env
+from .skein_jar import driver_jar, type_tag
 from .spread import spread_hosts
 from .start import StartPlan, plan_start
 
@@ -336,6 +337,8 @@ class YarnBackend(Backend):
         # TonY's tags, the user's, then where the job came from, as many as YARN takes.
         tags, _ = application_tags(["tony", gang_tag(gang.master, [s for _, s in gang.shapes], bool(plan.tasks))],
                                    spec.tags, spec.context, spec.identity)
+        if driver_jar()[1] is None:  # skein's driver with TonY's changes: the type travels as a tag it takes off
+            tags.append(type_tag(spec.application_type.strip() or "TONY"))
         app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
                           docker_env=lambda image: docker_env(image, spec.docker_mounts), secure=is_secure(self.conf),
                           submitter=self.submitting_user())

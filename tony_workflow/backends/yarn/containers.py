@@ -18,6 +18,7 @@ __all__ = [
     "ASKED_ENV",
     "EXCEEDED_PMEM",
     "EXCEEDED_VMEM",
+    "HISTORY_ENV",
     "KV_ADDRESS",
     "KV_GATE",
     "KV_LAUNCH",
@@ -51,6 +52,9 @@ KV_LAUNCH = "tony.launch."
 #: The AM's environment: the tasks whose containers skein's master asked for as the application
 #: started (the client found room for the whole gang), as :func:`encode_asked` writes them.
 ASKED_ENV = "TONY_YARN_ASKED"
+#: The AM container's variable naming the history server the submitting client is configured with:
+#: the job's page there is the application's tracking URL once it ends.
+HISTORY_ENV = "TONY_YARN_HISTORY_SERVER"
 
 
 #: skein's master container (its Java ApplicationMaster, and the job's gate while it waits its turn).

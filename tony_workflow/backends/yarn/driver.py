@@ -50,6 +50,7 @@ from ... import process
 from ...errors import ClusterError, ConfigError
 from ...kerberos import Login, is_secure
 from ...spec.site import tony_home
+from .skein_jar import driver_jar
 
 __all__ = ["check_driver_can_start", "close_drivers", "detach_drivers", "driver_cause", "driver_running",
            "idle_seconds", "no_datanode_took", "shared_driver", "submit_application"]
@@ -191,9 +192,15 @@ def _write_record(key: tuple[Any, ...], client: Any) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(json.dumps({"address": client.address, "pid": proc.pid,
+        part.write_text(json.dumps({"address": client.address, "pid": proc.pid, "jar": _jar_of_drivers(),
                                     "started": process.start_time(proc.pid), "owner": os.getpid()}))
         part.replace(path)
+
+
+def _jar_of_drivers() -> str:
+    """The jar skein starts its drivers from in this process."""
+    import skein
+    return str(skein.core._SKEIN_JAR)
 
 
 def _forget_record(key: tuple[Any, ...], client: Any) -> None:
@@ -225,6 +232,8 @@ def _neighbours_driver(key: tuple[Any, ...]) -> Any:
         address, pid, started = found["address"], int(found["pid"]), found.get("started")
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if found.get("jar") != driver_jar()[0]:
+        return None  # started from another jar (TonY's changes to skein, or not): this process starts its own
     ticket = _ticket_time() if len(key) > 3 and key[-1] else None
     if not process.alive(pid, started) or (ticket is not None and started is not None and ticket > started):
         with contextlib.suppress(OSError):
@@ -349,6 +358,7 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
             kwargs["log_level"] = _log_level()
             try:
                 with _hadoop_conf_env(conf_dir):
+                    skein.core._SKEIN_JAR = driver_jar()[0]  # the driver's jar, which it uploads for the master
                     client = _DRIVERS[key] = skein.Client(**kwargs)
             except skein.exceptions.DriverError as e:
                 raise ConfigError(f"skein's Java driver did not start ({e}): see the lines above; JAVA_HOME is "

@@ -223,6 +223,20 @@ public final class MiniClusterMain {
     labelNodes(conf.get(NODE_LABELS_KEY, ""), nodeManagers);
 
     Configuration rm = yarn.getResourceManager().getConfig();
+    // The web app binds a free port after the applications' configuration was taken: tracking
+    // URLs would name the proxy at port 0. The proxy is the web app's own.
+    String web = WebAppUtils.getRMWebAppURLWithoutScheme(rm);
+    rm.set(YarnConfiguration.PROXY_ADDRESS, web);
+    yarn.getResourceManager().getRMContext().getYarnConfiguration().set(YarnConfiguration.PROXY_ADDRESS, web);
+    // ...and the ResourceManager's context keeps the address it read first.
+    try {
+      java.lang.reflect.Field kept = yarn.getResourceManager().getRMContext().getClass()
+          .getDeclaredField("proxyHostAndPort");
+      kept.setAccessible(true);
+      kept.set(yarn.getResourceManager().getRMContext(), web);
+    } catch (ReflectiveOperationException e) {
+      System.err.println("the ResourceManager's proxy address stays as it was: " + e);
+    }
     addresses.put("fs_default", dfs.getURI().toString());
     addresses.put("namenode_http", NetUtils.getHostPortString(dfs.getNameNode().getHttpAddress()));
     addresses.put("rm_address", rm.get(YarnConfiguration.RM_ADDRESS));

@@ -24,6 +24,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,6 +79,30 @@ def shipped_jupyter() -> tuple[list[str], dict[str, str]]:
     return [], {}
 
 
+#: JupyterLab's setting that asks each new user whether to fetch the Jupyter news feed: answered
+#: "never" (a cluster's container need not reach a website, nor its user be asked).
+NEWS_SETTING = ("@jupyterlab/apputils-extension:notification", "fetchNews", "false")
+
+
+def app_settings(pages: list[str], into: Path) -> list[str]:
+    """The lab's arguments for an application settings directory ``into``: a copy of the
+    installation's own (its ``settings/``), whose overrides answer :data:`NEWS_SETTING` unless they
+    already do. The user's own settings stay where JupyterLab keeps them."""
+    app_dir = next((Path(a.split("=", 1)[1]) for a in pages if a.startswith("--LabApp.app_dir=")),
+                   Path(sys.prefix) / "share" / "jupyter" / "lab")
+    if (app_dir / "settings").is_dir():
+        shutil.copytree(app_dir / "settings", into, dirs_exist_ok=True)
+    into.mkdir(parents=True, exist_ok=True)
+    overrides: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        overrides = json.loads((into / "overrides.json").read_text())
+    plugin, key, value = NEWS_SETTING
+    if isinstance(overrides, dict):
+        overrides.setdefault(plugin, {}).setdefault(key, value)
+    (into / "overrides.json").write_text(json.dumps(overrides))
+    return [f"--LabApp.app_settings_dir={into}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     token = os.environ.pop(TOKEN_ENV, "")
     if not token or PORT_ENV not in os.environ:
@@ -97,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "--ServerApp.port_retries=0", f"--ServerApp.base_url={base}", f"--ServerApp.root_dir={os.getcwd()}",
             "--ServerApp.allow_remote_access=True", "--ServerApp.quit_button=True",
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            *pages, *(["--allow-root"] if os.geteuid() == 0 else []),  # a container's user is the job's, root or not
+            *pages, *app_settings(pages, Path(private) / "app-settings"), *(["--allow-root"] if os.geteuid() == 0 else []),  # a container's user is the job's, root or not
             *(sys.argv[1:] if argv is None else argv)]
     if idle:  # kernels nobody uses go first; the lab then goes when nothing at all happens
         argv += [f"--MappingKernelManager.cull_idle_timeout={idle}", "--MappingKernelManager.cull_connected=False",

@@ -152,6 +152,8 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks
                                 if app_id in e.text], timeout=120, interval=1)
         assert out == [f"application: {app_id}"]
         shoot(browser, tmp_path, "notebook-lab.png")
+        # Nobody is asked whether the cluster's container may fetch Jupyter's news.
+        assert "Jupyter news" not in browser.find_element(By.TAG_NAME, "body").text
         # A stranger, signed in to a history server of the same cluster, gets neither the lab nor a kernel.
         tokens = tmp_path / "tokens"
         tokens.write_text("bob bob-token-0123456789abcdef\n")
@@ -220,3 +222,30 @@ def test_the_lab_finds_jupyterlabs_pages_in_the_shipped_environment_when_its_pre
     assert args == [f"--LabApp.app_dir={data / 'lab'}"] and env == {"JUPYTER_PATH": f"{data}{os.pathsep}/etc/jupyter-site"}
     monkeypatch.setattr(sys, "prefix", str(site / SHIPPED_DATA_DIR))  # a prefix that has them: nothing to add
     assert lab.shipped_jupyter() == ([], {})
+
+
+def test_the_lab_never_asks_for_jupyters_news_and_keeps_the_installations_own_settings(tmp_path, monkeypatch):
+    import json
+
+    from tony_workflow.task import lab
+    installed = tmp_path / "lab"
+    (installed / "settings").mkdir(parents=True)
+    (installed / "settings" / "page_config.json").write_text('{"disabledExtensions": {"x": true}}')
+    (installed / "settings" / "overrides.json").write_text(
+        '{"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}')
+    into = tmp_path / "run" / "app-settings"
+    assert lab.app_settings([f"--LabApp.app_dir={installed}"], into) == [f"--LabApp.app_settings_dir={into}"]
+    assert json.loads((into / "overrides.json").read_text()) == {
+        "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}
+    assert (into / "page_config.json").read_text() == '{"disabledExtensions": {"x": true}}'
+    # A site that chose to fetch the news keeps its choice; an installation with no settings gets ours.
+    (installed / "settings" / "overrides.json").write_text(
+        '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "true"}}')
+    lab.app_settings([f"--LabApp.app_dir={installed}"], tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "overrides.json").read_text())[
+        "@jupyterlab/apputils-extension:notification"] == {"fetchNews": "true"}
+    monkeypatch.setattr(lab.sys, "prefix", str(tmp_path / "bare"))
+    lab.app_settings([], tmp_path / "bare-settings")
+    assert json.loads((tmp_path / "bare-settings" / "overrides.json").read_text()) == {
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}

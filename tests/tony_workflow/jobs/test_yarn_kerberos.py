@@ -185,6 +185,14 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     assert with_ticket["auth"] == "HTTPSPNEGOAuth" and with_ticket["listed"]
     assert with_ticket["jvms"] == [] and with_ticket["drivers"] == 0
     assert f"/proxy/{app_id}/" in with_ticket["tracking"]
+    # YARN knows it as a TonY job, and its tracking URL (SPNEGO to the ResourceManager's proxy)
+    # opens the job's page.
+    app = rm_get(secure, f"/apps/{app_id}")["app"]
+    assert app["applicationType"] == "TONY" and app_id in {a["id"] for a in rm_get(
+        secure, "/apps?applicationTypes=TONY")["apps"]["app"]}
+    page = wait_for(lambda: (r := requests.get(app["trackingUrl"], auth=spnego(), timeout=60)).status_code == 200
+                    and app_id in r.text and r, timeout=60, interval=1)
+    assert "State: <b>RUNNING" in page.text
 
     connection = {"principal": secure["principal"], "keytab": secure["keytab"]}
     with_keytab = follow_elsewhere(follow, {**no_tickets(tmp_path), "BACKEND_ARGS": json.dumps(connection)})

@@ -9,17 +9,17 @@ tests/tony_workflow/jobs/test_yarn_backend.py's."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 import requests
 
-from tests.conftest import app_processes, sleeper_job, wait_for
+from tests.conftest import REPO, app_processes, sleeper_job, wait_for
 from tony_workflow.backends.yarn.skein_jar import driver_jar
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
 
-HISTORY = "http://history.example:19886"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,20 @@ def proxy(cluster, app_id: str) -> requests.Response:
 def test_yarn_knows_a_tony_job_by_its_type_and_its_tracking_url_leads_to_its_page_then_to_the_history_server(
         cluster, tmp_path, monkeypatch):
     assert driver_jar()[1] is None, driver_jar()[1]  # the jar with TonY's changes was built here
-    monkeypatch.setenv("TONY_HISTORY_SERVER", HISTORY)
+    serve = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "history", "serve",
+                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        link = serve.stdout.readline().strip()
+        assert link.startswith("http://"), serve.stderr.read() if serve.poll() is not None else link
+        history, owner = link.split("/?")[0], {"Authorization": "Bearer " + link.split("token=")[1]}
+        monkeypatch.setenv("TONY_HISTORY_SERVER", history)
+        run_one(cluster, tmp_path, history, owner)
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+
+
+def run_one(cluster, tmp_path, history: str, owner: dict[str, str]) -> None:
     release = tmp_path / "fail-now"
     spec = sleeper_job("citizen", until=release, seconds=300)
     spec["tasks"]["worker"]["command"] = spec["tasks"]["worker"]["command"].replace("exit 0", "exit 3")
@@ -88,11 +101,15 @@ def test_yarn_knows_a_tony_job_by_its_type_and_its_tracking_url_leads_to_its_pag
         ended = wait_for(lambda: (a := rm_app(cluster, h.app_id))["state"] == "FINISHED" and a, timeout=60)
         assert ended["finalStatus"] == "FAILED" and ended["trackingUI"] == "History"
         assert "worker:0" in ended["diagnostics"] and "exit code 3" in ended["diagnostics"], ended["diagnostics"]
-        final = f"{HISTORY}/jobs/{h.app_id}"
+        final = f"{history}/jobs/{h.app_id}"
         assert cli_status(h.app_id)["Tracking-URL"] == final
         moved = proxy(cluster, h.app_id)
         assert moved.status_code == 302 and moved.headers["Location"] == final
         assert h.status().tracking_url == final
+        # ... where the history server shows it (what a click in the ResourceManager's UI opens).
+        page = wait_for(lambda: (r := requests.get(final, headers=owner, timeout=30)).status_code == 200 and r,
+                        timeout=60, interval=1)
+        assert h.app_id in page.text and "FAILED" in page.text
     finally:
         if not h.status().is_final:
             h.kill()

@@ -22,7 +22,8 @@ cache (``~/.cache/tony-workflow/skein-<version>-<revision>/``). The changes:
   ResourceManager's proxy, opens the job's page, and the UI's other pages (TensorBoard's) stay
   where they were;
 * the master unregisters with the URL the key-value store holds under
-  :data:`FINAL_TRACKING_URL_KEY`, and heartbeats at once when a container is asked of it.
+  :data:`FINAL_TRACKING_URL_KEY`, and heartbeats as soon as the containers asked of it stop
+  coming (:data:`ASK_QUIET_MS`: a gang's requests reach the ResourceManager together).
 
 The driver uploads the jar it runs from for the master, so one jar changes both. Where it cannot
 be built (no JDK, no ``yarn`` command, the index out of reach) skein's own jar is used, as before,
@@ -49,13 +50,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin
 
-__all__ = ["FINAL_TRACKING_URL_KEY", "REVISION", "TYPE_TAG", "UI_HOME_KEY", "PatchError", "driver_jar",
-           "patch_driver", "patch_master", "patch_ui", "type_tag"]
+__all__ = ["ASK_GATHER_MS", "ASK_QUIET_MS", "FINAL_TRACKING_URL_KEY", "REVISION", "TYPE_TAG", "UI_HOME_KEY", "PatchError", "driver_jar",
+           "patch_driver", "patch_master", "patch_ui", "stock_jar", "type_tag"]
 
 log = logging.getLogger("tony.yarn")
 
 #: Changes whenever the changes below do: a new revision is built anew.
-REVISION = "tony3"
+REVISION = "tony4"
 #: The key-value store's key of the path skein's web UI sends its home page to: the tracking URL
 #: while the application runs leads there.
 UI_HOME_KEY = "yarn.ui-home"
@@ -63,6 +64,10 @@ UI_HOME_KEY = "yarn.ui-home"
 FINAL_TRACKING_URL_KEY = "yarn.final-tracking-url"
 #: The tag the patched driver turns into the application's type.
 TYPE_TAG = "yarn.application-type="
+#: The master's heartbeat after a container is asked of it waits this long without another ask (a
+#: gang's requests come one after another), and at most :data:`ASK_GATHER_MS`.
+ASK_QUIET_MS = 200
+ASK_GATHER_MS = 1000
 _JAVA_DIR = "java/src/main/java/com/anaconda/skein/"
 _CLASSES = ("Driver", "ApplicationMaster", "WebUI")
 _INDEX = "https://pypi.org/simple"
@@ -144,21 +149,43 @@ _MASTER_HELPERS = '''
   private static final String FINAL_TRACKING_URL_KEY = "%(final)s";
   private final Object allocatorWake = new Object();
   private boolean allocatorWoken = false;
+  private long lastAsk = 0;
+  private long wokenAt = 0;
 
   private void wakeAllocator() {
     synchronized (allocatorWake) {
+      long now = System.currentTimeMillis();
+      if (!allocatorWoken) {
+        wokenAt = now;
+      }
       allocatorWoken = true;
+      lastAsk = now;
       allocatorWake.notifyAll();
     }
   }
 
+  // Sleeps until the heartbeat is due or a container was asked for; asks that come one after
+  // another (a gang's, one request each) are let in together: the heartbeat waits for
+  // ASK_QUIET_MS without a new one (but never more than ASK_GATHER_MS), as a gang asked for in
+  // part may be granted in part.
+  private static final long ASK_QUIET_MS = %(quiet)d;
+  private static final long ASK_GATHER_MS = %(gather)d;
+
   private void sleepUnlessWoken(long millis) throws InterruptedException {
     long until = System.currentTimeMillis() + millis;
     synchronized (allocatorWake) {
-      long left = millis;
-      while (!allocatorWoken && left > 0) {
-        allocatorWake.wait(left);
-        left = until - System.currentTimeMillis();
+      while (true) {
+        long now = System.currentTimeMillis();
+        long wait;
+        if (allocatorWoken) {
+          wait = Math.min(lastAsk + ASK_QUIET_MS, wokenAt + ASK_GATHER_MS) - now;
+        } else {
+          wait = until - now;
+        }
+        if (wait <= 0) {
+          break;
+        }
+        allocatorWake.wait(wait);
       }
       allocatorWoken = false;
     }
@@ -178,7 +205,8 @@ def patch_master(text: str) -> str:
     """skein's ``ApplicationMaster.java`` with the final tracking URL and the prompt heartbeat."""
     w = "ApplicationMaster.java"
     field = "  private final long pendingHeartbeat = Math.min(1000, idleHeartbeat);\n"
-    text = _once(text, field, field + _MASTER_HELPERS % {"final": FINAL_TRACKING_URL_KEY}, w)
+    text = _once(text, field, field + _MASTER_HELPERS % {"final": FINAL_TRACKING_URL_KEY, "quiet": ASK_QUIET_MS,
+                                                           "gather": ASK_GATHER_MS}, w)
     # Hadoop 3's default expiry is a long.
     text = _once(text, "conf.getInt(YarnConfiguration.RM_AM_EXPIRY_INTERVAL_MS,",
                  "conf.getLong(YarnConfiguration.RM_AM_EXPIRY_INTERVAL_MS,", w)
@@ -297,6 +325,7 @@ def _hadoop_classpath() -> str:
 
 def _build(stock: Path, version: str, out: Path) -> None:
     """Builds the patched jar ``out`` from skein ``version``'s sources and its ``stock`` jar."""
+    javac, classpath = _javac(), _hadoop_classpath()  # the tools first: they cost nothing to look for
     sources = _sources(_sdist(version))
     patched = {"Driver": patch_driver(sources["Driver"]), "ApplicationMaster": patch_master(sources["ApplicationMaster"]),
                "WebUI": patch_ui(sources["WebUI"])}
@@ -306,10 +335,8 @@ def _build(stock: Path, version: str, out: Path) -> None:
         classes.mkdir()
         for name, text in patched.items():
             (src / f"{name}.java").write_text(_shaded(text))
-        javac = _javac()
-        release = ["--release", "8"]
-        done = subprocess.run([javac, *release, "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
-                               "-cp", f"{stock}:{_hadoop_classpath()}",
+        done = subprocess.run([javac, "--release", "8", "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
+                               "-cp", f"{stock}:{classpath}",
                                *(str(src / f"{n}.java") for n in patched)],
                               capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
@@ -336,7 +363,7 @@ def driver_jar() -> tuple[str, str | None]:
     one). Built once per machine (:func:`_build`), decided once per process."""
     global _CHOSEN
     with _CHOSEN_LOCK:
-        if _CHOSEN is not None:
+        if _CHOSEN is not None and Path(_CHOSEN[0]).is_file():
             return _CHOSEN
         chosen, final = _choose()
         if final:
@@ -344,9 +371,16 @@ def driver_jar() -> tuple[str, str | None]:
         return chosen
 
 
+def stock_jar() -> str:
+    """skein's own jar, where skein is installed (not ``skein.core._SKEIN_JAR``, which names the jar
+    drivers start from: this one, once set)."""
+    import skein
+    return os.path.join(os.path.dirname(skein.__file__), "java", "skein.jar")
+
+
 def _choose() -> tuple[tuple[str, str | None], bool]:
     import skein
-    stock = str(skein.core._SKEIN_JAR)
+    stock = stock_jar()
     given = os.environ.get("TONY_SKEIN_JAR", "").strip()
     if given == "skein":
         return (stock, "TONY_SKEIN_JAR=skein"), True
@@ -369,8 +403,9 @@ def _choose() -> tuple[tuple[str, str | None], bool]:
         why = f"skein's driver and master could not be built with TonY's changes ({e}): jobs are of type skein"
         log.warning("%s", why)
         return (stock, why), not isinstance(e, _Missing)
-    except Exception as e:  # noqa: BLE001 - the package index's errors (requests): skein's own jar serves
-        why = f"skein's sources could not be fetched ({type(e).__name__}: {e}): jobs are of type skein"
+    except Exception as e:  # noqa: BLE001 - whatever failed, skein's own jar serves
+        why = f"skein's driver and master could not be built with TonY's changes ({type(e).__name__}: {e}): " \
+              "jobs are of type skein"
         log.warning("%s", why)
         return (stock, why), True
     return (str(out), None), True

@@ -6,6 +6,8 @@ the changes refuse to touch, what names the jar, and that a build that cannot be
 skein's own jar in use, saying why, and is tried again once its tools are there."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tony_workflow.backends.yarn import skein_jar
@@ -37,13 +39,12 @@ def test_the_libraries_skeins_jar_carries_are_imported_under_its_own_package():
 
 
 def test_tony_skein_jar_names_the_jar_or_skeins_own(fresh, monkeypatch):
-    import skein
     monkeypatch.setenv("TONY_SKEIN_JAR", "skein")
-    assert skein_jar.driver_jar() == (str(skein.core._SKEIN_JAR), "TONY_SKEIN_JAR=skein")
+    assert skein_jar.driver_jar() == (skein_jar.stock_jar(), "TONY_SKEIN_JAR=skein")
     monkeypatch.setattr(skein_jar, "_CHOSEN", None)
     monkeypatch.setenv("TONY_SKEIN_JAR", str(fresh / "absent.jar"))
     jar, why = skein_jar.driver_jar()
-    assert jar == str(skein.core._SKEIN_JAR) and "absent.jar is no file" in why
+    assert jar == skein_jar.stock_jar() and "absent.jar is no file" in why
     built = fresh / "built.jar"
     built.write_bytes(b"PK")
     monkeypatch.setattr(skein_jar, "_CHOSEN", None)
@@ -52,21 +53,37 @@ def test_tony_skein_jar_names_the_jar_or_skeins_own(fresh, monkeypatch):
 
 
 def test_without_the_tools_skeins_own_jar_serves_and_the_build_is_tried_again_once_they_are_there(fresh, monkeypatch):
-    import skein
     monkeypatch.setenv("PATH", str(fresh / "empty"))  # no JDK, no `yarn` command
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setenv("TONY_SKEIN_SDIST", str(fresh / "skein.tar.gz"))
-    (fresh / "skein.tar.gz").write_bytes(b"")
-    calls = []
-    monkeypatch.setattr(skein_jar, "_sources", lambda sdist: calls.append(sdist) or {
-        "Driver": "x", "ApplicationMaster": "y"})
-    monkeypatch.setattr(skein_jar, "patch_driver", lambda text: text)
-    monkeypatch.setattr(skein_jar, "patch_master", lambda text: text)
+    fetched = []
+    monkeypatch.setattr(skein_jar, "_sdist", lambda version: fetched.append(version) or b"")
     jar, why = skein_jar.driver_jar()
-    assert jar == str(skein.core._SKEIN_JAR) and "no javac (a JDK) on PATH" in why and "type skein" in why
-    assert skein_jar._CHOSEN is None  # not kept: the next driver's start tries again
-    skein_jar.driver_jar()
-    assert len(calls) == 2
+    assert jar == skein_jar.stock_jar() and "no javac (a JDK) on PATH" in why and "type skein" in why
+    assert skein_jar._CHOSEN is None and fetched == []  # not kept, and nothing fetched without the tools
+    # The tools are there now; the package index is not: that is said, and kept for the process.
+    monkeypatch.setattr(skein_jar, "_javac", lambda: "javac")
+    monkeypatch.setattr(skein_jar, "_hadoop_classpath", lambda: "hadoop.jar")
+
+    def unreachable(version):
+        raise OSError("the package index cannot be reached")
+    monkeypatch.setattr(skein_jar, "_sdist", unreachable)
+    jar, why = skein_jar.driver_jar()
+    assert jar == skein_jar.stock_jar() and "the package index cannot be reached" in why
+    assert skein_jar._CHOSEN == (jar, why)
+
+
+def test_skeins_own_jar_is_where_skein_is_whichever_jar_drivers_start_from_and_a_jar_gone_is_chosen_again(
+        fresh, monkeypatch):
+    import skein
+    monkeypatch.setattr(skein.core, "_SKEIN_JAR", str(fresh / "patched.jar"))
+    assert skein_jar.stock_jar() == str(Path(skein.__file__).parent / "java" / "skein.jar")
+    built = fresh / "built.jar"
+    built.write_bytes(b"PK")
+    monkeypatch.setenv("TONY_SKEIN_JAR", str(built))
+    assert skein_jar.driver_jar() == (str(built), None)
+    built.unlink()  # a cache emptied since
+    jar, why = skein_jar.driver_jar()
+    assert jar == skein_jar.stock_jar() and "is no file" in why
 
 
 @pytest.mark.parametrize("value", ["A-TYPE-LONGER-THAN-20-CHARS", "TONY,SPARK", "TÖNY"])

@@ -326,9 +326,10 @@ def azkaban(tony_env, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def project(azkaban, tmp_path_factory) -> str:
-    """A Flow 1.0 project with two flows: ``report`` (a TensorFlowJob reading the project's Parquet
-    files as its input, and a command job after it) and
-    ``after_long`` (a TonyJob that runs until cancelled, and a command job after it)."""
+    """A Flow 1.0 project with four flows: ``report`` (a TensorFlowJob reading the project's Parquet
+    files as its input, and a command job after it),
+    ``after_long`` (a TonyJob that runs until cancelled, and a command job after it), and two
+    notebooks as jobs: ``explore`` (with parameters) and ``broken`` (a cell raises)."""
     src = tmp_path_factory.mktemp("tony-project")
     (src / "src").mkdir()
     (src / "src" / "train.py").write_text(TRAIN_SCRIPT)
@@ -343,6 +344,15 @@ def project(azkaban, tmp_path_factory) -> str:
         "command": "echo upstream ${tony.application.id} ended ${tony.final.status} at step ${tony.progress.step}"
                    " of ${tony.progress.total} with loss ${tony.metric.loss}"})
     write_job(src / "long.job", {"type": "TonyJob", "executes": "long.py", "src_dir": "src", **QUICK})
+    # Two notebooks as job steps, each a flow of its own: one with the job's parameters, one whose
+    # cell raises.
+    from tests.tony_workflow.task.test_notebook import notebook
+    notebook(src / "src" / "explore.ipynb", ("who = 'nobody'", ["parameters"]),
+             ("print(f'explored for {who}')", []))
+    notebook(src / "src" / "broken.ipynb", ("raise ValueError('the notebook broke here')", []))
+    write_job(src / "explore.job", {"type": "TensorFlowJob", "executes": "explore.ipynb", "src_dir": "src",
+                                    "task_params": "--who azkaban", **QUICK})
+    write_job(src / "broken.job", {"type": "TonyJob", "executes": "broken.ipynb", "src_dir": "src", **QUICK})
     write_job(src / "after_long.job", {"type": "command", "dependencies": "long",
                                        "command": "echo long ended ${tony.final.status}"})
     archive = zip_project(src, tmp_path_factory.mktemp("zip") / "tony.zip")
@@ -359,8 +369,24 @@ def first_run(azkaban, project) -> dict:
     return {"exec_id": exec_id, "execution": execution}
 
 
-def test_the_uploaded_project_has_both_flows(azkaban, project):
-    assert sorted(azkaban.flows(project)) == ["after_long", "report"]
+def test_the_uploaded_project_has_every_flow(azkaban, project):
+    assert sorted(azkaban.flows(project)) == ["after_long", "broken", "explore", "report"]
+
+
+def test_a_notebook_runs_as_a_job_with_its_parameters_and_a_failing_cell_fails_it_with_its_traceback(
+        azkaban, project):
+    ran = azkaban.execute(project, "explore")
+    execution = azkaban.wait_until_done(ran)
+    log = azkaban.job_log(ran, "explore")
+    assert execution["status"] == "SUCCEEDED", log[-4000:]
+    assert re.search(r"\[worker:0\] explored for azkaban", log), log[-4000:]
+    failed = azkaban.execute(project, "broken")
+    execution = azkaban.wait_until_done(failed)
+    log = azkaban.job_log(failed, "broken")
+    assert execution["status"] == "FAILED", log[-4000:]
+    [app_id] = SUBMITTED.findall(log)
+    assert f"Final status of {app_id}: FAILED" in log
+    assert "ValueError: the notebook broke here" in log and "Traceback" in log, log[-4000:]
 
 
 def test_the_flow_succeeds_and_the_next_job_gets_the_output_props(azkaban, first_run, tony_env):

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, app_processes, run_tony, stopped, wait_for
+from tests.conftest import REPO, app_processes, run_tony, sleeper_job, stopped, wait_for
 from tests.tony_workflow.web.test_server import shoot
 from tony_workflow.protocol import notebook_token
 from tony_workflow.task.lab import idle_seconds
@@ -192,6 +192,35 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks
     wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
     st = json.loads(tony(*on, "status", app_id, "--json", env=env).stdout)
     assert st["state"] == "KILLED"
+
+
+def test_a_notebook_and_a_job_beside_it_share_the_cluster_and_each_ends_alone(tony_home, tmp_path):
+    spec = tmp_path / "beside.json"
+    spec.write_text(json.dumps(sleeper_job("beside")))
+    submitted = run_tony("submit", str(spec))
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    job = submitted.stdout.strip().splitlines()[-1]
+    proc, url, app_id = start(tmp_path, "--idle-timeout", "0")
+    try:
+        owner = {"Cookie": f"tony_history_token={url.split('token=')[1]}"}
+        import requests
+        assert requests.get(url, timeout=60).status_code == 200
+        assert run_cell_over_the_kernels_websocket(url.split("/jobs/")[0], app_id, owner).split() == [app_id,
+                                                                                                     "notebook:0"]
+        assert json.loads(run_tony("status", job, "--json").stdout)["state"] == "RUNNING"
+        # The notebook ends; the job beside it runs on, untouched, and nothing of the notebook is left.
+        assert run_tony("kill", app_id).returncode == 0
+        assert proc.wait(60) == 0
+        wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
+        st = json.loads(run_tony("status", job, "--json").stdout)
+        assert st["state"] == "RUNNING" and [t["state"] for t in st["tasks"]] == ["RUNNING"], st
+        assert app_processes(job)
+    finally:
+        if proc.poll() is None:
+            run_tony("kill", app_id)
+            stopped(proc)
+        run_tony("kill", job)
+    wait_for(lambda: not app_processes(job), timeout=120, describe=lambda: app_processes(job))
 
 
 def test_an_idle_notebook_shuts_itself_down_and_frees_its_container(tony_home, tmp_path):

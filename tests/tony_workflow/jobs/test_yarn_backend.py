@@ -88,6 +88,9 @@ def test_mwms_runs_on_yarn_with_checkpoints_in_hdfs_and_tensorboard_behind_the_p
     assert any(f.endswith("/final/metrics.json") for f in files), files
     report = requests.get(f"{cluster['rm_web']}/ws/v1/cluster/apps/{h.app_id}", timeout=30).json()["app"]
     assert report["finalStatus"] == "SUCCEEDED" and "tony" in report.get("applicationTags", "")
+    # Ended, with no history server configured: its tracking URL leads to YARN's own page of it.
+    ended = requests.get(report["trackingUrl"], timeout=30, allow_redirects=False)
+    assert ended.status_code == 302 and ended.headers["Location"] == f"{cluster['rm_web']}/cluster/app/{h.app_id}"
 
 
 def test_killed_worker_relaunches_in_new_containers_and_resumes_from_hdfs(cluster, yarn):

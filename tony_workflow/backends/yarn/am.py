@@ -476,8 +476,13 @@ class YarnClusterManager(ClusterManager):
         # skein's master (with TonY's changes, .skein_jar) ends the application with the job's page
         # on the history server as its tracking URL, and its UI (the tracking URL while it runs)
         # opens on the job's page.
-        if os.environ.get(HISTORY_ENV):
-            self.app.kv[FINAL_TRACKING_URL_KEY] = f"{os.environ[HISTORY_ENV].rstrip('/')}/jobs/{self.app_id}".encode()
+        # Without a history server, YARN's own page of the application (skein's master would end
+        # with none, which YARN's proxy leads to through the address it started with).
+        final = (f"{os.environ[HISTORY_ENV].rstrip('/')}/jobs/{self.app_id}" if os.environ.get(HISTORY_ENV) else
+                 (rm := hadoop.rm_web_url(hadoop.read_conf(os.environ.get("HADOOP_CONF_DIR")))) and
+                 f"{rm.rstrip('/')}/cluster/app/{self.app_id}")
+        if final:
+            self.app.kv[FINAL_TRACKING_URL_KEY] = final.encode()
         page = self._proxy("tony", tracking_url, "TonY")
         if page is not None:
             self.app.kv[UI_HOME_KEY] = b"/pages/tony/"

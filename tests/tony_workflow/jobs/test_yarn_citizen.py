@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO, app_processes, sleeper_job, wait_for
-from tony_workflow.backends.yarn.skein_jar import driver_jar
+from tony_workflow.backends.yarn.skein_jar import driver_jar, stock_jar
 from tony_workflow.client import TonyClient, load_job
 
 pytestmark = [pytest.mark.yarn]
@@ -81,6 +81,8 @@ def run_one(cluster, tmp_path, history: str, owner: dict[str, str]) -> None:
     h = TonyClient("yarn").submit(load_job(spec))
     try:
         wait_for(lambda: rm_app(cluster, h.app_id)["state"] == "RUNNING", timeout=180)
+        import skein
+        assert skein.core._SKEIN_JAR == stock_jar()  # skein's own use elsewhere in the process keeps its jar
         app = rm_app(cluster, h.app_id)
         assert app["applicationType"] == "TONY"
         assert "yarn.application-type" not in app["applicationTags"] and "tony" in app["applicationTags"].split(",")

@@ -80,8 +80,10 @@ def _this_tests_boards():
 
 
 def boards_running() -> list[psutil.Process]:
-    """TensorBoard processes this test started (children of this test process) serving a keeper's
-    copy or a history."""
+    """TensorBoard processes this test started serving a keeper's copy or a history: the keeper's
+    own children of this test process (an embedded-cluster job of an earlier test, still ending
+    in this process's cluster, may start a TensorBoard of its own further down), started since
+    the test began."""
     def serving(p: psutil.Process) -> bool:
         try:
             return p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "--logdir" in p.cmdline() \
@@ -89,7 +91,7 @@ def boards_running() -> list[psutil.Process]:
         except psutil.Error:  # it ended between the listing and the look: not running
             return False
 
-    return [p for p in psutil.Process().children(recursive=True) if serving(p)]
+    return [p for p in psutil.Process().children(recursive=False) if serving(p)]
 
 
 def test_one_board_per_job_shared_by_its_viewers_stopped_when_idle_and_with_the_keeper(tmp_path):
@@ -105,8 +107,8 @@ def test_one_board_per_job_shared_by_its_viewers_stopped_when_idle_and_with_the_
         for t in askers:
             t.join(180)
         assert len(got) == 3 and len({id(b) for b in got}) == 1  # three viewers at once, one board
-        [proc] = boards_running()
-        assert proc.pid == got[0].proc.pid
+        running = boards_running()
+        assert [p.pid for p in running] == [got[0].proc.pid], [p.cmdline() for p in running]
         # It serves under the job page's path, the event files' run and tag.
         with urllib.request.urlopen(got[0].url + "data/plugin/scalars/tags", timeout=30) as r:
             assert b'"loss"' in r.read() and got[0].url.endswith("/jobs/application_1_0001/tensorboard/")

@@ -72,6 +72,7 @@ os.environ.setdefault("SKEIN_CONFIG", str(tony_home() / "skein"))
 warnings.filterwarnings("ignore", message="Skein global security credentials not found", category=UserWarning)
 
 _ENV_LOCK = threading.Lock()
+_JAR_LOCK = threading.Lock()
 
 #: How long a detached driver waits for the next command before it stops (``TONY_DRIVER_IDLE_S``).
 DEFAULT_IDLE_S = 600.0
@@ -192,15 +193,22 @@ def _write_record(key: tuple[Any, ...], client: Any) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         part = path.with_name(f".{path.name}.{os.getpid()}")
-        part.write_text(json.dumps({"address": client.address, "pid": proc.pid, "jar": _jar_of_drivers(),
+        part.write_text(json.dumps({"address": client.address, "pid": proc.pid, "jar": driver_jar()[0],
                                     "started": process.start_time(proc.pid), "owner": os.getpid()}))
         part.replace(path)
 
 
-def _jar_of_drivers() -> str:
-    """The jar skein starts its drivers from in this process."""
+@contextlib.contextmanager
+def _started_from(jar: str) -> Iterator[None]:
+    """skein starts the drivers of this block from ``jar`` (which each uploads for the master); skein's
+    own use elsewhere in the process is left as it was. skein reads the module's jar as a driver starts."""
     import skein
-    return str(skein.core._SKEIN_JAR)
+    with _JAR_LOCK:
+        saved, skein.core._SKEIN_JAR = skein.core._SKEIN_JAR, jar
+        try:
+            yield
+        finally:
+            skein.core._SKEIN_JAR = saved
 
 
 def _forget_record(key: tuple[Any, ...], client: Any) -> None:
@@ -357,8 +365,7 @@ def shared_driver(conf: dict[str, str], conf_dir: Path, principal: str | None = 
             # say nothing a user acts on; SKEIN_LOG_LEVEL shows them again.
             kwargs["log_level"] = _log_level()
             try:
-                with _hadoop_conf_env(conf_dir):
-                    skein.core._SKEIN_JAR = driver_jar()[0]  # the driver's jar, which it uploads for the master
+                with _hadoop_conf_env(conf_dir), _started_from(driver_jar()[0]):
                     client = _DRIVERS[key] = skein.Client(**kwargs)
             except skein.exceptions.DriverError as e:
                 raise ConfigError(f"skein's Java driver did not start ({e}): see the lines above; JAVA_HOME is "

@@ -94,3 +94,31 @@ def test_an_application_type_yarn_would_cut_or_split_is_refused_naming_the_key(v
     assert "tony.application.type" in str(e.value) and "20 printable ASCII" in str(e.value)
     load_job({"name": "t", "command": "true", "tasks": {"worker": {"instances": 1}}},
              conf={"tony.application.type": "RESEARCH"}).validate()
+
+
+def test_a_known_versions_archive_must_be_the_one_known_whatever_the_index_vouches_for(monkeypatch):
+    import hashlib
+
+    import requests
+
+    forged = b"not skein"
+
+    class Answer:
+        def __init__(self, url, text="", content=b""):
+            self.url, self.text, self.content = url, text, content
+
+        def raise_for_status(self):
+            pass
+
+    def get(url, timeout):
+        if url.endswith("/skein/"):  # the index's page, vouching for the forged archive
+            return Answer(url, "".join(f'<a href="../files/skein-{v}.tar.gz#sha256={hashlib.sha256(forged).hexdigest()}">'
+                                       "x</a>" for v in ("0.8.2", "9.9.9")))
+        return Answer(url, content=forged)
+
+    monkeypatch.delenv("TONY_SKEIN_SDIST", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", "https://index.example/simple")
+    monkeypatch.setattr(requests, "get", get)
+    with pytest.raises(OSError, match="not the archive expected"):
+        skein_jar._sdist("0.8.2")
+    assert skein_jar._sdist("9.9.9") == forged  # unknown here: the index's word

@@ -139,14 +139,22 @@ def events(record: Mapping[str, Any], log: Iterable[Mapping[str, Any]]) -> list[
         elif kind == "task_state" and e.get("task"):
             task, state = str(e["task"]), str(e.get("state"))
             if state == "LAUNCHED":
-                launches[task] = {"container": e.get("container"), "host": "", "last": last_launch.get(task) == i}
-            elif state == "REGISTERED" and task in launches and "started" not in launches[task]:
-                launch = launches[task]
+                early = launches.get(task)
+                if early is not None and early.get("started") and not early.get("container"):
+                    # The AM saw the grant after the executor had registered: the same launch.
+                    early["container"] = early["event"]["containerID"] = e.get("container")
+                    early["last"] = last_launch.get(task) == i
+                else:
+                    launches[task] = {"container": e.get("container"), "host": "", "last": last_launch.get(task) == i}
+            elif state == "REGISTERED" and not launches.get(task, {}).get("started"):
+                # A registration before its launch is recorded opens the launch (its container follows).
+                launch = launches.setdefault(task, {"container": None, "host": "", "last": i > last_launch.get(task, -1)})
                 launch.update(host=str(e.get("host") or ""), started=True)
                 kind_, _, index = task.partition(":")
-                out.append({"type": "TASK_STARTED", "timestamp": _ms(e["ts"]), "event": (f"{_NS}.TaskStarted", {
-                    "taskType": kind_, "taskIndex": int(index or 0), "host": launch["host"] or am_host,
-                    "containerID": launch.get("container")})})
+                started = {"taskType": kind_, "taskIndex": int(index or 0), "host": launch["host"] or am_host,
+                           "containerID": launch.get("container")}
+                launch["event"] = started
+                out.append({"type": "TASK_STARTED", "timestamp": _ms(e["ts"]), "event": (f"{_NS}.TaskStarted", started)})
             elif state in ("SUCCEEDED", "FAILED", "KILLED", "LOST") and task in launches:
                 launch = launches.pop(task)
                 if launch.get("started"):

@@ -126,3 +126,23 @@ def test_an_azkaban_runs_keys_are_the_ones_dr_elephants_azkaban_scheduler_reads(
     assert conf["azkaban.link.attempt.url"] == f"{web}/executor?execid=42&job=train&attempt=1"
     assert conf["tony.history.user"] == "First.Last" and conf["tony.worker.instances"] == "2"
     assert not any(k.startswith("airflow.") for k in conf)
+
+
+def test_a_task_that_registered_before_its_launch_was_recorded_is_one_launch_started_and_finished():
+    from tony_workflow.tony_format import events
+    record = {"application_id": "application_1_0001", "started_at": 100.0, "finished_at": 110.0,
+              "tasks": [{"task_id": "worker:0", "metrics": {}}, {"task_id": "worker:1", "metrics": {}}]}
+    log = [{"event": "am_started", "ts": 100.0, "address": "am-host:1"},
+           {"event": "task_state", "task": "worker:0", "state": "LAUNCHED", "container": "c0", "ts": 101.0},
+           {"event": "task_state", "task": "worker:0", "state": "REGISTERED", "host": "h0", "ts": 102.0},
+           # worker:1's executor registered before the AM saw its container granted
+           {"event": "task_state", "task": "worker:1", "state": "REGISTERED", "host": "h1", "ts": 102.5},
+           {"event": "task_state", "task": "worker:1", "state": "LAUNCHED", "container": "c1", "ts": 102.6},
+           {"event": "task_state", "task": "worker:0", "state": "SUCCEEDED", "ts": 105.0},
+           {"event": "task_state", "task": "worker:1", "state": "SUCCEEDED", "ts": 106.0}]
+    out = events(record, log)
+    assert [e["type"] for e in out] == ["APPLICATION_INITED", "TASK_STARTED", "TASK_STARTED", "TASK_FINISHED",
+                                        "TASK_FINISHED", "APPLICATION_FINISHED"]
+    started = [e["event"][1] for e in out if e["type"] == "TASK_STARTED"]
+    assert [(s["taskIndex"], s["host"], s["containerID"]) for s in started] == [(0, "h0", "c0"), (1, "h1", "c1")]
+    assert out[-1]["event"][1]["finishedTasks"] == 2

@@ -231,6 +231,9 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     """, {})
     assert killed == {"state": "KILLED", "jvms": []}
     assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
+    # Ended, with no history server configured: its tracking URL leads to YARN's own page of it.
+    moved = requests.get(app["trackingUrl"], auth=spnego(), timeout=60, allow_redirects=False)
+    assert moved.status_code == 302 and moved.headers["Location"].endswith(f"/cluster/app/{app_id}"), moved.headers
 
     # Its record, from the job history in HDFS, read with no ticket: with a connection's keytab...
     recorded = follow_elsewhere(f"""

@@ -15,12 +15,14 @@ import getpass
 import os
 import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["alive", "detect_gpus", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
+__all__ = ["alive", "detect_gpus", "file_lock", "group_members", "kill_tree", "login_name", "start_time", "user_name"]
 
 _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 # Start times are whole clock ticks: equal for one process, a tick or more apart for two.
@@ -197,3 +199,17 @@ def detect_gpus() -> list[int]:
     except (subprocess.SubprocessError, OSError):
         return []
     return [int(x) for x in out.split() if x.strip().isdigit()]
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on the file ``path`` (made, with its directory, if missing): how the
+    processes of this machine take turns filling a shared cache."""
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -9,19 +9,18 @@ simply done again.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ClusterError
+from ..process import file_lock
 
 __all__ = [
     "HADOOP_VERSION",
@@ -118,16 +117,6 @@ def _sha256(*paths: Path) -> str:
     return h.hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
-    """Serialises filling the shared cache between clusters started at the same time."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def tail(text: str, lines: int = 25) -> str:
@@ -144,7 +133,7 @@ def ensure_hadoop_jars(lib: Path | None = None, *, progress: Progress = quiet) -
     want = _sha256(_POM)
     if stamp.is_file() and stamp.read_text().strip() == want:
         return lib
-    with _locked(lib / ".lock"):
+    with file_lock(lib / ".lock"):
         if stamp.is_file() and stamp.read_text().strip() == want:
             return lib
         mvn = shutil.which("mvn")
@@ -179,7 +168,7 @@ def ensure_launcher_classes(lib: Path, java: Java, *, progress: Progress = quiet
     want = _sha256(_MAIN_SOURCE)
     if stamp.is_file() and stamp.read_text().strip() == want:
         return classes
-    with _locked(lib / ".lock"):
+    with file_lock(lib / ".lock"):
         if stamp.is_file() and stamp.read_text().strip() == want:
             return classes
         if java.javac is None:

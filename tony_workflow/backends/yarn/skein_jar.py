@@ -32,8 +32,6 @@ to use instead (one built on another machine), or ``skein`` for skein's own.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -46,9 +44,10 @@ import tarfile
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin
+
+from ...process import file_lock
 
 __all__ = ["ASK_GATHER_MS", "ASK_QUIET_MS", "FINAL_TRACKING_URL_KEY", "KNOWN_SDISTS", "REVISION", "TYPE_TAG", "UI_HOME_KEY", "PatchError", "driver_jar",
            "patch_driver", "patch_master", "patch_ui", "stock_jar", "type_tag"]
@@ -258,15 +257,6 @@ def _cache_root() -> Path:
     return cache / "tony-workflow"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sdist(version: str) -> bytes:
@@ -398,7 +388,7 @@ def _choose() -> tuple[tuple[str, str | None], bool]:
     if out.is_file() and stamp.is_file():
         return (str(out), None), True
     try:
-        with _locked(out.with_name(".lock")):
+        with file_lock(out.with_name(".lock")):
             if not (out.is_file() and stamp.is_file()):
                 log.info("building skein %s's driver and master with TonY's changes into %s (once)", version, out)
                 _build(Path(stock), version, out)

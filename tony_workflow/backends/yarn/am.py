@@ -473,20 +473,24 @@ class YarnClusterManager(ClusterManager):
         self.app.kv[KV_TOKEN] = token.encode()
         self.app.kv[KV_VIEW] = view_token.encode()
         self.app.kv[KV_ADDRESS] = address.encode()  # last: clients look for the address first
-        # skein's master (with TonY's changes, .skein_jar) ends the application with the job's page
-        # on the history server as its tracking URL, and its UI (the tracking URL while it runs)
-        # opens on the job's page.
-        # Without a history server, YARN's own page of the application (skein's master would end
-        # with none, which YARN's proxy leads to through the address it started with).
-        final = (f"{os.environ[HISTORY_ENV].rstrip('/')}/jobs/{self.app_id}" if os.environ.get(HISTORY_ENV) else
-                 (rm := hadoop.rm_web_url(hadoop.read_conf(os.environ.get("HADOOP_CONF_DIR")))) and
-                 f"{rm.rstrip('/')}/cluster/app/{self.app_id}")
+        # skein's master (with TonY's changes, .skein_jar) ends the application with this tracking
+        # URL, and its UI (the tracking URL while it runs) opens on the job's page.
+        final = self._final_tracking_url()
         if final:
             self.app.kv[FINAL_TRACKING_URL_KEY] = final.encode()
         page = self._proxy("tony", tracking_url, "TonY")
         if page is not None:
             self.app.kv[UI_HOME_KEY] = b"/pages/tony/"
         return page or tracking_url
+
+    def _final_tracking_url(self) -> str | None:
+        """The job's page on the history server the client was configured with, else YARN's own page
+        of the application (skein's master would end with none, and YARN's proxy then leads to the
+        ResourceManager's address as it started, which may not be the one it serves)."""
+        if os.environ.get(HISTORY_ENV):
+            return f"{os.environ[HISTORY_ENV].rstrip('/')}/jobs/{self.app_id}"
+        rm = hadoop.rm_web_url(hadoop.read_conf(os.environ.get("HADOOP_CONF_DIR")))
+        return f"{rm.rstrip('/')}/cluster/app/{self.app_id}" if rm else None
 
     def expose_tensorboard(self, url: str) -> str | None:
         return self._proxy("tensorboard", url, "TensorBoard")

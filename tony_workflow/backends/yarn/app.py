@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
 from ...protocol import ENVIRONMENT_ENV, RESOURCES_ENV, RUNTIME_ENV
 from .attempts import am_restarts
 from .containers import (
@@ -91,13 +90,13 @@ def prelude(shipment: Shipment) -> str:
 
 def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: list[str],
                 spread: Mapping[str, list[str]], docker_env: Any, secure: bool = False,
-                submitter: str | None = None) -> Any:
+                submitter: str | None = None, history: str | None = None) -> Any:
     """The skein ``ApplicationSpec`` of ``spec``: ``at_start`` names the tasks skein's master asks
     for as the application starts (none: the gate asks when the job's turn comes), ``spread`` the
     hosts of each spread type's services, ``docker_env(image)`` the variables of a container's
     image, ``tags`` the application's tags, ``secure`` whether the cluster uses Kerberos and
-    ``submitter`` the user who submits it (:func:`acls`). A job with tony.application.proxy-user
-    runs as that user."""
+    ``submitter`` the user who submits it (:func:`acls`), ``history`` the history server the
+    client is configured with. A job with tony.application.proxy-user runs as that user."""
     import skein
 
     python, head = shipment.python, prelude(shipment)
@@ -109,7 +108,6 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
                        RESOURCES_ENV: ",".join(sorted(shipment.resources_of(None)))})
     if at_start:
         am_env[ASKED_ENV] = encode_asked(at_start)
-    history = _history_server()
     if history:  # the job's page there becomes its tracking URL once it ends (yarn/am.py)
         am_env[HISTORY_ENV] = history
     if spread:
@@ -153,15 +151,6 @@ def application(spec: Any, shipment: Shipment, *, tags: list[str], at_start: lis
     return skein.ApplicationSpec(name=spec.name, queue=spec.queue or "default", services=services, master=master,
                                  tags=set(tags), max_attempts=1, node_label=spec.node_label or "",
                                  acls=acls(spec, secure, submitter), user=spec.proxy_user or "")
-
-
-def _history_server() -> str | None:
-    """The history server the client is configured with, if any (:func:`~tony_workflow.backends.history_server`)."""
-    from .. import history_server
-    try:
-        return history_server()
-    except ConfigError:
-        return None
 
 
 def acls(spec: Any, secure: bool = True, submitter: str | None = None) -> Any:

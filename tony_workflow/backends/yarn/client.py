@@ -55,6 +55,7 @@ from ...spec import JobSpec, SpecError
 from ...spec.site import tony_home
 from ...status import JobState, JobStatus
 from ...storage import open_storage, qualified
+from .. import history_server
 from ..base import AMEndpoint, Backend, ContainerRequest, gang_requests, label_key, raised_to_minimum
 from .access import act_as, kill_refused, proxied_by, refused_by_yarn, submitting_user, view_refused
 from .app import Shipment, application
@@ -341,7 +342,7 @@ class YarnBackend(Backend):
             tags.append(type_tag(spec.application_type.strip() or "TONY"))
         app = application(spec, shipment, tags=tags, at_start=plan.tasks, spread=spread,
                           docker_env=lambda image: docker_env(image, spec.docker_mounts), secure=is_secure(self.conf),
-                          submitter=self.submitting_user())
+                          submitter=self.submitting_user(), history=history_server())
         principal, keytab = (login.principal, login.keytab) if login else (self.principal, self.keytab)
         app_id = self._driver_submit(app, spec, principal, keytab)
         shutil.rmtree(staging, ignore_errors=True)

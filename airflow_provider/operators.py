@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider.hooks import TonyHook
 from airflow_provider.links import TonyLogsLink, TonyTensorBoardLink, TonyTrackingLink
-from airflow_provider.triggers import TonyJobTrigger
+from airflow_provider.triggers import OUTPUT_CURSOR_KEY, TonyJobTrigger
 from tony_workflow.client import load_job
 from tony_workflow.client.follow import JobUpdate
 from tony_workflow.client.output import Cursor, OutputLine, parse_tasks
@@ -37,7 +37,6 @@ __all__ = ["TonyOperator"]
 
 _ACTIVE = {JobState.NEW, JobState.SUBMITTED, JobState.ALLOCATING, JobState.RUNNING}
 #: where a task run keeps how far it followed its job's output, for a later try that reattaches
-OUTPUT_CURSOR_KEY = "tony_output_cursor"
 
 
 #: How the operator reports the project's errors. Input that must change (a bad spec, a job that can
@@ -370,6 +369,9 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         later try reattaching to the job writes none of them again."""
         for line in lines:
             self.log.info("%s", line.render())
+        self._keep_cursor(context, app_id, cursor)
+
+    def _keep_cursor(self, context: Context, app_id: str, cursor: Cursor) -> None:
         store = context.get("task_state_store")
         if store is None or getattr(self, "_no_store", False):
             return
@@ -429,6 +431,9 @@ class TonyOperator(ResumableJobMixin, BaseOperator):
         if not isinstance(event, dict) or "status" not in event or "application_id" not in event:
             raise AirflowException(f"Unexpected event from TonyJobTrigger: {event!r}")
         self.application_id = event["application_id"]
+        if event.get("cursor"):
+            # How far the trigger wrote the job's output: a later try that reattaches goes on from there.
+            self._keep_cursor(context, self.application_id, Cursor.from_json(str(event["cursor"])))
         if "job" not in event:
             raise AirflowException(f"Following TonY application {event['application_id']} failed: "
                                    f"{event.get('message', 'no detail')}")

@@ -249,3 +249,47 @@ def test_marking_the_running_task_failed_kills_the_application(api_server, tony_
     finally:
         for p in procs:
             stop(p)
+
+
+def trigger_files(dag_id: str) -> list[Path]:
+    """The trigger log files of the DAG's task, in the order their triggerers started."""
+    # attempt=1.log.trigger.<the triggerer's job id>.log
+    return sorted((AIRFLOW_HOME / "logs" / f"dag_id={dag_id}").rglob("attempt=*.log.trigger.*.log"),
+                  key=lambda p: int(p.name.removesuffix(".log").rsplit(".", 1)[-1]))
+
+
+def test_a_triggerer_stopped_mid_job_and_another_started_go_on_where_the_first_left(api_server, tony_home,
+                                                                                  tmp_path):
+    # A deferred task's trigger follows the job's output; its triggerer is stopped (a restart, a
+    # deployment), and a new one takes the trigger over: it starts again from its arguments, which
+    # say where the task deferred, not how far the first got.
+    dag_id = "tony_trigger_moves"
+    ticking = "for i in $(seq 1 40); do echo tick $i; sleep 0.5; done"
+    dag = write_dag(dag_id, {"job_spec": {**JOB, "command": ticking}, "poll_interval": 0.5, "tensorboard_wait": 0,
+                             "deferrable": True})
+    clear_stale_triggers()
+    procs = [start([sys.executable, "-c", RUN_DAG, str(dag)], tmp_path / "dag.log", tony_home)]
+    first = start([sys.executable, "-m", "airflow", "triggerer"], tmp_path / "triggerer-1.log", tony_home)
+    try:
+        app_id = wait_for(lambda: running_app(tony_home), timeout=180)
+        wait_for(lambda: len(trigger_files(dag_id)) == 1 and len(ticks(trigger_files(dag_id)[0].read_text())) >= 3,
+                 timeout=180, describe=lambda: task_logs(dag_id)[-3000:])
+        stop(first)
+        by_first = ticks(trigger_files(dag_id)[0].read_text())
+        assert TonyClient("local").attach(app_id).status().state == "RUNNING"  # the job goes on meanwhile
+        procs.append(start([sys.executable, "-m", "airflow", "triggerer"], tmp_path / "triggerer-2.log", tony_home))
+        run = wait_for(lambda: ended_run(dag_id), timeout=240, describe=lambda: task_logs(dag_id)[-3000:])
+    finally:
+        stop(first)
+        for p in procs:
+            stop(p)
+    assert run.state == "success", task_logs(dag_id)[-3000:]
+    files = trigger_files(dag_id)
+    assert len(files) == 2, files
+    before = ticks((files[0].parent / "attempt=1.log").read_text())  # the task's, before it deferred
+    by_second = ticks(files[1].read_text())
+    # Every line once, in order, across the task's own log and its two triggers': the second
+    # trigger went on from where the first had got to.
+    assert before + by_first + by_second == list(range(1, 41)), (before, by_first, by_second)
+    assert by_first and by_second, (by_first, by_second)
+    wait_for(lambda: not app_processes(app_id), timeout=60)

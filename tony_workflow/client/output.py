@@ -101,6 +101,14 @@ class Cursor:
         return json.dumps({"offsets": self.offsets, "session": self.session,
                            "open": {k: list(v) for k, v in self.open_files.items()}}, sort_keys=True)
 
+    def furthest(self, other: Cursor | None) -> Cursor:
+        """The cursor that has passed on what either of two cursors of one job has (offsets only
+        grow): where a follower goes on when two records of how far it got may differ."""
+        if other is None:
+            return self
+        offsets = {k: max(self.offsets.get(k, 0), other.offsets.get(k, 0)) for k in {*self.offsets, *other.offsets}}
+        return Cursor(offsets, max(self.session, other.session), {**other.open_files, **self.open_files})
+
     @classmethod
     def from_json(cls, text: str | None) -> Cursor:
         if not text:

@@ -72,6 +72,27 @@ def test_a_follower_started_again_from_its_cursor_prints_no_line_twice_and_drops
     assert texts(again.poll(st)) == ["[worker:0] three", "[worker:0] four"]
 
 
+def test_of_two_records_of_one_follower_it_goes_on_from_the_further(tmp_path):
+    # Where the task deferred, and how far its trigger got before its triggerer stopped.
+    st = status({"worker:0": "c1"})
+    f = OutputFollower(reader(tmp_path), tasks=["worker:0"])
+    write(tmp_path, "c1", "one\ntwo\n")
+    assert texts(f.poll(st)) == ["[worker:0] one", "[worker:0] two"]
+    deferred = Cursor.from_json(f.cursor.to_json())
+    write(tmp_path, "c1", "three\n", "stderr")
+    write(tmp_path, "c1", "four\n")
+    assert texts(f.poll(st)) == ["[worker:0] four", "[worker:0 stderr] three"]
+    further = Cursor.from_json(f.cursor.to_json())
+    write(tmp_path, "c1", "five\n")
+    # Either order of the two records gives the further, and a follower goes on from there.
+    assert deferred.furthest(further).to_json() == further.furthest(deferred).to_json() == further.to_json()
+    again = OutputFollower(reader(tmp_path), tasks=["worker:0"], cursor=deferred.furthest(further))
+    assert texts(again.poll(st)) == ["[worker:0] five"]
+    # With no second record, from the first.
+    alone = OutputFollower(reader(tmp_path), tasks=["worker:0"], cursor=deferred.furthest(None))
+    assert texts(alone.poll(st)) == ["[worker:0] four", "[worker:0] five", "[worker:0 stderr] three"]
+
+
 def test_a_relaunched_session_is_marked_after_the_old_containers_last_lines(tmp_path):
     f = OutputFollower(reader(tmp_path), tasks=["worker:0"])
     write(tmp_path, "c1", "step 1\n")

@@ -24,13 +24,15 @@ cache from ``KRB5CCNAME`` themselves.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import logging
 import os
 import socket
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +204,24 @@ class Login:
         # The ticket cache's credentials are left for GSSAPI to find on each negotiation, so a
         # later kinit into the same cache is picked up; a keytab's are this login's own.
         return HTTPSPNEGOAuth(creds=creds if self.keytab else None)
+
+    @contextlib.contextmanager
+    def java_environment(self) -> Iterator[dict[str, str]]:
+        """The environment a Hadoop command (a JVM) needs to act as this login, for as long as the
+        ``with`` lasts: nothing more for a ``kinit`` login (the JVM reads the same ``KRB5CCNAME``);
+        for a keytab login, a ticket cache of its own holding this login's ticket, in a private
+        folder removed afterwards (a JVM cannot read GSSAPI's in-memory cache)."""
+        if not self.keytab:
+            yield {}
+            return
+        creds = self.credentials()
+        with tempfile.TemporaryDirectory(prefix="tony-krb5-") as folder:
+            cache = f"FILE:{folder}/krb5cc"
+            try:
+                creds.store(store={"ccache": cache}, usage="initiate", overwrite=True)
+            except Exception as e:  # noqa: BLE001 - said as the login's failure, with GSSAPI's reason
+                raise LoginError(self._failure(f"its ticket cannot be handed to Hadoop's command ({e})")) from None
+            yield {"KRB5CCNAME": cache}
 
     @staticmethod
     def java_options() -> list[str]:

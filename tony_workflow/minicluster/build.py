@@ -39,7 +39,11 @@ HADOOP_VERSION = "3.5.0"
 # The pom and the launcher's source are package data next to this module.
 _SOURCES = Path(__file__).parent
 _POM = _SOURCES / "pom.xml"
-_MAIN_SOURCE = _SOURCES / "src" / "main" / "java" / "tonyworkflow" / "minicluster" / "MiniClusterMain.java"
+_JAVA = _SOURCES / "src" / "main" / "java"
+_MAIN_SOURCE = _JAVA / "tonyworkflow" / "minicluster" / "MiniClusterMain.java"
+#: compiled with the launcher, first on the daemons' classpath: Hadoop's secure reads of a
+#: container's files made without its native library (see the class)
+_STAND_INS = (_JAVA / "org" / "apache" / "hadoop" / "io" / "SecureIOUtils.java",)
 MAIN_CLASS = "tonyworkflow.minicluster.MiniClusterMain"
 _JARS_STAMP = ".tony-pom-sha256"
 
@@ -162,10 +166,11 @@ def ensure_hadoop_jars(lib: Path | None = None, *, progress: Progress = quiet) -
 
 
 def ensure_launcher_classes(lib: Path, java: Java, *, progress: Progress = quiet) -> Path:
-    """Compiles the launcher class next to the jars, once per version of its source."""
+    """Compiles the launcher class (and its stand-ins) next to the jars, once per version of their
+    sources."""
     classes = lib / "classes"
     stamp = classes / ".source-sha256"
-    want = _sha256(_MAIN_SOURCE)
+    want = _sha256(_MAIN_SOURCE, *_STAND_INS)
     if stamp.is_file() and stamp.read_text().strip() == want:
         return classes
     with file_lock(lib / ".lock"):
@@ -179,7 +184,7 @@ def ensure_launcher_classes(lib: Path, java: Java, *, progress: Progress = quiet
         shutil.rmtree(part, ignore_errors=True)
         part.mkdir(parents=True)
         done = subprocess.run([str(java.javac), "-nowarn", "-XDignore.symbol.file", "-d", str(part),
-                               "-cp", str(lib / "*"), str(_MAIN_SOURCE)],
+                               "-cp", str(lib / "*"), str(_MAIN_SOURCE), *map(str, _STAND_INS)],
                               capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
             raise MiniClusterError(f"javac could not compile {_MAIN_SOURCE.name} against {lib}:\n"

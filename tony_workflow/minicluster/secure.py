@@ -14,10 +14,11 @@ how, is what a Kerberized production cluster does, short of what needs root:
   SASL handshake is what then authenticates its clients.
 * Containers run as the NodeManager's own user (DefaultContainerExecutor): running them as the
   submitting user needs the setuid LinuxContainerExecutor, hence root.
-* No log aggregation, so no ``yarn logs``: on a secure cluster the NodeManager reads containers'
-  logs only through Hadoop's native library (to check each file's owner), which the jars from
-  Maven do not include. The logs stay in the NodeManager's log directory, under the cluster's
-  ``data/``.
+* Containers' logs are served by the NodeManagers over SPNEGO and aggregated into HDFS, as on a
+  production cluster. A secure NodeManager checks each file's owner before opening it, with
+  Hadoop's native library, which the jars from Maven do not include: the launcher compiles a
+  stand-in for the class that does it (``org.apache.hadoop.io.SecureIOUtils``, the same check made
+  with Java's POSIX file attributes), first on the daemons' classpath.
 
 Three more users have principals and keytabs (:data:`OTHER_USERS`), for what a shared cluster is
 about: a teammate who may stop a job (``colleague``), one who may only watch it (``viewer``) and a
@@ -165,13 +166,6 @@ class Kerberos:
                 "org.apache.hadoop.yarn.server.nodemanager.DefaultContainerExecutor",
             # Tools in containers that speak Kerberos (kinit, a JVM's GSS) find this KDC.
             "yarn.nodemanager.admin-env": f"MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX,KRB5_CONFIG={self.krb5_conf}",
-            # Reading a container's log to upload it needs the native library on a secure cluster
-            # (see above); without it the upload thread dies on every application.
-            "yarn.log-aggregation-enable": False,
-            # Kept logs hold their application open in the NodeManager, which stopping then waits
-            # for; handed straight to deletion, they still stay for delete.debug-delay-sec, as the
-            # local copies of uploaded logs do.
-            "yarn.nodemanager.log.retain-seconds": 0,
         }
         # Who administers a queue may see and stop every application of it: the administrators
         # only, or the applications' own ACLs would stand for nothing.
@@ -193,11 +187,6 @@ class Kerberos:
         yarn = {
             "yarn.resourcemanager.principal": SERVICE_PRINCIPAL,
             "yarn.nodemanager.principal": SERVICE_PRINCIPAL,
-            "yarn.log-aggregation-enable": False,
-            # Kept logs hold their application open in the NodeManager, which stopping then waits
-            # for; handed straight to deletion, they still stay for delete.debug-delay-sec, as the
-            # local copies of uploaded logs do.
-            "yarn.nodemanager.log.retain-seconds": 0,
         }
         return {"core-site.xml": core, "hdfs-site.xml": hdfs, "yarn-site.xml": yarn}
 

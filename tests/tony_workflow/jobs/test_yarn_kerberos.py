@@ -154,7 +154,9 @@ def follow_elsewhere(code: str, env: dict[str, str]) -> dict:
 
 def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_without_a_jvm(secure, tmp_path):
     spec = tmp_path / "sleeper.json"
-    spec.write_text(json.dumps(sleeper_job("secure-sleeper")))
+    job = sleeper_job("secure-sleeper")
+    job["tasks"]["worker"]["command"] = "echo 'said in a secure container'; echo 'and on its stderr' >&2; sleep 600"
+    spec.write_text(json.dumps(job))
     # Submitted by a user with no ticket: the job's own keys log the client in.
     r = run_tony("--backend", "yarn", "submit", str(spec), "--conf", f"tony.keytab.user={secure['principal']}",
                  "--conf", f"tony.keytab.location={secure['keytab']}", env=no_tickets(tmp_path), timeout=300)
@@ -198,39 +200,45 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
     with_keytab = follow_elsewhere(follow, {**no_tickets(tmp_path), "BACKEND_ARGS": json.dumps(connection)})
     assert with_keytab["state"] == "RUNNING" and with_keytab["jvms"] == [] and with_keytab["drivers"] == 0
 
-    # Its logs while it runs are asked of its NodeManager over SPNEGO, in a session of their own
-    # (the ResourceManager's ticket on the same host is refused there as a replay). This
-    # mini cluster's NodeManager has no native code, without which Hadoop's secure IO cannot open a
-    # container's files: it fails the request once authenticated, and `tony logs` names its answer.
+    # Its logs while it runs are read from its NodeManager over SPNEGO, in a session of their own
+    # (the ResourceManager's ticket on the same host is refused there as a replay).
     logs = run_tony("--backend", "yarn", "logs", app_id, "--task", "worker:0")
     assert logs.returncode == 0, logs.stdout + logs.stderr
-    assert "==> worker:0/stderr <==" in logs.stdout and "answered HTTP 500 (MESSAGE: Request failed.)" in logs.stdout, \
-        logs.stdout
-    # Followed, its output is asked of the same NodeManager over SPNEGO, and that refusal (after
-    # authenticating: not a 401) is said in the follower's own line rather than waited on in silence.
+    assert "==> worker:0/stdout <==" in logs.stdout and "said in a secure container" in logs.stdout, logs.stdout
+    assert "and on its stderr" in logs.stdout, logs.stdout
+    # Followed, the task's own lines come as it writes them, over SPNEGO too, and the follower
+    # goes on until the job ends.
     follower = subprocess.Popen([sys.executable, "-m", "tony_workflow.client.cli", "--backend", "yarn", "logs", app_id,
                                  "--follow", "--poll-interval", "0.5"], stdout=subprocess.PIPE, text=True, cwd=REPO)
-    first: list[str] = []
-    reading = threading.Thread(target=lambda: first.append(follower.stdout.readline()), daemon=True)
+    followed: list[str] = []
+    reading = threading.Thread(target=lambda: followed.extend(follower.stdout), daemon=True)
     reading.start()
     try:
-        reading.join(timeout=120)
-        said = first[0] if first else "(nothing in 120 s)"
-    finally:
-        follower.kill()
-        follower.wait()
-    assert said.startswith("[worker:0 std") and ": cannot be read now: its NodeManager at " in said, said
-    assert "answered HTTP 500" in said, said
+        wait_for(lambda: {"[worker:0] said in a secure container\n", "[worker:0 stderr] and on its stderr\n"}
+                 <= set(followed), timeout=120, describe=lambda: followed)
+        assert follower.poll() is None, followed
 
-    # Killed from a third process, through the AM and the ResourceManager's REST API.
-    killed = follow_elsewhere(f"""
-        import json
-        from tony_workflow.client import TonyClient
-        st = TonyClient("yarn").attach("{app_id}").kill()
-        print(json.dumps({{"state": st.state, "jvms": jvms()}}))
-    """, {})
+        # Killed from a third process, through the AM and the ResourceManager's REST API.
+        killed = follow_elsewhere(f"""
+            import json
+            from tony_workflow.client import TonyClient
+            st = TonyClient("yarn").attach("{app_id}").kill()
+            print(json.dumps({{"state": st.state, "jvms": jvms()}}))
+        """, {})
+        # The follower ends with the job, and says so with its exit code (1: it did not succeed).
+        assert follower.wait(timeout=120) == 1, followed
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    reading.join(timeout=10)
+    assert followed.count("[worker:0] said in a secure container\n") == 1, followed
     assert killed == {"state": "KILLED", "jvms": []}
     assert rm_get(secure, f"/apps/{app_id}")["app"]["finalStatus"] == "KILLED"
+    # Ended, its logs are read from where log aggregation put them in HDFS (`yarn logs`, with the ticket).
+    logs = run_tony("--backend", "yarn", "logs", app_id, "--task", "worker:0")
+    assert logs.returncode == 0 and "said in a secure container" in logs.stdout, logs.stdout + logs.stderr
+    assert rm_get(secure, f"/apps/{app_id}")["app"]["logAggregationStatus"] == "SUCCEEDED"
     # Ended, with no history server configured: its tracking URL leads to YARN's own page of it.
     moved = requests.get(app["trackingUrl"], auth=spnego(), timeout=60, allow_redirects=False)
     assert moved.status_code == 302 and moved.headers["Location"].endswith(f"/cluster/app/{app_id}"), moved.headers
@@ -253,10 +261,10 @@ def test_a_job_submitted_with_its_keytab_is_followed_elsewhere_over_spnego_witho
                  env={**no_tickets(tmp_path), "TONY_CONF_DIR": str(site)})
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "KILLED", r.stderr[-2000:]
 
-    # This cluster aggregates no logs: once the job has ended, `tony logs` says where they stay.
-    logs = run_tony("--backend", "yarn", "logs", app_id, "--task", "worker:0")
-    assert logs.returncode == 0 and "yarn.log-aggregation-enable=false" in logs.stdout, logs.stdout + logs.stderr
-    assert "yarn.nodemanager.log-dirs" in logs.stdout
+    # ... and its logs, from where log aggregation put them, with the keytab alone.
+    logs = run_tony("--backend", "yarn", "logs", app_id, "--task", "worker:0",
+                    env={**no_tickets(tmp_path), "TONY_CONF_DIR": str(site)})
+    assert logs.returncode == 0 and "said in a secure container" in logs.stdout, logs.stdout + logs.stderr
 
 
 def logged_in_as(secure, name: str, tmp_path: Path) -> dict[str, str]:

@@ -522,9 +522,10 @@ class YarnBackend(Backend):
         aggregated = self.conf.get("yarn.log-aggregation-enable", "").strip().lower() != "false"
         if ended and aggregated:
             self._await_log_aggregation(app_id)
+        login = self._logins.get(app_id, self.login)
         return job_logs(app_id, status or self.stored_status(app_id), task, ended=ended, aggregated=aggregated,
-                        into=into or tony_home() / "logs" / app_id, session=partial(http_session, self._logins.get(app_id, self.login)),
-                        conf_dir=self.conf_dir)
+                        into=into or tony_home() / "logs" / app_id, session=partial(http_session, login),
+                        conf_dir=self.conf_dir, login=login)
 
     def read_output(self, app_id: str, container: str, stream: str, where: str | None, offset: int,
                     limit: int) -> tuple[bytes, int | None] | None:
@@ -535,7 +536,8 @@ class YarnBackend(Backend):
                 login = self._logins.get(app, self.login)
                 return sessions.setdefault((node, login), http_session(login))
 
-            self._output = NodeOutput(session, lambda app: self._report(app).state in _YARN_ENDED, self.conf_dir)
+            self._output = NodeOutput(session, lambda app: self._report(app).state in _YARN_ENDED, self.conf_dir,
+                                      lambda app: self._logins.get(app, self.login))
         return self._output.read(app_id, container, stream, where, offset, limit)
 
     def _await_log_aggregation(self, app_id: str, timeout: float = 60.0) -> None:

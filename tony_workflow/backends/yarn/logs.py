@@ -18,13 +18,17 @@ command gives a temporary one, removed once printed).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from ...kerberos import Login
 
 __all__ = ["AM_FILES", "TASK_FILES", "container_of", "job_logs", "parse_aggregated", "read_aggregated", "read_live",
            "sections"]
@@ -121,20 +125,24 @@ def parse_aggregated(text: bytes) -> dict[str, dict[str, bytes]]:
     return out
 
 
-def read_aggregated(app_id: str, conf_dir: Path, files: Iterable[str]) -> tuple[dict[str, dict[str, bytes]], str]:
+def read_aggregated(app_id: str, conf_dir: Path, files: Iterable[str],
+                    login: Login | None = None) -> tuple[dict[str, dict[str, bytes]], str]:
     """Every container's ``files`` of an ended application, as log aggregation left them on HDFS:
-    one ``yarn logs`` run. Returns them by container, and what ``yarn logs`` said on stderr when
-    it found none."""
-    done = subprocess.run(["yarn", "logs", "-applicationId", app_id, "-log_files", ",".join(sorted(set(files)))],
-                          capture_output=True, timeout=300, check=False,
-                          env={**os.environ, "HADOOP_CONF_DIR": str(conf_dir)})
+    one ``yarn logs`` run (as ``login`` on a secure cluster). Returns them by container, and what
+    ``yarn logs`` said on stderr when it found none."""
+    as_login: contextlib.AbstractContextManager[dict[str, str]] = (
+        login.java_environment() if login is not None else contextlib.nullcontext({}))
+    with as_login as env:
+        done = subprocess.run(["yarn", "logs", "-applicationId", app_id, "-log_files", ",".join(sorted(set(files)))],
+                              capture_output=True, timeout=300, check=False,
+                              env={**os.environ, "HADOOP_CONF_DIR": str(conf_dir), **env})
     found = parse_aggregated(done.stdout)
     said = "" if found else " ".join(done.stderr.decode(errors="replace").split())[-500:]
     return found, said
 
 
 def job_logs(app_id: str, status: Any, task: str | None, *, into: Path, ended: bool, aggregated: bool,
-             session: Callable[[], Any], conf_dir: Path) -> dict[str, Path]:
+             session: Callable[[], Any], conf_dir: Path, login: Login | None = None) -> dict[str, Path]:
     """The logs of ``task`` (every task and the AM when None) of the job ``status`` describes,
     written under ``into`` (emptied first) as ``<section>/<file>``; by section name
     (``worker:0/stdout``, ``am/stderr``). An ended job's are read from HDFS when the cluster may
@@ -150,7 +158,7 @@ def job_logs(app_id: str, status: Any, task: str | None, *, into: Path, ended: b
     found: dict[str, dict[str, bytes]] = {}
     said = ""
     if ended and aggregated:
-        found, said = read_aggregated(app_id, conf_dir, [*TASK_FILES.values(), *AM_FILES.values()])
+        found, said = read_aggregated(app_id, conf_dir, [*TASK_FILES.values(), *AM_FILES.values()], login)
     out: dict[str, Path] = {}
 
     def keep(section: str, name: str, data: bytes | None, where: str) -> None:

@@ -38,10 +38,11 @@ class NodeOutput:
     """Reads containers' files by byte range, from their NodeManagers while they hold them, then
     from the aggregated logs. ``session(node)`` gives a requests session for one NodeManager;
     ``ended(app_id)`` says whether the application has ended; ``conf_dir`` is the client's
-    Hadoop configuration, for ``yarn logs``."""
+    Hadoop configuration, for ``yarn logs``, run as ``login(app_id)`` (None: no Kerberos)."""
 
-    def __init__(self, session: Callable[[str, str], Any], ended: Callable[[str], bool], conf_dir: Path):
-        self._session, self._ended, self.conf_dir = session, ended, conf_dir
+    def __init__(self, session: Callable[[str, str], Any], ended: Callable[[str], bool], conf_dir: Path,
+                 login: Callable[[str], Any] = lambda app_id: None):
+        self._session, self._ended, self.conf_dir, self._login = session, ended, conf_dir, login
         self._lock = threading.Lock()
         # app -> (first look, last look, its containers' files)
         self._aggregated: dict[str, tuple[float | None, float | None, dict[str, dict[str, bytes]]]] = {}
@@ -129,6 +130,6 @@ class NodeOutput:
             if container in files or (first is not None and now - first > AGGREGATION_WAIT_S) or \
                     (last is not None and now - last < 5.0):
                 return files
-            files, _ = read_aggregated(app_id, self.conf_dir, TASK_FILES.values())
+            files, _ = read_aggregated(app_id, self.conf_dir, TASK_FILES.values(), self._login(app_id))
             self._aggregated[app_id] = (first if first is not None else now, now, files)
             return files

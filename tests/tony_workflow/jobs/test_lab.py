@@ -107,8 +107,14 @@ def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[st
 
 
 def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_ends_with_kill(tony_home, tmp_path,
-                                                                                          browser):
-    walk(tmp_path, browser, "local")
+                                                                                          browser, local_site):
+    # No GPU on this machine: the embedded cluster's inventory is told it has two, and the kernel
+    # sees the one pinned to its container, as a task's process does.
+    local_site({"tony.local.gpus": "2"})
+    walk(tmp_path, browser, "local", options=("--gpus", "1"), kernel_checks={
+        "import os; print(len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')))": "1",
+        "import os; print(os.path.isabs(os.environ['TONY_CHECKPOINT_DIR']), os.path.isdir(os.environ['TONY_LOG_DIR']))":
+            "True True"})
 
 
 def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks: dict[str, str] | None = None,

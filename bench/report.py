@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 ORDER = ["launch", "recovery", "throughput", "throughput_ddp", "am_scale", "yarn_submit", "rm_load", "follow_many", "chaos",
          "chaos_yarn", "history_server", "gang_packing", "gang_packing_yarn", "elastic", "elastic_yarn", "data_input",
-         "output_follow", "output_follow_yarn", "notebook_start"]
+         "output_follow", "output_follow_yarn", "airflow_log", "notebook_start"]
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -509,6 +509,12 @@ def details(name: str, r: dict) -> list[str]:
                        f"{fmt(x.get('checkpoint_step'))} | {fmt(x.get('restart_start_step'))} | "
                        f"{fmt(x.get('lost_beyond_checkpoint'))} | {fmt(x.get('processes_left'))} | "
                        f"{fmt(x.get('resume_s'))} | {x.get('state')} |")
+    elif name == "airflow_log" and r.get("runs"):
+        out += ["| way | DAG run | lines | every line once | delay median (s) | p95 (s) | max (s) |",
+                "|---|---|---|---|---|---|---|"]
+        for way, x in r["runs"].items():
+            out.append(f"| {way} | {x['dag_run']} | {x['lines']} | {'yes' if x['every_line_once'] else 'no'} | "
+                       f"{fmt(x['delay_median_s'])} | {fmt(x['delay_p95_s'])} | {fmt(x['delay_max_s'])} |")
     elif name == "notebook_start" and r.get("pairs"):
         out += [("| pair | bare JupyterLab in a skein container (s) | tony notebook, URL answering (s) | "
                 "URL printed (s) | ratio |"), "|---|---|---|---|---|"]

@@ -96,12 +96,13 @@ def run_cell_over_the_kernels_websocket(base: str, app_id: str, headers: dict[st
                                        "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
                             "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
                             "content": {"code": code, "silent": False}}))
-        deadline = time.time() + 60
+        deadline = time.time() + 120
         while time.time() < deadline:
             m = json.loads(ws.recv())
-            if m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "stream":
+            if (m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "stream"
+                    and m["content"].get("name") == "stdout"):
                 return m["content"]["text"]
-        raise AssertionError("the kernel printed nothing in 60 s")
+        raise AssertionError("the kernel printed nothing in 120 s")
     finally:
         ws.close()
 
@@ -111,14 +112,25 @@ def test_a_notebook_opens_through_its_url_runs_a_cell_refuses_a_stranger_and_end
     # No GPU on this machine: the embedded cluster's inventory is told it has two, and the kernel
     # sees the one pinned to its container, as a task's process does.
     local_site({"tony.local.gpus": "2"})
-    walk(tmp_path, browser, "local", options=("--gpus", "1"), kernel_checks={
+    # Its kernel imports TensorFlow (about 800 MB) to write a summary: 2 GB for the notebook.
+    walk(tmp_path, browser, "local", options=("--gpus", "1", "--memory", "2g"), kernel_checks={
         "import os; print(len(os.environ['CUDA_VISIBLE_DEVICES'].split(',')))": "1",
         "import os; print(os.path.isabs(os.environ['TONY_CHECKPOINT_DIR']), os.path.isdir(os.environ['TONY_LOG_DIR']))":
-            "True True"})
+            "True True",
+        SUMMARY: "written"}, board_run="from-notebook")
+
+
+#: a kernel's cell writing a TensorBoard summary where a task's would go
+SUMMARY = ("import os, tensorflow as tf\n"
+           "w = tf.summary.create_file_writer(os.path.join(os.environ['TONY_LOG_DIR'], 'from-notebook'))\n"
+           "with w.as_default():\n"
+           "    tf.summary.scalar('loss', 0.5, step=1)\n"
+           "w.flush()\n"
+           "print('written')")
 
 
 def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks: dict[str, str] | None = None,
-         options: tuple[str, ...] = ()) -> None:
+         options: tuple[str, ...] = (), board_run: str | None = None) -> None:
     """The notebook's life as its user and a stranger see it, on ``backend`` (its cluster's ``env``):
     started with the URL printed; the page, a kernel over its websocket, and JupyterLab in Chromium
     running the notebook's cell, all through that URL; a stranger refused by a history server of
@@ -185,6 +197,9 @@ def walk(tmp_path, browser, backend: str, env: dict | None = None, kernel_checks
         # over its log directory, where its kernels' summaries go.
         running = json.loads(tony(*on, "status", app_id, "--json", env=env).stdout)
         assert running["state"] == "RUNNING" and running["notebook_url"] and running["tensorboard_url"], running
+        if board_run:  # a summary a kernel wrote (see kernel_checks) shows in the notebook's TensorBoard
+            wait_for(lambda: board_run in requests.get(f"{running['tensorboard_url'].rstrip('/')}/data/runs",
+                                                       timeout=30).json(), timeout=120, interval=2)
         assert app_id in tony(*on, "list", env=env).stdout
         # tony kill ends it: the command that served it ends, and nothing of the job is left.
         assert tony(*on, "kill", app_id, env=env).returncode == 0

@@ -262,9 +262,11 @@ def test_a_triggerer_stopped_mid_job_and_another_started_go_on_where_the_first_l
                                                                                   tmp_path):
     # A deferred task's trigger follows the job's output; its triggerer is stopped (a restart, a
     # deployment), and a new one takes the trigger over: it starts again from its arguments, which
-    # say where the task deferred, not how far the first got.
+    # say where the task deferred, not how far the first got. The job ticks until the test says
+    # so (a file), however long each step takes on a busy machine.
     dag_id = "tony_trigger_moves"
-    ticking = "for i in $(seq 1 40); do echo tick $i; sleep 0.5; done"
+    done = tmp_path / "done"
+    ticking = f"for i in $(seq 1 1200); do [ -e {done} ] && exit 0; echo tick $i; sleep 0.5; done; exit 9"
     dag = write_dag(dag_id, {"job_spec": {**JOB, "command": ticking}, "poll_interval": 0.5, "tensorboard_wait": 0,
                              "deferrable": True})
     clear_stale_triggers()
@@ -275,11 +277,14 @@ def test_a_triggerer_stopped_mid_job_and_another_started_go_on_where_the_first_l
         wait_for(lambda: len(trigger_files(dag_id)) == 1 and len(ticks(trigger_files(dag_id)[0].read_text())) >= 3,
                  timeout=180, describe=lambda: task_logs(dag_id)[-3000:])
         stop(first)
-        by_first = ticks(trigger_files(dag_id)[0].read_text())
         assert TonyClient("local").attach(app_id).status().state == "RUNNING"  # the job goes on meanwhile
         procs.append(start([sys.executable, "-m", "airflow", "triggerer"], tmp_path / "triggerer-2.log", tony_home))
+        wait_for(lambda: len(trigger_files(dag_id)) == 2 and len(ticks(trigger_files(dag_id)[1].read_text())) >= 3,
+                 timeout=180, describe=lambda: task_logs(dag_id)[-3000:])
+        done.touch()
         run = wait_for(lambda: ended_run(dag_id), timeout=240, describe=lambda: task_logs(dag_id)[-3000:])
     finally:
+        done.touch()
         stop(first)
         for p in procs:
             stop(p)
@@ -287,9 +292,11 @@ def test_a_triggerer_stopped_mid_job_and_another_started_go_on_where_the_first_l
     files = trigger_files(dag_id)
     assert len(files) == 2, files
     before = ticks((files[0].parent / "attempt=1.log").read_text())  # the task's, before it deferred
-    by_second = ticks(files[1].read_text())
+    by_first, by_second = ticks(files[0].read_text()), ticks(files[1].read_text())
     # Every line once, in order, across the task's own log and its two triggers': the second
     # trigger went on from where the first had got to.
-    assert before + by_first + by_second == list(range(1, 41)), (before, by_first, by_second)
-    assert by_first and by_second, (by_first, by_second)
+    said = before + by_first + by_second
+    printed = TonyClient("local").attach(app_id).logs("worker:0")["worker:0/stdout"].read_text()
+    assert by_first and by_second, (before, by_first, by_second)
+    assert said == [int(n) for n in re.findall(r"^tick (\d+)$", printed, re.MULTILINE)], (before, by_first, by_second)
     wait_for(lambda: not app_processes(app_id), timeout=60)

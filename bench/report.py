@@ -30,6 +30,10 @@ def load(results: Path) -> dict[str, dict]:
     return out
 
 
+def rnd_(x: float, nd: int = 2) -> float:
+    return round(x, nd)
+
+
 def fmt(x, unit: str = "") -> str:
     if x is None:
         return "–"
@@ -319,6 +323,13 @@ def details(name: str, r: dict) -> list[str]:
             runs = ", ".join(str(x["steps_per_s"]) for x in r["runtime_no_tensorboard"])
             out[-1] += (f" Runtime without TensorBoard: {runs}"
                         f" (ratio {r['ratio_no_tensorboard']}).")
+        if r.get("runtime_followed"):
+            runs = ", ".join(str(rnd_(x["steps_per_s"])) for x in r["runtime_followed"])
+            pairs = ", ".join(str(rnd_(f["steps_per_s"] / t["steps_per_s"], 3))
+                              for t, f in zip(r["runtime"], r["runtime_followed"]))
+            out[-1] += (f" Runtime with its chief's output followed: {runs} steps/s; followed / not followed by "
+                        f"pairs: {pairs} (median {r['ratio_followed']}; {r.get('goal_followed')}: "
+                        f"{'met' if r['ratio_followed'] >= 0.98 else 'MISSED'}).")
     elif name == "am_scale":
         runs = [("null gang server on http.server (floor)", r["null_server"])]
         if r.get("null_transport"):

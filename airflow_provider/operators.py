@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["TonyOperator"]
 
 _ACTIVE = {JobState.NEW, JobState.SUBMITTED, JobState.ALLOCATING, JobState.RUNNING}
-#: where a task run keeps how far it followed its job's output, for a later try that reattaches
 
 
 #: How the operator reports the project's errors. Input that must change (a bad spec, a job that can

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["OUTPUT_CURSOR_KEY", "TonyJobTrigger"]
 
-#: the XCom (trigger) and task state store key (operator) of how far the output was followed
+#: how far the job's output was followed: an XCom of the deferred task (its trigger's), and a key
+#: of the task's state store (the task's, for a later try that reattaches)
 OUTPUT_CURSOR_KEY = "tony_output_cursor"
 
 
@@ -111,8 +112,9 @@ class TonyJobTrigger(BaseTrigger):
         ti = getattr(self, "task_instance", None)
         if ti is None or not all(getattr(ti, k, None) is not None for k in ("dag_id", "task_id", "run_id")):
             return None
+        map_index = getattr(ti, "map_index", None)
         return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
-                "map_index": getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1}
+                "map_index": -1 if map_index is None else map_index}
 
     async def _kept_cursor(self) -> Cursor | None:
         """The cursor an earlier run of this trigger kept for this application, if any."""

@@ -45,6 +45,10 @@ MIRROR_INTERVAL = 0.5  # seconds between passes of the chief's checkpoint mirror
 #: TensorBoard told to use its stand-in for TensorFlow (the module it looks for to be told so).
 TENSORBOARD_WITHOUT_TF = ("import sys, types; sys.modules['tensorboard.compat.notf'] = types.ModuleType('notf'); "
                           "from tensorboard.main import run_main; run_main()")
+#: A task's TensorBoard runs at the lowest CPU priority (nice 19, set in its own process before any
+#: of its threads starts): it takes only the CPU that training leaves. Its reloads woke in the
+#: middle of synchronous training steps, and a trainer held back there holds back every other one.
+TENSORBOARD_NICE = 19
 
 
 def ephemeral_ports() -> tuple[int, int]:
@@ -329,7 +333,8 @@ class TaskExecutor:
         # A local directory is read with TensorBoard's own stand-in for TensorFlow's file API: it then
         # holds about 80 MB instead of 800, which the container's memory limit would count. Other
         # filesystems (hdfs://, gs://) need TensorFlow's.
-        main = ["-m", "tensorboard.main"] if "://" in logdir else ["-c", TENSORBOARD_WITHOUT_TF]
+        main = ("from tensorboard.main import run_main; run_main()" if "://" in logdir else TENSORBOARD_WITHOUT_TF)
+        main = ["-c", f"import os; os.nice({TENSORBOARD_NICE}); {main}"]
         argv = [python, *main, "--logdir", logdir, "--port", str(port), *bind, "--reload_interval", "5"]
         out = open(self.workdir / "tensorboard.log", "ab")  # noqa: SIM115 - the TensorBoard process keeps it open
         env = {**os.environ, **self._task_path(os.environ.get("PYTHONPATH"))}  # TensorBoard is the job's

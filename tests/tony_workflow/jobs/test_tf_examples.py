@@ -117,6 +117,11 @@ def test_killed_worker_relaunches_the_session_and_resumes_from_the_checkpoint(to
     st = wait_for(lambda: (s := h.status()).tensorboard_url and s)
     assert st.state == "RUNNING"
     assert requests.get(st.tensorboard_url + "/data/logdir", timeout=10).status_code == 200
+    # ... at the lowest CPU priority, every thread of it, while the trainers keep theirs.
+    boards = [p for p in app_processes(h.app_id) if "tensorboard.main" in " ".join(p.cmdline())]
+    assert len(boards) == 1, [p.cmdline() for p in boards]
+    assert {os.getpriority(os.PRIO_PROCESS, t.id) for t in boards[0].threads()} == {19}
+    assert user_process(st.task("worker:1").pid).nice() == os.nice(0)
 
     store = h.backend.app_dir(h.app_id) / "checkpoints"
     wait_for(lambda: re.search(r"step=(3\d|[4-9]\d|\d{3})", stdout(h, "worker:0"))

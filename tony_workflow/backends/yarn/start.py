@@ -10,11 +10,16 @@ safe but slower.
 
 Two jobs submitted to one queue at the same moment each see the queue as it was before the other
 existed. So each first announces itself: an *intent*, an empty file in the queue's directory under
-``tony.gang.line-dir`` whose name gives its gang (:func:`intent_name`), written before it looks. Intents it finds there count as
-jobs ahead of it. Of two submissions at the same moment, the second to write its intent sees the
-first's, and asks at start only if both gangs fit. Once submitted, the job's tag says that it asks
-at start (:func:`.gang.asked_at_start`), which counts its gang in every look from then on,
-and the intent is removed. An intent older than :data:`INTENT_TTL_S` is from a client that died
+``tony.gang.line-dir`` whose name gives its gang (:func:`intent_name`), written before it looks. The
+intents written before its own, or at the same time (by the store's clock), count as jobs ahead of
+it; those written after count it, not it them. Of submissions at the same moment, the first to write its intent
+asks at start if its gang fits, the second only if both gangs fit, and so on: as many start at once
+as fit, and the others wait for their turn. (That is safe whatever the order of writing and listing:
+a job that did not see another's intent listed before that intent was written, so the other's is
+not older and counts this one; two intents of the same time, or whose times are read in the middle
+of their writing, may each count the other, which only sends both the gate's way.) Once submitted, the job's tag says
+that it asks at start (:func:`.gang.asked_at_start`), which counts its gang in every look from then
+on, and the intent is removed. An intent older than :data:`INTENT_TTL_S` is from a client that died
 while submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
 
 Any trouble (no line directory, HDFS unreachable, a ResourceManager that cannot be read) means
@@ -110,10 +115,10 @@ def parse_intent(name: str) -> Member | None:
 
 
 def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool, set[str]]:
-    """The other live intents of the queue, as jobs ahead of this one, whether a looker's
-    board says jobs wait for their turn (:mod:`.line`), and the jobs that have asked for
-    their gang. The store's clock (a file's modification time) decides what is live, whatever
-    the clients' clocks say."""
+    """The live intents of the queue written before this one, as jobs ahead of it, whether a
+    looker's board says jobs wait for their turn (:mod:`.line`), and the jobs that have asked for
+    their gang. The store's clock (a file's modification time) decides what is live and what came
+    first, whatever the clients' clocks say."""
     listed = store.list(queue_dir(queue))
     own = listed.get(mine)
     if own is None:
@@ -140,6 +145,8 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
                 with contextlib.suppress(OSError):
                     store.delete(f"{queue_dir(queue)}/{name}")
             continue
+        if entry.mtime > own.mtime:
+            continue  # written after this one: that job counts this one's gang, not this one its
         member = parse_intent(name)
         if member is not None:
             out.append(member)

@@ -6,7 +6,9 @@ on HDFS, tests/tony_workflow/jobs/test_yarn_gangs.py submits real jobs together.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -85,6 +87,59 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
     assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, placed, store).tasks
     three_nodes = [*on_nodes, Node("nm-2", "", (4096, 8, 0), (4096, 8, 0))]
     assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, placed, store).tasks == tasks(2)
+
+
+class _AllAtOnce(LocalStorage):
+    """A line directory that four submissions reach at the same moment: every intent is written
+    before any of them lists the directory, and listed by all before any goes; the store's clock
+    stamps each intent as written, at the times ``stamps`` gives in the order of writing (as HDFS's
+    NameNode would, in ms)."""
+
+    def __init__(self, root, stamps: list[float]):
+        super().__init__(root)
+        self.stamps, self.lock = list(stamps), threading.Lock()
+        self.order: list[int] = []  # the writing threads, in the order they wrote
+        self.everyone_wrote = threading.Barrier(len(stamps))
+        self.everyone_listed = threading.Barrier(len(stamps))
+
+    def touch(self, key: str) -> None:
+        with self.lock:
+            super().touch(key)
+            t = self.stamps[len(self.order)]
+            os.utime(self.root / key, (t, t))
+            self.order.append(threading.get_ident())
+
+    def list(self, prefix: str = ""):
+        self.everyone_wrote.wait(timeout=30)
+        listed = super().list(prefix)
+        self.everyone_listed.wait(timeout=30)  # nobody removes its intent (going the gate's way) before
+        return listed
+
+
+def four_at_once(tmp_path, stamps: list[float]) -> list[bool]:
+    """Four jobs of 3 GB (skein's master, an AM of 512 MB, two 1 GB workers) submitted at once to
+    two 4 GB nodes: whether each asks at start, in the order their intents were written."""
+    store = _AllAtOnce(tmp_path, stamps)
+    nodes = [Node(f"nm-{i}", "", (4096, 8, 0), (4096, 8, 0)) for i in range(2)]
+    small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
+
+    def submit(_):
+        p = plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store)
+        return threading.get_ident(), bool(p.tasks)
+    with ThreadPoolExecutor(4) as pool:
+        asks = dict(pool.map(submit, range(4)))
+    return [asks[writer] for writer in store.order]
+
+
+def test_submitted_at_the_same_moment_as_many_start_asking_as_fit_the_first_written_first(tmp_path):
+    # Each sees all four intents, and counts those written before its own: the first two ask at
+    # start (two gangs fit), the third and fourth wait for their turn; none counts a later one.
+    now = time.time()
+    assert four_at_once(tmp_path / "a", [now + i / 1000 for i in range(4)]) == [True, True, False, False]
+    # Two written in the same instant each count the other: the gate's way for both where only
+    # one more fits (safe over quick), and both where both fit.
+    assert four_at_once(tmp_path / "b", [now, now + 0.001, now + 0.001, now + 0.002]) == [True, False, False, False]
+    assert four_at_once(tmp_path / "c", [now, now, now + 0.001, now + 0.002]) == [True, True, False, False]
 
 
 def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):

@@ -181,7 +181,8 @@ HISTORY_RETENTION_S = integer("tony.history.retention-sec", 0, "how long history
 DOCKER_ENABLED = boolean("tony.docker.enabled", "containers run in docker images (tony.docker.<type>.image)")
 
 # This project's keys
-TENSORBOARD_ENABLED = boolean("tony.task.tensorboard.enabled", "run TensorBoard on the chief", "true")
+TENSORBOARD_ENABLED = boolean("tony.task.tensorboard.enabled",
+                              "run TensorBoard on the chief (at nice 19: it takes only the CPU training leaves)", "true")
 TENSORBOARD_LOG_DIR = text("tony.application.tensorboard-log-dir", "a log directory for TonY's TensorBoard task: a "
                            "sidecar 'tensorboard' of its own (2 vcores, 2g unless tony.tensorboard.* say) serves it, "
                            "and every task finds it in TB_LOG_DIR")

@@ -152,6 +152,8 @@ def alone(backend: str, seconds: int) -> float:
     st = h.wait(poll_interval=0.5, timeout=900)
     if st.state != "SUCCEEDED":
         raise RuntimeError(f"the job alone ended {st.state}: {st.diagnostics}")
+    with contextlib.suppress(Exception):  # an explanation beside the measurement
+        log(f"  alone: {jobs_timeline([h.app_id], {h.app_id: _times(backend, h.app_id)}, t0)[0]}")
     return (st.finished_at or time.time()) - t0
 
 
@@ -226,10 +228,11 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
     makespan = max(ended) - first
     idle_gbs, idle_share = sampler.idle_while_waiting()
     try:
-        handed = handoffs(backend, [h.app_id for h in handles])
+        times = {h.app_id: _times(backend, h.app_id) for h in handles}
+        handed = handoffs(times)
     except Exception as e:  # noqa: BLE001 - the breakdown is an explanation, not the measurement
         log(f"  hand-offs not read: {e}")
-        handed = []
+        times, handed = {}, []
     held = list(sampler.held_waiting.values())
     return {"makespan_s": rnd(makespan, 1), "ratio": rnd(makespan / ideal, 3),
             "succeeded": sum(1 for s in finals.values() if s.state == "SUCCEEDED"), "deadlock": deadlocked,
@@ -238,7 +241,7 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
             "waiting_containers_max": max((c for c, _ in held), default=0),
             "waiting_mb_max": max((m for _, m in held), default=0),
             "submit_s": rnd(max(t for t, _ in submitted) - t0, 2), "samples": len(sampler.rows),
-            "handoffs": handed}
+            "handoffs": handed, "jobs": jobs_timeline(submit_order, times, first)}
 
 
 # ------------------------------------------------------------------ where a hand-off goes
@@ -273,18 +276,26 @@ def _times(backend: str, app_id: str) -> dict[str, float | None]:
     started = [t.get("started_at") for t in tasks]
     done = [t.get("finished_at") for t in tasks]
     ended = rec.get("finished_at")
+    accepted = None
     if backend == "yarn":
         report = client.backend.rm.app(app_id)
         if report is not None and report.finished_at:
             ended = report.finished_at
-    return {"am": am, "turn": turn, "formed": formed, "running": max(started) if started and all(started) else None,
+        accepted = report.started_at if report is not None else None
+    return {"accepted": accepted, "am": am, "turn": turn, "formed": formed, "running": max(started) if started and all(started) else None,
             "tasks_done": max(done) if done and all(done) else None, "ended": ended}
 
 
-def handoffs(backend: str, app_ids: list[str]) -> list[dict[str, float]]:
+def jobs_timeline(order: list[str], times: dict[str, dict[str, float | None]], first: float) -> list[dict[str, Any]]:
+    """Each job's marks (:func:`_times`), in submission order, as seconds after the first submission."""
+    return [{"app": a, **{k: (None if v is None else rnd(v - first, 2)) for k, v in times[a].items()}}
+            for a in order if a in times]
+
+
+def handoffs(times: dict[str, dict[str, float | None]]) -> list[dict[str, float]]:
     """Each hand-off of a repetition: for every job that waited for its gang, the job whose tasks
-    ended last before its gang formed (the room it took), and the steps between the two."""
-    times = {a: _times(backend, a) for a in app_ids}
+    ended last before its gang formed (the room it took), and the steps between the two; ``times``
+    are each job's marks (:func:`_times`)."""
     out = []
     for app, t in times.items():
         if t["formed"] is None or t["running"] is None or t["am"] is None:

@@ -244,38 +244,40 @@ def test_a_notebook_and_a_job_beside_it_share_the_cluster_and_each_ends_alone(to
     wait_for(lambda: not app_processes(job), timeout=120, describe=lambda: app_processes(job))
 
 
-def test_an_idle_notebook_shuts_itself_down_and_frees_its_container(tony_home, tmp_path):
-    proc, _, app_id = start(tmp_path, "--idle-timeout", "5s")
+def ended_by_itself(proc, app_id: str, timeout: float, then=None) -> None:
+    """The notebook's job ends SUCCEEDED without being killed (``then()`` first, if given: what
+    ends it), the command serving it ends with it, and no process of it is left."""
     try:
-        assert proc.wait(180) == 0  # the job ended by itself: the command serving it ends too
+        if then is not None:
+            then()
+        assert proc.wait(timeout) == 0  # the job ended by itself: the command serving it ends too
     finally:
         if proc.poll() is None:
             run_tony("kill", app_id)
             stopped(proc)
     st = json.loads(run_tony("status", app_id, "--json").stdout)
     assert st["state"] == "SUCCEEDED", st
+    wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
+
+
+def test_an_idle_notebook_shuts_itself_down_and_frees_its_container(tony_home, tmp_path):
+    proc, _, app_id = start(tmp_path, "--idle-timeout", "5s")
+    ended_by_itself(proc, app_id, 180)
     said = run_tony("logs", app_id).stdout
     assert "idle for" in said and "notebook-idle-timeout-ms" in said, said[-2000:]
-    wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
 
 
 def test_shutting_the_notebook_down_from_jupyterlab_ends_the_job_and_frees_its_container(tony_home, tmp_path):
     import requests
     proc, url, app_id = start(tmp_path, "--idle-timeout", "0")
-    try:
+
+    def shut_down():
         owner = {"Cookie": f"tony_history_token={url.split('token=')[1]}"}
         assert requests.get(url, timeout=60).status_code == 200
         # File > Shut Down: JupyterLab's own request, through the printed URL's server.
         done = requests.post(f"{url.split('/jobs/')[0]}/jobs/{app_id}/notebook/api/shutdown", headers=owner, timeout=60)
         assert done.status_code in (200, 202, 204), (done.status_code, done.text[:500])
-        assert proc.wait(120) == 0  # the job ended by itself: the command serving it ends too
-    finally:
-        if proc.poll() is None:
-            run_tony("kill", app_id)
-            stopped(proc)
-    st = json.loads(run_tony("status", app_id, "--json").stdout)
-    assert st["state"] == "SUCCEEDED", st
-    wait_for(lambda: not app_processes(app_id), timeout=120, describe=lambda: app_processes(app_id))
+    ended_by_itself(proc, app_id, 120, then=shut_down)
 
 
 def test_the_lab_finds_jupyterlabs_pages_in_the_shipped_environment_when_its_prefix_has_none(tmp_path, monkeypatch):

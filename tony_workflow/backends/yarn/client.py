@@ -288,12 +288,9 @@ class YarnBackend(Backend):
         """Whether skein's master asks for the whole gang as the application starts (:mod:`.start`)."""
         tasks = [] if any(t.spread for t in spec.tasks.values()) else asked_first(spec, gang_requests(spec))
         store = line_store(spec.gang_line_dir, str(self.conf_dir), login) if tasks else None
-        try:
-            reports = rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")) if tasks and store else []
-        except RMError as e:
-            return StartPlan([], f"the ResourceManager's applications cannot be read: {e}")
+        # Read once the intents are listed: a job submitted in between is then in the list.
         return plan_start(tasks, gang.shapes, gang.master, spec.priority, gang.queue, gang.queue_info, gang.nodes,
-                          reports, store)
+                          lambda: rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")), store)
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:

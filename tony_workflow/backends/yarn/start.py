@@ -10,17 +10,19 @@ safe but slower.
 
 Two jobs submitted to one queue at the same moment each see the queue as it was before the other
 existed. So each first announces itself: an *intent*, an empty file in the queue's directory under
-``tony.gang.line-dir`` whose name gives its gang (:func:`intent_name`), written before it looks. The
-intents written before its own, or at the same time (by the store's clock), count as jobs ahead of
-it; those written after count it, not it them. Of submissions at the same moment, the first to write its intent
-asks at start if its gang fits, the second only if both gangs fit, and so on: as many start at once
-as fit, and the others wait for their turn. (That is safe whatever the order of writing and listing:
-a job that did not see another's intent listed before that intent was written, so the other's is
-not older and counts this one; two intents of the same time, or whose times are read in the middle
-of their writing, may each count the other, which only sends both the gate's way.) Once submitted, the job's tag says
-that it asks at start (:func:`.gang.asked_at_start`), which counts its gang in every look from then
-on, and the intent is removed. An intent older than :data:`INTENT_TTL_S` is from a client that died
-while submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
+``tony.gang.line-dir`` whose name gives its gang (:func:`intent_name`), written before it looks.
+The intents written before its own, or at the same time (by the store's clock), count as jobs ahead
+of it; those written after count it, not it them. Of submissions at the same moment, the first to
+write its intent asks at start if its gang fits, the second only if both gangs fit, and so on: as
+many start at once as fit, and the others wait for their turn. (That is safe whatever the order of
+writing and listing: a job that did not see another's intent listed before that intent was written,
+so the other's is not older and counts this one; two intents of the same time, or whose times are
+read in the middle of their writing, may each count the other, which only sends both the gate's
+way.) Once submitted, the job's tag says that it asks at start (:func:`.gang.asked_at_start`),
+which counts its gang in every look from then on, and the intent is removed; the ResourceManager's
+list of applications is read after the intents, so that a job whose intent has gone since was
+submitted, and is in it. An intent older than :data:`INTENT_TTL_S` is from a client that died while
+submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
 
 Any trouble (no line directory, HDFS unreachable, a ResourceManager that cannot be read) means
 the gate's way.
@@ -32,7 +34,7 @@ import logging
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,7 @@ from .gang import (
     verdict,
 )
 from .line import ASKED_PREFIX, BOARD_PREFIX, STALE_S, Board, queue_dir
-from .rm import AppReport
+from .rm import AppReport, RMError
 
 __all__ = ["INTENT_GONE_S", "INTENT_TTL_S", "StartPlan", "intent_name", "parse_intent", "plan_start"]
 
@@ -154,15 +156,17 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
 
 
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
-               queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node], reports: Sequence[AppReport],
-               store: Storage | None,
+               queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node],
+               reports: Sequence[AppReport] | Callable[[], Sequence[AppReport]], store: Storage | None,
                ) -> StartPlan:
     """Whether the tasks ``tasks`` (those that may be asked for at start; the AM's container is
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as
     the application starts. ``queue`` is the ResourceManager's name for the job's queue,
     ``queue_info`` its scheduler entry, ``nodes`` the running NodeManagers, ``reports`` the TonY
-    applications the ResourceManager lists (accepted or running), ``store`` the line directory
-    (None: there is none)."""
+    applications the ResourceManager lists (accepted or running), or how to read them: then they
+    are read after the intents are listed, so that a job whose intent is gone from the listing
+    (it was submitted meanwhile) is in the list; ``store`` the line directory (None: there is
+    none)."""
     if not tasks:
         return StartPlan([], "no task may be asked for before the AM runs (spread types are placed by the AM)")
     if store is None:
@@ -180,6 +184,13 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
         plan.why = "jobs of the queue wait for their turn (its board says so)"
         plan.done()
         return plan
+    if callable(reports):
+        try:
+            reports = reports()
+        except RMError as e:
+            plan.why = f"the ResourceManager's applications cannot be read: {e}"
+            plan.done()
+            return plan
     counts: dict[str, tuple[int, int]] = {}
     for ttype, _ in gang:
         counts[ttype] = (0, counts.get(ttype, (0, 0))[1] + 1)

@@ -142,6 +142,26 @@ def test_submitted_at_the_same_moment_as_many_start_asking_as_fit_the_first_writ
     assert four_at_once(tmp_path / "c", [now, now, now + 0.001, now + 0.002]) == [True, True, False, False]
 
 
+def test_a_job_submitted_while_another_announces_itself_is_counted_from_the_resource_managers_list(tmp_path):
+    # A asks at start; as B writes its intent, A's submission completes: its intent goes and the
+    # ResourceManager lists it. B reads the list after its look at the intents, so it sees A there.
+    rm: list[AppReport] = []
+    first = plan(LocalStorage(tmp_path))
+    assert first.tasks == tasks(3)
+
+    class Racing(LocalStorage):
+        def touch(self, key: str) -> None:
+            super().touch(key)
+            rm.append(AppReport(id="application_1_0001", name="a", user="u", queue=QUEUE, state="ACCEPTED",
+                                final_status="UNDEFINED", diagnostics="", started_at=time.time(), finished_at=None,
+                                am_rpc_address=None, priority=0,
+                                tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)})))
+            first.done()
+
+    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, lambda: list(rm), Racing(tmp_path))
+    assert not second.tasks and "application_1_0001" in second.why, second.why
+
+
 def test_an_intent_left_by_a_client_that_died_is_ignored_once_stale(tmp_path):
     store = LocalStorage(tmp_path)
     dead = plan(store)

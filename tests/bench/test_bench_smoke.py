@@ -25,7 +25,8 @@ def test_quick_run_prints_the_summary_and_writes_the_result_file(script, tmp_pat
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert KEYS <= summary.keys(), summary
     assert isinstance(summary["goal_met"], bool)
-    assert isinstance(summary["value"], (int, float)) and isinstance(summary["floor"], (int, float))
+    assert isinstance(summary["value"], (int, float)) and isinstance(summary["floor"], (int, float)), (
+        summary, r.stderr[-3000:])
     assert summary["quick"] is True
     stored = json.loads((tmp_path / f"{script}.json").read_text())
     assert KEYS <= stored.keys() and stored["name"] == script and stored["quick"] is True

@@ -125,9 +125,9 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
                 timeline.append({"ts": float(e["admitted"]), "what": "its turn came: its ApplicationMaster's "
                                  "container and its gang were asked for"})
             timeline.append({"ts": ts, "what": f"ApplicationMaster attempt {e.get('attempt', 1)} started"})
-        elif kind == "turn_came":  # an AM started first in line, before its turn: then its gang was asked for
+        elif kind == "turn_came":  # an AM started first or next in line, before its turn: then its gang was asked for
             timeline.append({"ts": ts, "what": "its turn came: its gang was asked for (its ApplicationMaster "
-                             "had started first in line)"})
+                             f"had started {e.get('place') or 'first'} in line)"})
         elif kind == "am_attempt_failed":
             what = f"ApplicationMaster attempt {e.get('attempt')} failed"
             if e.get("counted") is False:  # the cluster took its container back, as YARN does not count it

@@ -78,6 +78,9 @@ def test_a_job_whose_am_waited_first_in_line_shows_its_turn_after_its_am_started
     assert [(t["ts"], t["what"]) for t in timeline[:2]] == [
         (T0 + 1, "ApplicationMaster attempt 1 started"),
         (T0 + 1.5, "its turn came: its gang was asked for (its ApplicationMaster had started first in line)")]
+    events = [EVENTS[0], {"ts": T0 + 1.5, "event": "turn_came", "place": "next"}, *EVENTS[1:]]
+    timeline = build_record(status(), events, user="alice", conf={}, requested=REQUESTED)["timeline"]
+    assert timeline[1]["what"] == "its turn came: its gang was asked for (its ApplicationMaster had started next in line)"
 
 
 def test_sizing_hints_name_tight_memory_and_idle_gpus():

@@ -205,7 +205,7 @@ def runner_and_waiter(a, b):
         if (srun.state == "RUNNING" and not any(t.state in ("SUCCEEDED", "FAILED", "KILLED") for t in srun.tasks)
                 and swait.state == "ALLOCATING" and swait.waiting_reason
                 and not swait.waiting_reason.startswith(("its turn has come", "waiting for its turn in the queue",
-                                                         "first in line"))):
+                                                         "first in line", "next in line"))):
             return run, (b if run is a else a), swait
     return None
 

@@ -153,7 +153,7 @@ class YarnClusterManager(ClusterManager):
         the turn was waited for then."""
         self._requests = {r.task_id: r for r in requests_}
         asked = set(self._asked_before()) if self._first else set()
-        early = self._first and bool(self._gate().get("early"))  # started first in line, before its turn
+        early = self._first and bool(self._gate().get("early"))  # started first or next in line, before its turn
         self._first = False
         if not asked:
             self.line.keen = early
@@ -164,7 +164,7 @@ class YarnClusterManager(ClusterManager):
                 raise InterruptedError("allocation cancelled")
             self.line.asking()
             if early:
-                self.note("turn_came")
+                self.note("turn_came", place=str(self._gate().get("place") or "first"))
         self._looked = (time.monotonic(), None)
         containers = [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
         for c in containers:

@@ -78,13 +78,13 @@ from .gang import (
     minimum_allocation,
     nodes_from,
     parse_gang_tag,
-    refuse_never_fits,
     shape_of,
 )
 from .gate import asked_first
 from .line import line_store
 from .logins import job_login, site_keytab
 from .logs import job_logs
+from .never_fits import refuse_never_fits
 from .output import NodeOutput
 from .rm import AppReport, ResourceManager, RMError, http_session, node_totals, resource_manager
 from .runtime import RUNTIME_DIR, base_python, runtime
@@ -268,7 +268,7 @@ class YarnBackend(Backend):
 
     def check_fits(self, spec: JobSpec, rm: ResourceManager | None = None) -> _Gang:
         """Raises NeverFits when the job's gang can never be placed (YARN would keep it waiting
-        forever): see :func:`.gang.refuse_never_fits`. Returns the gang as YARN will grant
+        forever): see :func:`.never_fits.refuse_never_fits`. Returns the gang as YARN will grant
         it, with what the ResourceManager said of the queue and the nodes."""
         rm = rm or self.rm
         queue_name = spec.queue or "default"
@@ -469,7 +469,8 @@ class YarnBackend(Backend):
         status.waiting_reason = gate.get("reason") or (
             f"its turn has come: the ApplicationMaster's container{f' and {asked} task containers are' if asked else ' is'}"
             " asked for" if gate.get("admitted")
-            else "first in line: its ApplicationMaster starts, to wait for the room" if gate.get("early")
+            else f"{gate.get('place') or 'first'} in line: its ApplicationMaster starts, to wait for its turn"
+            if gate.get("early")
             else "skein's master asks for the whole gang as the application starts" if asked_at_start(report.tags)
             else "waiting for its turn in the queue")
 

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...status import counted
-from ..base import Capacity, ContainerRequest, NeverFits, check_fits
+from ..base import Capacity
 from .rm import AppReport, amounts
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "parse_gang_tag",
     "queue_order",
     "reason_for",
-    "refuse_never_fits",
     "shape_of",
     "verdict",
     "verdicts",
@@ -198,17 +197,21 @@ class Member:
     #: its requests for its gang are at the ResourceManager (or granted): it is served before any
     #: job that waits for its turn
     asked: bool = False
+    #: it waits for its turn at the gate, and YARN is about to start its master (within
+    #: :data:`START_GRACE_S` of its submission)
+    arriving: bool = False
 
     def remaining(self) -> list[Shape]:
         """What it still lacks, largest first: its whole gang unless it runs part of it. Nothing
         before YARN starts its master (YARN decides when: the queue's share for ApplicationMasters
         may hold it back, and a job waiting for that must not hold back those already started),
         unless its master will ask for the whole gang as it starts: then the master's container
-        too, which no node holds yet."""
+        too, which no node holds yet; else its master's container alone, which YARN is about to
+        place (a job submitted just before another must not find its master's room taken)."""
         ordered = sorted(self.gang, key=lambda s: s.size, reverse=True)
         if self.state != "RUNNING":
-            if not self.starting:
-                return []
+            if not self.starting:  # a job that will wait at the gate: its master alone, soon placed
+                return [self.master] if self.arriving and not self.master_placed else []
             return ordered if self.master_placed else sorted((*self.gang, self.master), key=lambda s: s.size,
                                                               reverse=True)
         if self.held is None:
@@ -252,12 +255,21 @@ class Verdict:
     elders_blocked: bool = False
     blocker: str | None = None
     shape: Shape | None = None
+    #: next in line (one older job lacks containers), and its AM's container cannot keep that job
+    #: from forming (:meth:`_Pass.next_early`)
+    next_early: bool = False
 
     @property
     def first_in_line(self) -> bool:
         """Judged on the queue (a container shape blocks it, not a board still being read) and
         kept waiting by the room alone: no older job lacks containers."""
         return not self.go and not self.ahead and self.shape is not None and not self.elders_blocked
+
+    @property
+    def starts_early(self) -> bool:
+        """Whether its ApplicationMaster may start now, before its turn, to wait for it: first in
+        line, or next with room to spare (:attr:`next_early`)."""
+        return self.first_in_line or (self.next_early and not self.go)
 
 
 @dataclass
@@ -364,6 +376,42 @@ class _Pass:
             return Verdict(False, _reason([(ttype, shape)], counts, blocker), ahead, blocker=blocker, shape=shape)
         return Verdict(True, ahead=ahead)
 
+    def next_early(self, me: Member, am: Shape) -> bool:
+        """Whether ``me``, next in line (exactly one older job lacks containers), may start its
+        AM (a container of shape ``am``) before its turn without keeping the job ahead from ever
+        forming. Once every complete gang has ended, what stays held is what the jobs lacking
+        containers hold: their masters, AMs started early and parts of gangs (the largest shapes
+        assumed), ``me``'s master, and the AM. Where YARN put them is not reported, so all of them
+        are taken from every node of their partition (and from the queue's maximum): if the job
+        ahead still fits there, it fits wherever they are. At most two AMs of a queue wait so."""
+        if len(self.ahead) != 1:
+            return False
+        held = [am]
+        for m in self.members:
+            if m.state == "RUNNING" and m.held is None:
+                return False  # what it holds is not shown
+            if m.state == "RUNNING" and not m.remaining() and m.app_id != me.app_id:
+                continue  # a whole gang: it ends, and all it holds with it
+            if m.state == "RUNNING" or m.master_placed:
+                held.append(m.master)
+            if m.state == "RUNNING":
+                held.extend(sorted(m.gang, key=lambda s: s.size, reverse=True)[:m.held or 0])
+        taken: dict[str, list[int]] = {}
+        for s in held:
+            t = taken.setdefault(s.label, [0, 0, 0])
+            for i, amount in enumerate((s.memory_mb, s.vcores, s.gpus)):
+                t[i] += amount
+
+        def left(label: str, whole: Sequence[int]) -> tuple[int, int, int]:
+            t = taken.get(label, [0, 0, 0])
+            return (max(0, whole[0] - t[0]), max(0, whole[1] - t[1]), max(0, whole[2] - t[2]))
+
+        nodes = [Node(n.id, n.label, left(n.label, n.total), n.total) for n in self.nodes]
+        caps = {label: Capacity(*left(label, (c.memory_mb, c.vcores, c.gpus))) for label, c in (self.maximum or {}).items()}
+        room = _Room(nodes, caps or None)
+        ahead = next((m for m in self.members if m.app_id == self.ahead[0]), None)
+        return ahead is not None and all(room.take(s) for s in ahead.remaining() if not _never_placed(s, self.nodes))
+
 
 def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[Node],
             headroom: Mapping[str, Capacity] | None, pending: Sequence[tuple[str, Shape]],
@@ -381,7 +429,12 @@ def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[N
     for m in queue_order(members):
         if m.app_id != me and _placed(m) < mine_at:
             line.serve(m)
-    return line.judge(pending, counts)
+    v = line.judge(pending, counts)
+    if not v.go and own is not None and own.state == "RUNNING" and own.held == 0 and pending:
+        # the AM's container as asked for; else, as the board judges, the largest
+        am = next((s for t, s in pending if t == "am"), max((s for _, s in pending), key=lambda s: s.size))
+        v = replace(v, next_early=line.next_early(own, am))
+    return v
 
 
 def verdicts(members: Iterable[Member], nodes: Sequence[Node], headroom: Mapping[str, Capacity] | None,
@@ -395,7 +448,10 @@ def verdicts(members: Iterable[Member], nodes: Sequence[Node], headroom: Mapping
     for m in queue_order(members):
         lacks = m.remaining()
         if lacks:
-            out[m.app_id] = line.judge([("task", s) for s in lacks], {})
+            v = line.judge([("task", s) for s in lacks], {})
+            if not v.go and m.state == "RUNNING" and m.held == 0:  # its AM's shape is not told: its largest
+                v = replace(v, next_early=line.next_early(m, lacks[0]))
+            out[m.app_id] = v
         line.serve(m)
     return out
 
@@ -521,45 +577,9 @@ def members_from(reports: Iterable[AppReport], queue: str, now: float | None = N
         if parsed is None:
             continue
         held = None if r.state != "RUNNING" or r.running_containers is None else max(0, r.running_containers - 1)
-        starting = (r.state != "RUNNING" and asked_at_start(r.tags)
-                    and now - (r.started_at or now) < START_GRACE_S)
-        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, starting,
-                          master_placed=r.state != "RUNNING" and bool(r.running_containers), asked=r.id in marked))
+        recent = r.state != "RUNNING" and now - (r.started_at or now) < START_GRACE_S
+        at_start = asked_at_start(r.tags)
+        out.append(Member(r.id, r.priority, r.state, parsed[0], parsed[1], held, recent and at_start,
+                          master_placed=r.state != "RUNNING" and bool(r.running_containers), asked=r.id in marked,
+                          arriving=recent and not at_start))
     return out
-
-
-def _label(request: ContainerRequest) -> str:
-    return (request.node_label or "").lower()
-
-
-def refuse_never_fits(requests: Sequence[ContainerRequest], master: ContainerRequest, nodes: Sequence[Node],
-                      queue: dict[str, Any] | None, queue_name: str, label_key: Callable[[str], str]) -> None:
-    """Raises :class:`NeverFits` for a gang no amount of waiting can place: a node label no running
-    node carries, a container larger than every node of its partition, a gang larger than its
-    partition, or (skein's master container included) larger than the queue's maximum capacity.
-    ``label_key(task_id)`` names the key that gave a container its label."""
-    carried = sorted({n.label for n in nodes if n.label})
-    for r in [master, *requests]:
-        if _label(r) and not any(n.label == _label(r) for n in nodes):
-            raise NeverFits(label_key(r.task_id), f"{r.task_id} asks for node label {r.node_label!r}, which no running "
-                            f"node of the cluster carries (labels carried: {', '.join(carried) or 'none'})")
-    for label in sorted({_label(r) for r in requests}):
-        part = [n for n in nodes if n.label == label]
-        where = f" labelled {label}" if label else ""
-        biggest = Capacity(*(max(n.total[i] for n in part) for i in range(3))) if part else Capacity(0, 0, 0)
-        total = Capacity(*(sum(n.total[i] for n in part) for i in range(3)))
-        check_fits([r for r in requests if _label(r) == label], biggest, total,
-                   node=f"the largest NodeManager{where}",
-                   cluster=f"partition {label} of the cluster" if label else "the cluster")
-    if not queue:
-        return
-    maxima = {(p.get("partitionName") or "").lower(): amounts(p.get("effectiveMaxResource"))
-              for p in (queue.get("capacities") or {}).get("queueCapacitiesByPartition") or []
-              if p.get("effectiveMaxResource")}
-    unbounded = Capacity(1 << 30, 1 << 30, 1 << 30)
-    for label, (mem, vcores, gpus) in maxima.items():
-        gang = [r for r in [master, *requests] if _label(r) == label]
-        if gang and mem > 0:
-            check_fits(gang, unbounded, Capacity(mem, vcores, gpus if gpus else 1 << 30), node="",
-                       cluster=f"queue {queue_name}{f' in partition {label}' if label else ''} at its maximum "
-                               "capacity (skein's master container included)")

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     app = skein.ApplicationClient.from_current()
     since = time.time()
     asked: list[str] = []
-    early_at: list[float] = []  # when the job, first in line, let its AM start before its turn
+    early_at: list[float] = []  # when the job, first or next in line, let its AM start before its turn
+    place: list[str] = []  # which of the two
     try:
         from ...spec import JobSpec
 
@@ -119,11 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         deadlines = [since + ms / 1000.0 for ms in (timeout_ms, spec.am_startup_timeout_ms) if ms > 0]
         # First in line (no older job lacks containers), the job waits only for the room: its AM
         # starts now, beside the running gangs, and waits there, so that when the room frees its
-        # gang is asked for at once rather than after an ApplicationMaster's start.
+        # gang is asked for at once rather than after an ApplicationMaster's start. So does the
+        # next in line, where its AM cannot keep the job ahead from forming.
         def first_in_line(v: Verdict) -> bool:
-            if not v.first_in_line:
+            if not v.starts_early:
                 return False
             early_at.append(time.time())
+            place.append("first" if v.first_in_line else "next")
             return True
 
         overdue = wait_turn(line, requests, publish, deadline=min(deadlines) if deadlines else None,
@@ -145,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     if asked:  # the line serves a job that asks before those that wait, whatever their ages
         line.asking()
     # Said before the AM's container is asked for: the AM reads it as it starts.
-    word = {"early": early_at[0]} if early_at else {"admitted": time.time()}
+    word = {"early": early_at[0], "place": place[0]} if early_at else {"admitted": time.time()}
     app.kv[KV_GATE] = json.dumps({"since": since, **word, "asked": encode_asked(asked)}).encode()
     app.add_container(AM_SERVICE)
     for task_id in asked:
         app.add_container(service_name(task_id.split(":")[0]))
     if early_at:
-        log.info("first in line: its ApplicationMaster's container is asked for, to wait there for the room")
+        log.info("%s in line: its ApplicationMaster's container is asked for, to wait there for its turn", place[0])
     else:
         log.info("the job's turn has come: its ApplicationMaster's container and %d task containers are asked for",
                  len(asked))

@@ -39,7 +39,7 @@ import random
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +71,9 @@ log = logging.getLogger("tony.yarn")
 #: How often a waiting job looks at its line (each look is spread by ±25 %, so that jobs started
 #: together do not ask in step).
 LOOK_EVERY_S = 2.0
-#: How often a job looks whose AM started first in line, to ask for its gang once the room frees. It
-#: reads the ResourceManager itself (one such job a queue), not another looker's board, which is up
-#: to a look of that looker older.
+#: How often a job looks whose AM started before its turn (first or next in line), to ask for its
+#: gang once the room frees. It reads the ResourceManager itself (two such jobs a queue at most), not
+#: another looker's board, which is up to a look of that looker older.
 KEEN_LOOK_S = 0.5
 #: A board whose time has not changed for this long has lost its looker.
 STALE_S = 3 * LOOK_EVERY_S
@@ -121,7 +121,7 @@ class Board:
     def to_json(self) -> str:
         def one(v: Verdict) -> dict[str, Any]:
             return {"go": v.go, "ahead": list(v.ahead), "release": v.elders_blocked, "blocker": v.blocker,
-                    "shape": _code(v.shape) if v.shape else None}
+                    "shape": _code(v.shape) if v.shape else None, "early": v.next_early}
         return json.dumps({"looker": self.looker, "waiting": self.waiting, "leaving": self.leaving,
                            "verdicts": {k: one(v) for k, v in self.verdicts.items()}})
 
@@ -129,7 +129,8 @@ class Board:
     def from_json(cls, text: str) -> Board:
         doc = json.loads(text)
         out = {k: Verdict(bool(v["go"]), None, tuple(v.get("ahead") or ()), bool(v.get("release")),
-                          v.get("blocker"), _shape(v.get("shape"))) for k, v in (doc.get("verdicts") or {}).items()}
+                          v.get("blocker"), _shape(v.get("shape")), bool(v.get("early")))
+               for k, v in (doc.get("verdicts") or {}).items()}
         return cls(str(doc["looker"]), list(doc.get("waiting") or []), out, bool(doc.get("leaving")))
 
 
@@ -168,7 +169,7 @@ class Line:
     unreadable: str | None = None
     #: whether this job is its queue's looker now
     looking: bool = False
-    #: its AM started first in line and waits for the room (:func:`pause`)
+    #: its AM started before its turn (first or next in line) and waits for it (:func:`pause`)
     keen: bool = False
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _interval: float = 0.0
@@ -186,9 +187,9 @@ class Line:
             self.unreadable = "the ResourceManager's REST API cannot be reached from this container"
 
     def pause(self) -> float:
-        """Seconds until the next look: a job whose AM waits first in line (:attr:`keen`, one per
-        queue) looks every :data:`KEEN_LOOK_S` for itself, for its gang is asked for the moment the
-        room frees."""
+        """Seconds until the next look: a job whose AM waits for its turn (:attr:`keen`, two a
+        queue at most) looks every :data:`KEEN_LOOK_S` for itself, for its gang is asked for the
+        moment the room frees."""
         return (KEEN_LOOK_S if self.keen else self._interval) * random.uniform(0.75, 1.25)
 
     def shape(self, request: ContainerRequest) -> Shape:
@@ -379,7 +380,7 @@ class Line:
         fresh = [looker for looker, (seen, b) in boards.items()
                  if now - seen.since < STALE_S and not b.leaving and looker != self.app_id]
         if fresh and self.keen:
-            # First in line with its AM up: its own verdict from the ResourceManager, now (the
+            # First or next in line with its AM up: its own verdict from the ResourceManager, now (the
             # asked marks just listed included), rather than the looker's of up to a look ago.
             self.looking = False
             return None, False
@@ -393,7 +394,7 @@ class Line:
             if v is not None:
                 self._absent_since = None
                 shapes = [(r.task_id.split(":")[0], self.shape(r)) for r in pending]
-                return Verdict(v.go, reason_for(v, shapes, counts), v.ahead, v.elders_blocked, v.blocker, v.shape), False
+                return replace(v, reason=reason_for(v, shapes, counts)), False
             self._absent_since = self._absent_since or now
             if now - self._absent_since < STALE_S:
                 return Verdict(False, "waiting for the queue's looker to read its place in the queue",

@@ -75,8 +75,15 @@ def test_a_job_that_asks_at_start_says_so_in_its_tag_and_counts_from_its_submiss
     assert placed.master_placed and placed.remaining() == [W, W, W, AM]
     [late] = members_from([report([tag], now - START_GRACE_S - 1)], "root.default", now=now)
     assert not late.starting and late.remaining() == []  # YARN holds it back: it must not hold others
+    # A job that will wait at the gate lacks its master's container until YARN places it, within
+    # the same grace.
     [gated] = members_from([report([gang_tag(MASTER, [AM, W])], now - 5)], "root.default", now=now)
-    assert not gated.starting and gated.remaining() == []
+    assert not gated.starting and gated.arriving and gated.remaining() == [MASTER]
+    [gated] = members_from([AppReport(**{**report([gang_tag(MASTER, [AM, W])], now - 5).__dict__,
+                                         "running_containers": 1})], "root.default", now=now)
+    assert gated.remaining() == []
+    [gated] = members_from([report([gang_tag(MASTER, [AM, W])], now - START_GRACE_S - 1)], "root.default", now=now)
+    assert not gated.arriving and gated.remaining() == []
 
 
 def test_member_lacks_its_largest_containers_until_it_holds_them():
@@ -221,3 +228,63 @@ def test_one_pass_over_the_queue_judges_every_job_as_its_own_verdict_would(seed)
         assert every[m.app_id] == alone, (m, every[m.app_id], alone)
         assert reason_for(every[m.app_id], [("worker", s) for s in m.remaining()], {"worker": (0, 9)}) == (
             None if alone.go else alone.reason.replace("task: 0 of 0", "worker: 0 of 9"))
+
+
+# Two running gangs of four (AM and three 1 GB workers) on two nodes of 6 GB; the job ahead waits
+# first in line with its AM up (it holds one container), the next waits in skein's master alone.
+G1 = Shape(1024, 1)
+SMALL = (AM, G1, G1, G1)
+NEXT = [("am", AM), *want(3, G1)]
+
+
+def _line_of_two(total: int) -> tuple[list[Member], list[Node]]:
+    members = [job(1, held=4, gang=SMALL), job(2, held=4, gang=SMALL), job(3, held=1, gang=SMALL),
+               job(4, held=0, gang=SMALL)]
+    used = [4096 + 512 + 1024, 4096 + 512]  # a whole gang and its master on each; the waiting jobs' beside them
+    return members, [Node(f"nm{i}:1", "", (max(0, total - u), 16, 0), (total, 16, 0)) for i, u in enumerate(used)]
+
+
+def test_the_job_next_in_line_starts_its_am_early_when_it_cannot_keep_the_one_ahead_from_forming():
+    members, cluster = _line_of_two(6144)
+    v = verdict("application_1_0004", 0, members, cluster, None, NEXT, {}, maximum={"": Capacity(12288, 32, 0)})
+    assert not v.go and v.ahead == ("application_1_0003",) and v.next_early and v.starts_early, v
+    assert verdicts(members, cluster, None, maximum={"": Capacity(12288, 32, 0)})["application_1_0004"].next_early
+    # The job ahead is first in line and starts early by that rule; the one ahead's own verdict is
+    # not "next".
+    ahead = verdict("application_1_0003", 0, members, cluster, None, want(3, G1), {})
+    assert ahead.first_in_line and ahead.starts_early and not ahead.next_early
+
+
+def test_the_job_next_in_line_waits_in_its_master_where_its_am_could_keep_the_one_ahead_from_forming():
+    # Nodes of 4.5 GB, each a whole gang and its master while they run. The job ahead lacks two
+    # 2 GB workers: were the two waiting jobs' masters and AMs on one node, and its held container
+    # the largest it could be, one node alone would have room for its workers once the running
+    # gangs end. Where YARN put them is not reported: the next job's AM waits in its master.
+    big = (AM, Shape(2048, 1), Shape(2048, 1))
+    members = [job(1, held=4, gang=SMALL), job(2, held=4, gang=SMALL), job(3, held=1, gang=big),
+               job(4, held=0, gang=SMALL)]
+    cluster = [Node("nm0:1", "", (0, 16, 0), (4608, 16, 0)), Node("nm1:1", "", (0, 16, 0), (4608, 16, 0))]
+    v = verdict("application_1_0004", 0, members, cluster, None, NEXT, {})
+    assert not v.go and v.ahead == ("application_1_0003",) and not v.next_early and not v.starts_early, v
+    # With a node of 8 GB, the two workers fit there whatever the placement: the AM starts early.
+    cluster[1] = Node("nm1:1", "", (3584, 16, 0), (8192, 16, 0))
+    assert verdict("application_1_0004", 0, members, cluster, None, NEXT, {}).next_early
+    # Not within a queue whose maximum leaves no room for the job ahead beside what the waiting
+    # jobs hold.
+    members, cluster = _line_of_two(6144)
+    v = verdict("application_1_0004", 0, members, cluster, None, NEXT, {}, maximum={"": Capacity(5120, 32, 0)})
+    assert not v.next_early, v
+
+
+def test_only_the_job_next_in_line_starts_early_not_the_one_after_it():
+    members, cluster = _line_of_two(8192)
+    members.append(job(5, held=0, gang=SMALL))
+    every = verdicts(members, cluster, None)
+    assert every["application_1_0004"].next_early and not every["application_1_0005"].next_early
+    v = verdict("application_1_0005", 0, members, cluster, None, NEXT, {})
+    assert v.ahead == ("application_1_0003", "application_1_0004") and not v.starts_early, v
+    # Its turn come (the running gangs ended), a job starts nothing early: it asks.
+    members, _ = _line_of_two(6144)
+    free = [Node(f"nm{i}:1", "", (6144 - 1024 * (1 - i), 16, 0), (6144, 16, 0)) for i in range(2)]
+    v = verdict("application_1_0004", 0, members[2:], free, None, NEXT, {})
+    assert v.go and not v.starts_early, v

@@ -56,3 +56,19 @@ def test_only_a_judged_verdict_with_nobody_ahead_is_first_in_line():
     assert not Verdict(False, "waiting for the queue's looker", (), blocker="its place is being read").first_in_line
     assert not Verdict(True, shape=shape).first_in_line
     assert not Verdict(False, "an elder goes first", (), elders_blocked=True, shape=shape).first_in_line
+
+
+def test_the_job_next_in_line_starts_early_only_as_the_board_or_its_own_look_says_and_never_once_its_turn_came():
+    from tony_workflow.backends.yarn.gang import Shape, Verdict
+    from tony_workflow.backends.yarn.line import Board
+    shape = Shape(1024, 1, 0, "")
+    behind = Verdict(False, "behind one", ("application_1_0001",), elders_blocked=True, shape=shape)
+    assert not behind.starts_early
+    nxt = Verdict(False, "behind one", ("application_1_0001",), elders_blocked=True, shape=shape, next_early=True)
+    assert nxt.starts_early and not nxt.first_in_line
+    assert not Verdict(True, next_early=True).starts_early
+    # The looker's board carries it to the jobs that read it.
+    board = Board("application_1_0003", ["application_1_0001", "application_1_0002"],
+                  {"application_1_0002": nxt, "application_1_0003": behind})
+    read = Board.from_json(board.to_json())
+    assert read.verdicts["application_1_0002"].starts_early and not read.verdicts["application_1_0003"].starts_early

@@ -89,6 +89,24 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
     assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, placed, store).tasks == tasks(2)
 
 
+def test_an_older_job_that_will_wait_at_the_gate_keeps_room_for_its_master_until_yarn_places_it(tmp_path):
+    # Two 6 GB nodes, two gangs of 4 GB (their masters included) running; an older job submitted
+    # to wait for its turn, its master not yet placed, and a newcomer whose gang (4 GB with its
+    # master) fills the rest exactly: were the older one's master not counted, YARN would place it
+    # first and the newcomer would hold part of its gang until a running job ended.
+    store = LocalStorage(tmp_path)
+    nodes = [Node(f"nm-{i}", "", (2048, 16, 0), (6144, 16, 0)) for i in range(2)]
+    small = [("am", Shape(512, 1)), *(("worker", Shape(1024, 1)) for _ in range(3))]
+    older = AppReport(id="application_1_0001", name="older", user="u", queue=QUEUE, state="ACCEPTED",
+                      final_status="UNDEFINED", diagnostics="", started_at=time.time() - 1, finished_at=None,
+                      am_rpc_address=None, priority=0, tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in small])}),
+                      running_containers=0)
+    p = plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [older], store)
+    assert not p.tasks and "turn has not come" in p.why, p.why
+    # Once YARN has placed it (the nodes' room shows it), or without it, the newcomer asks at start.
+    assert plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store).tasks == tasks(3)
+
+
 class _AllAtOnce(LocalStorage):
     """A line directory that four submissions reach at the same moment: every intent is written
     before any of them lists the directory, and listed by all before any goes; the store's clock

@@ -410,7 +410,12 @@ class _Pass:
         caps = {label: Capacity(*left(label, (c.memory_mb, c.vcores, c.gpus))) for label, c in (self.maximum or {}).items()}
         room = _Room(nodes, caps or None)
         ahead = next((m for m in self.members if m.app_id == self.ahead[0]), None)
-        return ahead is not None and all(room.take(s) for s in ahead.remaining() if not _never_placed(s, self.nodes))
+        if ahead is None:
+            return False
+        # One whose master YARN is about to start lacks only that now, and its whole gang after.
+        needs = [*ahead.gang, ahead.master] if ahead.arriving else ahead.remaining()
+        return all(room.take(s) for s in sorted(needs, key=lambda s: s.size, reverse=True)
+                   if not _never_placed(s, self.nodes))
 
 
 def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[Node],

@@ -276,6 +276,20 @@ def test_the_job_next_in_line_waits_in_its_master_where_its_am_could_keep_the_on
     assert not v.next_early, v
 
 
+def test_behind_a_job_whose_master_yarn_has_not_started_the_next_counts_that_jobs_whole_gang():
+    # The job ahead was submitted first, but YARN starts the next one's master first: the one
+    # ahead lacks only its master now, and will lack its three 2 GB workers once it runs. With
+    # nodes of 4.5 GB, the next one's AM could keep them out: it waits in its master.
+    big = (AM, Shape(2048, 1), Shape(2048, 1), Shape(2048, 1))
+    arriving = Member("application_1_0003", 0, "ACCEPTED", MASTER, big, None, arriving=True)
+    members = [job(1, held=4, gang=SMALL), job(2, held=4, gang=SMALL), arriving, job(4, held=0, gang=SMALL)]
+    cluster = [Node(f"nm{i}:1", "", (0, 16, 0), (4608, 16, 0)) for i in range(2)]
+    v = verdict("application_1_0004", 0, members, cluster, None, NEXT, {})
+    assert v.ahead == ("application_1_0003",) and not v.next_early, v
+    cluster = [Node(f"nm{i}:1", "", (0, 16, 0), (8704, 16, 0)) for i in range(2)]  # 8.5 GB: room to spare
+    assert verdict("application_1_0004", 0, members, cluster, None, NEXT, {}).next_early
+
+
 def test_only_the_job_next_in_line_starts_early_not_the_one_after_it():
     members, cluster = _line_of_two(8192)
     members.append(job(5, held=0, gang=SMALL))

@@ -253,9 +253,9 @@ def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, An
 HANDOFF_STEPS = ("noticing", "am", "forming", "starting")
 HANDOFF_SAID = {
     "noticing": "the next job seeing the room: the last task's end to its turn, at the gate or in its AM "
-                "started first in line (YARN)",
+                "started first or next in line (YARN)",
     "am": "its ApplicationMaster starting: its turn to the AM started (the grant, the AM container's launch, "
-          "the AM's process); none when its AM started first in line, before its turn",
+          "the AM's process); none when its AM started first or next in line, before its turn",
     "forming": "its gang granted: the AM's start to the last of its containers",
     "starting": "its tasks starting: the gang granted to the last task's process running",
     "ending": "beside those, the job before ending: its last task's end to its end",

@@ -107,6 +107,7 @@ def events(record: Mapping[str, Any], log: Iterable[Mapping[str, Any]]) -> list[
     out: list[dict[str, Any]] = []
     am_host, am_container = "", None
     launches: dict[str, dict[str, Any]] = {}   # task id -> the launch under way
+    allocated: dict[str, str | None] = {}      # task id -> the container last allocated to it
     finished = failed = 0
     figures = {t["task_id"]: t.get("metrics") or {} for t in record.get("tasks") or ()}
 
@@ -133,7 +134,9 @@ def events(record: Mapping[str, Any], log: Iterable[Mapping[str, Any]]) -> list[
                     f"{_NS}.ApplicationInited", {"applicationId": app_id, "numTasks": len(figures),
                                                   "host": am_host, "containerID": am_container})})
         elif kind == "allocated":
-            am_container = ((e.get("containers") or {}).get("am") or {}).get("id")
+            granted = e.get("containers") or {}
+            allocated.update({str(t): c.get("id") for t, c in granted.items() if isinstance(c, dict)})
+            am_container = (granted.get("am") or {}).get("id")
             if out and out[0]["type"] == "APPLICATION_INITED":
                 out[0]["event"][1]["containerID"] = am_container
         elif kind == "task_state" and e.get("task"):
@@ -149,7 +152,10 @@ def events(record: Mapping[str, Any], log: Iterable[Mapping[str, Any]]) -> list[
             elif state == "REGISTERED" and not launches.get(task, {}).get("started"):
                 # A registration before its launch is recorded opens the launch (its container follows).
                 launch = launches.setdefault(task, {"container": None, "host": "", "last": i > last_launch.get(task, -1)})
-                launch.update(host=str(e.get("host") or ""), started=True)
+                # Its container, if its launch is not recorded yet (it may be only after the task
+                # ended, on a loaded machine): the one allocated to it.
+                launch.update(host=str(e.get("host") or ""), started=True,
+                              container=launch.get("container") or allocated.get(task))
                 kind_, _, index = task.partition(":")
                 started = {"taskType": kind_, "taskIndex": int(index or 0), "host": launch["host"] or am_host,
                            "containerID": launch.get("container")}

@@ -146,3 +146,20 @@ def test_a_task_that_registered_before_its_launch_was_recorded_is_one_launch_sta
     started = [e["event"][1] for e in out if e["type"] == "TASK_STARTED"]
     assert [(s["taskIndex"], s["host"], s["containerID"]) for s in started] == [(0, "h0", "c0"), (1, "h1", "c1")]
     assert out[-1]["event"][1]["finishedTasks"] == 2
+
+
+def test_a_task_whose_launch_is_recorded_only_after_it_ended_started_in_the_container_allocated_to_it():
+    # On a loaded machine the AM may record a launch after the task has registered and ended.
+    from tony_workflow.tony_format import events
+    record = {"application_id": "application_1_0001", "started_at": 100.0, "finished_at": 110.0,
+              "tasks": [{"task_id": "worker:0", "metrics": {}}]}
+    log = [{"event": "am_started", "ts": 100.0, "address": "am-host:1"},
+           {"event": "allocated", "ts": 100.5, "containers": {"am": {"id": "am#1"}, "worker:0": {"id": "worker:0#2"}}},
+           {"event": "task_state", "task": "worker:0", "state": "REGISTERED", "host": "h0", "ts": 102.0},
+           {"event": "task_state", "task": "worker:0", "state": "SUCCEEDED", "ts": 104.0},
+           {"event": "task_state", "task": "worker:0", "state": "LAUNCHED", "container": "worker:0#2", "ts": 104.5}]
+    out = events(record, log)
+    assert [e["type"] for e in out] == ["APPLICATION_INITED", "TASK_STARTED", "TASK_FINISHED", "APPLICATION_FINISHED"]
+    assert out[0]["event"][1]["containerID"] == "am#1"
+    assert out[1]["event"][1]["containerID"] == "worker:0#2" and out[2]["event"][1]["status"] == "SUCCEEDED"
+

@@ -436,9 +436,9 @@ def verdict(me: str, priority: int, members: Iterable[Member], nodes: Sequence[N
             line.serve(m)
     v = line.judge(pending, counts)
     if not v.go and own is not None and own.state == "RUNNING" and own.held == 0 and pending:
-        # the AM's container as asked for; else, as the board judges, the largest
-        am = next((s for t, s in pending if t == "am"), max((s for _, s in pending), key=lambda s: s.size))
-        v = replace(v, next_early=line.next_early(own, am))
+        # its AM's container taken as its largest, as the board judges every job (a tag does not
+        # say which is the AM's): one rule, whichever job of the queue looks for the others
+        v = replace(v, next_early=line.next_early(own, max((s for _, s in pending), key=lambda s: s.size)))
     return v
 
 

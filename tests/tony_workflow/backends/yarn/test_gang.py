@@ -255,6 +255,19 @@ def test_the_job_next_in_line_starts_its_am_early_when_it_cannot_keep_the_one_ah
     assert ahead.first_in_line and ahead.starts_early and not ahead.next_early
 
 
+def test_the_job_next_in_line_is_judged_by_one_rule_in_its_own_look_and_on_the_board():
+    # The board does not know which of a job's containers is its AM's, and judges it by its
+    # largest; a job's own look judges it the same, so that whether it starts early does not
+    # depend on which job of the queue looks for the others.
+    seen = set()
+    for total in range(4096, 9216, 256):
+        members, cluster = _line_of_two(total)
+        own = verdict("application_1_0004", 0, members, cluster, None, NEXT, {}).next_early
+        assert own == verdicts(members, cluster, None)["application_1_0004"].next_early, total
+        seen.add(own)
+    assert seen == {True, False}
+
+
 def test_the_job_next_in_line_waits_in_its_master_where_its_am_could_keep_the_one_ahead_from_forming():
     # Nodes of 4.5 GB, each a whole gang and its master while they run. The job ahead lacks two
     # 2 GB workers: were the two waiting jobs' masters and AMs on one node, and its held container

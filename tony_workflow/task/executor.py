@@ -333,9 +333,8 @@ class TaskExecutor:
         # A local directory is read with TensorBoard's own stand-in for TensorFlow's file API: it then
         # holds about 80 MB instead of 800, which the container's memory limit would count. Other
         # filesystems (hdfs://, gs://) need TensorFlow's.
-        main = ("from tensorboard.main import run_main; run_main()" if "://" in logdir else TENSORBOARD_WITHOUT_TF)
-        main = ["-c", f"import os; os.nice({TENSORBOARD_NICE}); {main}"]
-        argv = [python, *main, "--logdir", logdir, "--port", str(port), *bind, "--reload_interval", "5"]
+        code = ("from tensorboard.main import run_main; run_main()" if "://" in logdir else TENSORBOARD_WITHOUT_TF)
+        argv = [python, "-c", f"import os; os.nice({TENSORBOARD_NICE}); {code}", "--logdir", logdir, "--port", str(port), *bind, "--reload_interval", "5"]
         out = open(self.workdir / "tensorboard.log", "ab")  # noqa: SIM115 - the TensorBoard process keeps it open
         env = {**os.environ, **self._task_path(os.environ.get("PYTHONPATH"))}  # TensorBoard is the job's
         self.tensorboard = subprocess.Popen(argv, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,

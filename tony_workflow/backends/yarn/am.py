@@ -152,8 +152,9 @@ class YarnClusterManager(ClusterManager):
         application started, or by the gate once the job's turn had come) are adopted instead:
         the turn was waited for then."""
         self._requests = {r.task_id: r for r in requests_}
-        asked = set(self._asked_before()) if self._first else set()
-        early = self._first and bool(self._gate().get("early"))  # started first or next in line, before its turn
+        gate = self._gate() if self._first and not os.environ.get(ASKED_ENV) else {}
+        asked = set(self._asked_before(gate)) if self._first else set()
+        early = bool(gate.get("early"))  # the AM started first or next in line, before its turn
         self._first = False
         if not asked:
             self.line.keen = early
@@ -164,7 +165,7 @@ class YarnClusterManager(ClusterManager):
                 raise InterruptedError("allocation cancelled")
             self.line.asking()
             if early:
-                self.note("turn_came", place=str(self._gate().get("place") or "first"))
+                self.note("turn_came", place=str(gate.get("place") or "first"))
         self._looked = (time.monotonic(), None)
         containers = [self._make(r.task_id, r.memory_mb, r.vcores, r.gpus) for r in requests_]
         for c in containers:
@@ -175,16 +176,13 @@ class YarnClusterManager(ClusterManager):
             self.note("adopted", tasks=sorted(asked))
         return containers
 
-    def _asked_before(self) -> list[str]:
+    @staticmethod
+    def _asked_before(gate: dict[str, Any]) -> list[str]:
         """The tasks whose containers were asked for before the AM ran: by skein's master as the
-        application started (:data:`ASKED_ENV`), else by the gate (its word in :data:`KV_GATE`)."""
+        application started (:data:`ASKED_ENV`), else by the gate (``gate``, its word in
+        :data:`KV_GATE`; without it, nothing: the AM asks anew)."""
         if os.environ.get(ASKED_ENV):
             return decode_asked(os.environ[ASKED_ENV])
-        try:
-            raw = self.app.kv.get(KV_GATE)
-            gate = json.loads(raw) if raw else {}
-        except Exception:  # noqa: BLE001 - the store's errors: without the gate's word, ask anew
-            return []
         return decode_asked(str(gate.get("asked") or ""))
 
     def _gate(self) -> dict[str, Any]:

@@ -157,15 +157,14 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
 
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
                queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node],
-               reports: Sequence[AppReport] | Callable[[], Sequence[AppReport]], store: Storage | None,
+               reports: Callable[[], Sequence[AppReport]], store: Storage | None,
                ) -> StartPlan:
     """Whether the tasks ``tasks`` (those that may be asked for at start; the AM's container is
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as
     the application starts. ``queue`` is the ResourceManager's name for the job's queue,
-    ``queue_info`` its scheduler entry, ``nodes`` the running NodeManagers, ``reports`` the TonY
-    applications the ResourceManager lists (accepted or running), or how to read them: then they
-    are read after the intents are listed, so that a job whose intent is gone from the listing
-    (it was submitted meanwhile) is in the list; ``store`` the line directory (None: there is
+    ``queue_info`` its scheduler entry, ``nodes`` the running NodeManagers, ``reports`` reads the TonY
+    applications the ResourceManager lists (accepted or running), after the intents are listed,
+    so that a job whose intent is gone from the listing (it was submitted meanwhile) is in the list; ``store`` the line directory (None: there is
     none)."""
     if not tasks:
         return StartPlan([], "no task may be asked for before the AM runs (spread types are placed by the AM)")
@@ -184,20 +183,19 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
         plan.why = "jobs of the queue wait for their turn (its board says so)"
         plan.done()
         return plan
-    if callable(reports):
-        try:
-            reports = reports()
-        except RMError as e:
-            plan.why = f"the ResourceManager's applications cannot be read: {e}"
-            plan.done()
-            return plan
+    try:
+        listed = reports()
+    except RMError as e:
+        plan.why = f"the ResourceManager's applications cannot be read: {e}"
+        plan.done()
+        return plan
     counts: dict[str, tuple[int, int]] = {}
     for ttype, _ in gang:
         counts[ttype] = (0, counts.get(ttype, (0, 0))[1] + 1)
     # skein's master is placed with the gang too: last, so that a reason names a task of the
     # same size before it.
     counts[_MASTER] = (0, 1)
-    members = [*others, *members_from(reports, queue, asked=asked)]
+    members = [*others, *members_from(listed, queue, asked=asked)]
     v = verdict(_NEWCOMER, priority, members, nodes, headroom_from(queue_info), [*gang, (_MASTER, master)], counts,
                 queue=queue, maximum=maximum_from(queue_info))
     plan.looked = {"intents": len(others), "members": len(members), "go": v.go}

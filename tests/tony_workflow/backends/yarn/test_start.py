@@ -33,7 +33,7 @@ def tasks(workers: int) -> list[str]:
 
 
 def plan(store, workers: int = 3, reports=(), nodes=NODES):
-    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, list(reports), store)
+    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: list(reports), store)
 
 
 def intents(store) -> list[str]:
@@ -71,7 +71,7 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
     small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
 
     def one():
-        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store)
+        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store)
     plans = [one() for _ in range(4)]
     assert [bool(p.tasks) for p in plans] == [True, True, False, False], [p.why for p in plans]
     assert "2 jobs" in plans[2].why
@@ -84,9 +84,9 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
                         am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}), running_containers=1)
               for i in (1, 2)]
     on_nodes = [Node(f"nm-{i}", "", (3584, 7, 0), (4096, 8, 0)) for i in range(2)]  # each holds one master
-    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, placed, store).tasks
+    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, lambda: placed, store).tasks
     three_nodes = [*on_nodes, Node("nm-2", "", (4096, 8, 0), (4096, 8, 0))]
-    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, placed, store).tasks == tasks(2)
+    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, lambda: placed, store).tasks == tasks(2)
 
 
 def test_an_older_job_that_will_wait_at_the_gate_keeps_room_for_its_master_until_yarn_places_it(tmp_path):
@@ -101,10 +101,10 @@ def test_an_older_job_that_will_wait_at_the_gate_keeps_room_for_its_master_until
                       final_status="UNDEFINED", diagnostics="", started_at=time.time() - 1, finished_at=None,
                       am_rpc_address=None, priority=0, tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in small])}),
                       running_containers=0)
-    p = plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [older], store)
+    p = plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: [older], store)
     assert not p.tasks and "turn has not come" in p.why, p.why
     # Once YARN has placed it (the nodes' room shows it), or without it, the newcomer asks at start.
-    assert plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store).tasks == tasks(3)
+    assert plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store).tasks == tasks(3)
 
 
 class _AllAtOnce(LocalStorage):
@@ -142,7 +142,7 @@ def four_at_once(tmp_path, stamps: list[float]) -> list[bool]:
     small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
 
     def submit(_):
-        p = plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, [], store)
+        p = plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store)
         return threading.get_ident(), bool(p.tasks)
     with ThreadPoolExecutor(4) as pool:
         asks = dict(pool.map(submit, range(4)))
@@ -234,13 +234,13 @@ def test_a_submission_that_asks_at_start_says_so_and_the_next_sees_its_gang_coun
                         am_rpc_address="h:1", priority=0, running_containers=1,
                         tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)}))
     # A job of higher priority would go before one that waits for its turn, not before it.
-    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, [running], store)
+    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, lambda: [running], store)
     assert not later.tasks and "application_1_0001" in later.why, later.why
     later.done()
 
 
 def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(tmp_path):
-    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, [], LocalStorage(tmp_path)).tasks == []
+    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, list, LocalStorage(tmp_path)).tasks == []
     assert "line directory" in plan(None).why and plan(None).tasks == []
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the directory should be")

@@ -9,6 +9,11 @@ deferred task instance (:data:`OUTPUT_CURSOR_KEY`; a trigger may write its task 
 from the triggerer, not its task state store): a trigger started again for the same deferral (its
 triggerer stopped or died, another took the trigger over) goes on from there rather than from where
 the task deferred. The final event carries it too, so that the task keeps it for a later try.
+
+What is kept lags one look behind what was logged: a trigger's log lines travel to the task's log
+after the trigger has logged them, and a triggerer that stops drops those still on their way. A
+trigger started again so writes the lines of the last look before the stop once more, rather than
+lose them (it says so in the log).
 """
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ class TonyJobTrigger(BaseTrigger):
         self.output_tasks = output_tasks
         self.cursor = cursor
         self._unkept = False
+        self._logged: str | None = None  # the cursor past the lines logged at the last look, not yet kept
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("airflow_provider.triggers.TonyJobTrigger",
@@ -72,7 +78,11 @@ class TonyJobTrigger(BaseTrigger):
             hook = self.hook
             follower = Follower(lambda: hook.get_status(self.application_id))
             if self.output_tasks != []:
-                cursor = Cursor.from_json(self.cursor).furthest(await self._kept_cursor())
+                kept = await self._kept_cursor()
+                if kept is not None:
+                    self.log.info("The job's output goes on from where an earlier trigger kept it: the lines of "
+                                  "its last look may be written twice")
+                cursor = Cursor.from_json(self.cursor).furthest(kept)
                 output = hook.attach(self.application_id).output(self.output_tasks, cursor)
             while True:
                 # Status reads are short blocking HTTP/file reads: keep them off the event loop.
@@ -101,11 +111,15 @@ class TonyJobTrigger(BaseTrigger):
                                 **({"cursor": output.cursor.to_json()} if output is not None else {})})
 
     async def _say(self, lines: list[OutputLine], output: OutputFollower) -> None:
-        """Writes ``lines`` into the task's log, then keeps how far they went."""
+        """Writes ``lines`` into the task's log, and keeps how far the lines of the look before went
+        (a look or more ago, they have reached the log)."""
+        if self._logged is not None:
+            await self._keep(Cursor.from_json(self._logged))
+            self._logged = None
         for line in lines:
             self.log.info("%s", line.render())
         if lines:
-            await self._keep(output.cursor)
+            self._logged = output.cursor.to_json()
 
     def _where(self) -> dict[str, Any] | None:
         """The deferred task instance's XCom coordinates (None: a trigger run outside a triggerer)."""

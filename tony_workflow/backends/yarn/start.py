@@ -19,7 +19,10 @@ writing and listing: a job that did not see another's intent listed before that 
 so the other's is not older and counts this one; two intents of the same time, or whose times are
 read in the middle of their writing, may each count the other, which only sends both the gate's
 way.) Once submitted, the job's tag says that it asks at start (:func:`.gang.asked_at_start`),
-which counts its gang in every look from then on, and the intent is removed; the ResourceManager's
+which counts its gang in every look from then on, and the intent is removed. A job that waits
+for its turn is submitted only after the jobs it counted ahead of it (their intents gone, within
+seconds), since YARN places a queue's containers in the order of submission, and its master's
+container must not take the room of a gang counted ahead of it. The ResourceManager's
 list of applications is read after the intents, so that a job whose intent has gone since was
 submitted, and is in it. An intent older than :data:`INTENT_TTL_S` is from a client that died while
 submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
@@ -63,6 +66,10 @@ log = logging.getLogger("tony.yarn")
 INTENT_TTL_S = 30.0
 #: An intent this much older than a new one is deleted by the new one's client.
 INTENT_GONE_S = 600.0
+#: How long a job that waits for its turn lets the submissions it counted ahead of it go first
+#: (:func:`_after_elders`): a submission takes a second or two
+ELDERS_WAIT_S = 10.0
+ELDERS_LOOK_S = 0.2
 #: Younger than every real application, so that the job being submitted is served last.
 _NEWCOMER = "application_9999999999999_999999"
 #: skein's master, as a reason names it
@@ -158,14 +165,16 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
                queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node],
                reports: Callable[[], Sequence[AppReport]], store: Storage | None,
-               ) -> StartPlan:
+               elders_wait_s: float = ELDERS_WAIT_S) -> StartPlan:
     """Whether the tasks ``tasks`` (those that may be asked for at start; the AM's container is
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as
     the application starts. ``queue`` is the ResourceManager's name for the job's queue,
     ``queue_info`` its scheduler entry, ``nodes`` the running NodeManagers, ``reports`` reads the TonY
     applications the ResourceManager lists (accepted or running), after the intents are listed,
-    so that a job whose intent is gone from the listing (it was submitted meanwhile) is in the list; ``store`` the line directory (None: there is
-    none)."""
+    so that a job whose intent is gone from the listing (it was submitted meanwhile) is in the list;
+    ``store`` the line directory (None: there is none). A job that waits for its turn returns once
+    the submissions it counted ahead of it are made, or after ``elders_wait_s``
+    (:func:`_after_elders`)."""
     if not tasks:
         return StartPlan([], "no task may be asked for before the AM runs (spread types are placed by the AM)")
     if store is None:
@@ -204,4 +213,24 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     else:
         plan.why = f"its turn has not come: {v.reason}"
         plan.done()  # a job that waits for its turn holds no room: the gate asks when it comes
+        _after_elders(store, queue, {o.app_id for o in others}, elders_wait_s)
     return plan
+
+
+def _after_elders(store: Storage, queue: str, elders: set[str], within_s: float) -> None:
+    """Returns once the submissions whose intents ``elders`` (member ids of :func:`parse_intent`)
+    a job that waits for its turn counted ahead of it are submitted (their intents gone), or
+    after ``within_s``. YARN serves a queue's applications in the order they were submitted: a
+    job submitted first, to wait at the gate, would have its master's container placed before
+    the gangs of jobs that asked at start ahead of it, and one of those gangs, counted to fit
+    exactly, would wait for a running one to end."""
+    deadline = time.monotonic() + within_s
+    while elders and time.monotonic() < deadline:
+        try:
+            listed = store.list(queue_dir(queue))
+        except OSError:
+            return
+        live = {m.app_id for name in listed if (m := parse_intent(name)) is not None}
+        if not elders & live:
+            return
+        time.sleep(ELDERS_LOOK_S)

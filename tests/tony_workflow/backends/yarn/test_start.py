@@ -33,7 +33,7 @@ def tasks(workers: int) -> list[str]:
 
 
 def plan(store, workers: int = 3, reports=(), nodes=NODES):
-    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: list(reports), store)
+    return plan_start(tasks(workers), gang(workers), MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: list(reports), store, elders_wait_s=0)
 
 
 def intents(store) -> list[str]:
@@ -71,7 +71,7 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
     small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
 
     def one():
-        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store)
+        return plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store, elders_wait_s=0)
     plans = [one() for _ in range(4)]
     assert [bool(p.tasks) for p in plans] == [True, True, False, False], [p.why for p in plans]
     assert "2 jobs" in plans[2].why
@@ -84,9 +84,9 @@ def test_masters_not_yet_placed_count_so_no_more_start_at_once_than_fit(tmp_path
                         am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}), running_containers=1)
               for i in (1, 2)]
     on_nodes = [Node(f"nm-{i}", "", (3584, 7, 0), (4096, 8, 0)) for i in range(2)]  # each holds one master
-    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, lambda: placed, store).tasks
+    assert not plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, on_nodes, lambda: placed, store, elders_wait_s=0).tasks
     three_nodes = [*on_nodes, Node("nm-2", "", (4096, 8, 0), (4096, 8, 0))]
-    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, lambda: placed, store).tasks == tasks(2)
+    assert plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, three_nodes, lambda: placed, store, elders_wait_s=0).tasks == tasks(2)
 
 
 def test_an_older_job_that_will_wait_at_the_gate_keeps_room_for_its_master_until_yarn_places_it(tmp_path):
@@ -101,10 +101,10 @@ def test_an_older_job_that_will_wait_at_the_gate_keeps_room_for_its_master_until
                       final_status="UNDEFINED", diagnostics="", started_at=time.time() - 1, finished_at=None,
                       am_rpc_address=None, priority=0, tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in small])}),
                       running_containers=0)
-    p = plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: [older], store)
+    p = plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, lambda: [older], store, elders_wait_s=0)
     assert not p.tasks and "turn has not come" in p.why, p.why
     # Once YARN has placed it (the nodes' room shows it), or without it, the newcomer asks at start.
-    assert plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store).tasks == tasks(3)
+    assert plan_start(tasks(3), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store, elders_wait_s=0).tasks == tasks(3)
 
 
 class _AllAtOnce(LocalStorage):
@@ -142,7 +142,7 @@ def four_at_once(tmp_path, stamps: list[float]) -> list[bool]:
     small = [("am", Shape(512, 1)), ("worker", Shape(1024, 1)), ("worker", Shape(1024, 1))]
 
     def submit(_):
-        p = plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store)
+        p = plan_start(tasks(2), small, MASTER, 0, QUEUE, QUEUE_INFO, nodes, list, store, elders_wait_s=0)
         return threading.get_ident(), bool(p.tasks)
     with ThreadPoolExecutor(4) as pool:
         asks = dict(pool.map(submit, range(4)))
@@ -176,7 +176,7 @@ def test_a_job_submitted_while_another_announces_itself_is_counted_from_the_reso
                                 tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)})))
             first.done()
 
-    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, lambda: list(rm), Racing(tmp_path))
+    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, lambda: list(rm), Racing(tmp_path), elders_wait_s=0)
     assert not second.tasks and "application_1_0001" in second.why, second.why
 
 
@@ -234,13 +234,13 @@ def test_a_submission_that_asks_at_start_says_so_and_the_next_sees_its_gang_coun
                         am_rpc_address="h:1", priority=0, running_containers=1,
                         tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)}))
     # A job of higher priority would go before one that waits for its turn, not before it.
-    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, lambda: [running], store)
+    later = plan_start(tasks(3), gang(3), MASTER, 5, QUEUE, QUEUE_INFO, NODES, lambda: [running], store, elders_wait_s=0)
     assert not later.tasks and "application_1_0001" in later.why, later.why
     later.done()
 
 
 def test_without_a_usable_line_directory_or_with_spread_types_the_gate_decides(tmp_path):
-    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, list, LocalStorage(tmp_path)).tasks == []
+    assert plan_start([], gang(2), MASTER, 0, QUEUE, None, NODES, list, LocalStorage(tmp_path), elders_wait_s=0).tasks == []
     assert "line directory" in plan(None).why and plan(None).tasks == []
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the directory should be")
@@ -280,3 +280,25 @@ def test_a_queue_whose_board_says_jobs_wait_for_their_turn_is_joined_the_gates_w
     p = plan(store)
     assert p.tasks == tasks(3)
     p.done()
+
+
+def test_a_job_that_waits_for_its_turn_is_submitted_after_the_jobs_it_counted_ahead_of_it(tmp_path):
+    # YARN places a queue's containers in the order of submission: submitted first, the waiting
+    # job's master would take room counted for the gang ahead of it. So it returns (and is
+    # submitted) only once the job ahead's intent is gone, which happens when that one is submitted.
+    store = LocalStorage(tmp_path)
+    first = plan(store)
+    submitted = threading.Timer(0.6, first.done)
+    submitted.start()
+    t0 = time.monotonic()
+    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, list, store, elders_wait_s=30)
+    waited = time.monotonic() - t0
+    submitted.join()
+    assert first.tasks and not second.tasks and intents(store) == []
+    assert first.intent is None and waited >= 0.5, waited  # it returned only after the first's intent went
+    # A job ahead whose submission never ends (its client died) holds the next one back only so long.
+    stuck = plan(store)
+    t0 = time.monotonic()
+    assert not plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, list, store, elders_wait_s=0.5).tasks
+    assert time.monotonic() - t0 >= 0.5 and len(intents(store)) == 1  # it waited, the stuck one's intent stays
+    stuck.done()

@@ -464,12 +464,26 @@ def details(name: str, r: dict) -> list[str]:
                 "Ranks reading at once: " + ", ".join(f"{w} ranks {fmt(x['rows_per_s'])} rows/s (steps each "
                                                       f"{x['steps_each']})" for w, x in r["ranks"].items()) + "."]
     elif name.startswith("gang_packing") and r.get("rows"):
-        out += [(f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {r['params']['jobs']} "
-                 f"with room for {r['params']['room']}: {r['ideal_s']} s.")
-                + (f" The same gang without the runtime: {', '.join(map(str, r['bare_s']))} s; ideal packing "
-                   f"from outside the runtime {r['ideal_outside_s']} s (median makespan {r['ratio_outside_median']} x "
-                   f"it; one job alone is {r['alone_over_bare']} x the bare gang)." if r.get("bare_s") else ""), "",
-                ("| run | makespan (s) | x ideal | SUCCEEDED | places late (by submission) | idle memory while "
+        room, jobs = r["params"]["room"], r["params"]["jobs"]
+        if r.get("round_s"):  # the ideal is rounds of `room` jobs started side by side
+            out += [(f"{room} jobs submitted at once to the empty cluster: {', '.join(map(str, r['round_s']))} s; "
+                     f"one job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {jobs} with room "
+                     f"for {room} (a first round of {room} side by side, then each round as one job alone): "
+                     f"{r['ideal_s']} s (against {jobs} x alone / {room} = {r['ideal_alone_s']} s, which takes the "
+                     f"first round's starts on the same cores for the runtime's, the worst run is "
+                     f"{r['ratio_alone_worst']} x). The same gang without the runtime, {room} at once: "
+                     f"{', '.join(map(str, r['bare_round_s']))} s, one alone: {', '.join(map(str, r['bare_s']))} s; "
+                     f"ideal packing from outside the runtime {r['ideal_outside_s']} s (median makespan "
+                     f"{r['ratio_outside_median']} x it; a first round of the runtime's is {r['round_over_bare']} x "
+                     f"the bare one, one job alone {r['alone_over_bare']} x)."), ""]
+        else:
+            out += [(f"One job alone: {', '.join(map(str, r['alone_s']))} s; ideal packing of {jobs} "
+                     f"with room for {room}: {r['ideal_s']} s.")
+                    + (f" The same gang without the runtime: {', '.join(map(str, r['bare_s']))} s; ideal packing "
+                       f"from outside the runtime {r['ideal_outside_s']} s (median makespan "
+                       f"{r['ratio_outside_median']} x it; one job alone is {r['alone_over_bare']} x the bare gang)."
+                       if r.get("bare_s") else ""), ""]
+        out += [("| run | makespan (s) | x ideal | SUCCEEDED | places late (by submission) | idle memory while "
                  "jobs waited (GB·s, share) | held while waiting (containers, MB) |"),
                 "|---|---|---|---|---|---|---|"]
         for i, x in enumerate(r["rows"]):

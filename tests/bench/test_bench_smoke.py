@@ -45,6 +45,12 @@ def test_gang_packing_quick_on_the_embedded_cluster_reports_order_idle_memory_an
     assert len(row["places_late"]) == 4 and sum(row["places_late"]) == 0   # places late and early balance out
     assert row["idle_gb_s_while_waiting"] >= 0 and 0 <= row["idle_share_while_waiting"] <= 1
     assert stored["ideal_s"] > 0 and stored["ratio_median"] == row["ratio"]
+    # The ideal: a first round of two jobs started side by side, then one job alone, each timed
+    # twice in the same run (a median of two is their mean); four jobs alone over two beside it.
+    assert len(stored["round_s"]) == len(stored["alone_s"]) == len(stored["bare_round_s"]) == 2, stored
+    first, alone = sum(stored["round_s"]) / 2, sum(stored["alone_s"]) / 2
+    assert abs(stored["ideal_s"] - (first + alone)) <= 0.15 and abs(stored["ideal_alone_s"] - 2 * alone) <= 0.15
+    assert row["ratio_alone"] > 0
     # Where the hand-offs went: two jobs waited for the room of the first two, each step read from
     # the jobs' records, in order, adding up to the whole.
     assert len(row["handoffs"]) == 2 and stored["handoffs"] == 2, row["handoffs"]

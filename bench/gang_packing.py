@@ -47,11 +47,14 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import common
 from common import log, rnd
+
+T = TypeVar("T")
 
 GOAL_RATIO, GOAL_LATE = 1.25, 2
 JOBS, ROOM = 8, 2
@@ -154,20 +157,26 @@ class Sampler:
 
 # ------------------------------------------------------------------ runs
 
+def at_once(k: int, submit: Callable[[int], T]) -> list[tuple[float, T]]:
+    """``submit(i)`` for each i below ``k``, each from a thread of its own, all released at once:
+    (when it was called, what it returned) for each, in order."""
+    start = threading.Barrier(k)
+
+    def one(i: int) -> tuple[float, T]:
+        start.wait()
+        return time.time(), submit(i)
+
+    with ThreadPoolExecutor(k) as pool:
+        return list(pool.map(one, range(k)))
+
+
 def together(backend: str, seconds: int, k: int) -> float:
     """``k`` jobs submitted at once to the empty cluster, where all of them fit: seconds from the
     first submission to the last job's end. With ``k`` of ``ROOM`` it is one round of the ideal
     packing: the gangs that run side by side start side by side, on the same cores."""
     from tony_workflow.client import TonyClient, load_job
     client = TonyClient(backend)
-    start = threading.Barrier(k)
-
-    def one(i: int):
-        start.wait()
-        return time.time(), client.submit(load_job(job(backend, f"gang-alone-{i}", seconds)))
-
-    with ThreadPoolExecutor(k) as pool:
-        submitted = list(pool.map(one, range(k)))
+    submitted = at_once(k, lambda i: client.submit(load_job(job(backend, f"gang-alone-{i}", seconds))))
     first = min(t for t, _ in submitted)
     ends = []
     for _, h in submitted:
@@ -202,14 +211,7 @@ def bare(backend: str, seconds: int, k: int) -> float:
                                       instances=1),
                   "worker": skein.Service(resources=skein.Resources(memory=1024, vcores=1), script=f"sleep {seconds}",
                                           instances=3)})
-    start = threading.Barrier(k)
-
-    def one(_: int) -> tuple[float, str]:
-        start.wait()
-        return time.time(), yarn.backend.client.submit(spec)
-
-    with ThreadPoolExecutor(k) as pool:
-        submitted = list(pool.map(one, range(k)))
+    submitted = at_once(k, lambda _: yarn.backend.client.submit(spec))
     t0 = min(t for t, _ in submitted)
     ends = []
     for _, app_id in submitted:
@@ -225,15 +227,10 @@ def bare(backend: str, seconds: int, k: int) -> float:
 def repetition(backend: str, seconds: int, ideal: float, n: int) -> dict[str, Any]:
     from tony_workflow.client import TonyClient, load_job
     client = TonyClient(backend)
-    start = threading.Barrier(n)
     specs = [load_job(job(backend, f"gang-{i}", seconds)) for i in range(n)]
     with Sampler(backend, gang_containers=4) as sampler:
-        def one(spec):
-            start.wait()
-            return time.time(), client.submit(spec)
         t0 = time.time()
-        with ThreadPoolExecutor(n) as pool:
-            submitted = list(pool.map(one, specs))
+        submitted = at_once(n, lambda i: client.submit(specs[i]))
         handles = [h for _, h in submitted]
         sampler.apps = {h.app_id for h in handles}
         first = min(t for t, _ in submitted)

@@ -290,7 +290,8 @@ class YarnBackend(Backend):
         store = line_store(spec.gang_line_dir, str(self.conf_dir), login) if tasks else None
         # Read once the intents are listed: a job submitted in between is then in the list.
         return plan_start(tasks, gang.shapes, gang.master, spec.priority, gang.queue, gang.queue_info, gang.nodes,
-                          lambda: rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")), store)
+                          lambda: rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")), store,
+                          room_now=lambda: (nodes_from(rm.nodes()), rm.queue(spec.queue or "default")))
 
     # ------------------------------------------------------------------ Backend
     def submit(self, spec: JobSpec) -> str:

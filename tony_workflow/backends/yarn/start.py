@@ -20,9 +20,11 @@ so the other's is not older and counts this one; two intents of the same time, o
 read in the middle of their writing, may each count the other, which only sends both the gate's
 way.) Once submitted, the job's tag says that it asks at start (:func:`.gang.asked_at_start`),
 which counts its gang in every look from then on, and the intent is removed. A job that waits
-for its turn is submitted only after the jobs it counted ahead of it (their intents gone, within
-seconds), since YARN places a queue's containers in the order of submission, and its master's
-container must not take the room of a gang counted ahead of it. The ResourceManager's
+for its turn is submitted at once if its master's container fits beside what the jobs asking at
+start still lack; else once they have asked (their masters run), within seconds: YARN places a
+queue's containers in the order their requests come, and a gang's requests come only once its
+master runs, so a master submitted meanwhile would take room the gang was counted to have
+(:func:`_after_elders`). The ResourceManager's
 list of applications is read after the intents, so that a job whose intent has gone since was
 submitted, and is in it. An intent older than :data:`INTENT_TTL_S` is from a client that died while
 submitting, and is ignored; one older than :data:`INTENT_GONE_S` is deleted.
@@ -66,10 +68,10 @@ log = logging.getLogger("tony.yarn")
 INTENT_TTL_S = 30.0
 #: An intent this much older than a new one is deleted by the new one's client.
 INTENT_GONE_S = 600.0
-#: How long a job that waits for its turn lets the submissions it counted ahead of it go first
-#: (:func:`_after_elders`): a submission takes a second or two
-ELDERS_WAIT_S = 10.0
-ELDERS_LOOK_S = 0.2
+#: How long a job that waits for its turn lets the jobs that ask for their gang at start go first
+#: (:func:`_after_elders`): a submission takes a second or two, a master's start some seconds more
+ELDERS_WAIT_S = 30.0
+ELDERS_LOOK_S = 0.25
 #: Younger than every real application, so that the job being submitted is served last.
 _NEWCOMER = "application_9999999999999_999999"
 #: skein's master, as a reason names it
@@ -165,7 +167,8 @@ def _listing(store: Storage, queue: str, mine: str) -> tuple[list[Member], bool,
 def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shape, priority: int,
                queue: str, queue_info: dict[str, Any] | None, nodes: Sequence[Node],
                reports: Callable[[], Sequence[AppReport]], store: Storage | None,
-               elders_wait_s: float = ELDERS_WAIT_S) -> StartPlan:
+               elders_wait_s: float = ELDERS_WAIT_S,
+               room_now: Callable[[], tuple[Sequence[Node], dict[str, Any] | None]] | None = None) -> StartPlan:
     """Whether the tasks ``tasks`` (those that may be asked for at start; the AM's container is
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as
     the application starts. ``queue`` is the ResourceManager's name for the job's queue,
@@ -173,8 +176,9 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     applications the ResourceManager lists (accepted or running), after the intents are listed,
     so that a job whose intent is gone from the listing (it was submitted meanwhile) is in the list;
     ``store`` the line directory (None: there is none). A job that waits for its turn returns once
-    the submissions it counted ahead of it are made, or after ``elders_wait_s``
-    (:func:`_after_elders`)."""
+    its master's container fits beside what the jobs asking at start still lack, or after
+    ``elders_wait_s`` (:func:`_after_elders`; ``room_now`` reads the nodes and the queue's entry
+    again meanwhile, default: as given)."""
     if not tasks:
         return StartPlan([], "no task may be asked for before the AM runs (spread types are placed by the AM)")
     if store is None:
@@ -204,7 +208,8 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     # skein's master is placed with the gang too: last, so that a reason names a task of the
     # same size before it.
     counts[_MASTER] = (0, 1)
-    members = [*others, *members_from(listed, queue, asked=asked)]
+    from_rm = members_from(listed, queue, asked=asked)
+    members = [*others, *from_rm]
     v = verdict(_NEWCOMER, priority, members, nodes, headroom_from(queue_info), [*gang, (_MASTER, master)], counts,
                 queue=queue, maximum=maximum_from(queue_info))
     plan.looked = {"intents": len(others), "members": len(members), "go": v.go}
@@ -213,24 +218,53 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     else:
         plan.why = f"its turn has not come: {v.reason}"
         plan.done()  # a job that waits for its turn holds no room: the gate asks when it comes
-        _after_elders(store, queue, {o.app_id for o in others}, elders_wait_s)
+        first = _Look(others, [m for m in from_rm if m.starting], nodes, queue_info)
+        plan.looked["held_s"] = _after_elders(store, queue, priority, master, first, reports,
+                                              room_now or (lambda: (nodes, queue_info)), elders_wait_s)
     return plan
 
 
-def _after_elders(store: Storage, queue: str, elders: set[str], within_s: float) -> None:
-    """Returns once the submissions whose intents ``elders`` (member ids of :func:`parse_intent`)
-    a job that waits for its turn counted ahead of it are submitted (their intents gone), or
-    after ``within_s``. YARN serves a queue's applications in the order they were submitted: a
-    job submitted first, to wait at the gate, would have its master's container placed before
-    the gangs of jobs that asked at start ahead of it, and one of those gangs, counted to fit
-    exactly, would wait for a running one to end."""
-    deadline = time.monotonic() + within_s
-    while elders and time.monotonic() < deadline:
-        try:
-            listed = store.list(queue_dir(queue))
-        except OSError:
-            return
-        live = {m.app_id for name in listed if (m := parse_intent(name)) is not None}
-        if not elders & live:
-            return
+@dataclass
+class _Look:
+    """The jobs asking for their gang as they start that a waiting job's master must not crowd:
+    ``intents`` (not submitted yet) and ``starting`` (submitted, their masters not running), with
+    the nodes and the queue's scheduler entry of the same look."""
+
+    intents: list[Member]
+    starting: list[Member]
+    nodes: Sequence[Node]
+    queue_info: dict[str, Any] | None
+
+    def master_fits(self, master: Shape, priority: int, queue: str) -> bool:
+        members = [*self.intents, *self.starting]
+        if not members:
+            return True
+        v = verdict(_NEWCOMER, priority, members, self.nodes, headroom_from(self.queue_info),
+                    [(_MASTER, master)], {_MASTER: (0, 1)}, queue=queue, maximum=maximum_from(self.queue_info))
+        return v.go
+
+
+def _after_elders(store: Storage, queue: str, priority: int, master: Shape, look: _Look,
+                  reports: Callable[[], Sequence[AppReport]],
+                  room_now: Callable[[], tuple[Sequence[Node], dict[str, Any] | None]], within_s: float) -> float:
+    """Returns (the seconds it held the submission) once the master's container of a job that
+    waits for its turn fits beside what the jobs that ask for their gang as they start still lack,
+    those ``look`` counted ahead of it (by their intents) and those YARN has accepted, or after
+    ``within_s``. YARN places a queue's containers in the order their requests come, and a gang
+    asked at start is requested only once its master runs: a waiting job's master submitted
+    before that would take room the gang was counted to have (three gangs fitting exactly, one
+    would wait for a running job to end). Where room is left over, it is submitted at once."""
+    t0 = time.monotonic()
+    while not look.master_fits(master, priority, queue):
+        if time.monotonic() - t0 >= within_s:
+            log.info("the jobs asking at start still lack room after %.0f s: submitting anyway", within_s)
+            break
         time.sleep(ELDERS_LOOK_S)
+        try:
+            # intents first: one gone since is submitted, and in the ResourceManager's list after
+            live = {m.app_id for name in store.list(queue_dir(queue)) if (m := parse_intent(name)) is not None}
+            look = _Look([m for m in look.intents if m.app_id in live],
+                         [m for m in members_from(reports(), queue) if m.starting], *room_now())
+        except (OSError, RMError):
+            break
+    return round(time.monotonic() - t0, 2)

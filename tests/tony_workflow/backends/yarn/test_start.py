@@ -282,23 +282,58 @@ def test_a_queue_whose_board_says_jobs_wait_for_their_turn_is_joined_the_gates_w
     p.done()
 
 
-def test_a_job_that_waits_for_its_turn_is_submitted_after_the_jobs_it_counted_ahead_of_it(tmp_path):
-    # YARN places a queue's containers in the order of submission: submitted first, the waiting
-    # job's master would take room counted for the gang ahead of it. So it returns (and is
-    # submitted) only once the job ahead's intent is gone, which happens when that one is submitted.
+def at_start(state: str, running: int | None = None) -> AppReport:
+    """The job of ``plan``'s gang of three, submitted to ask for it at start, as YARN lists it."""
+    return AppReport(id="application_1_0001", name="first", user="u", queue=QUEUE, state=state,
+                     final_status="UNDEFINED", diagnostics="", started_at=time.time(), finished_at=None,
+                     am_rpc_address=None, priority=0, running_containers=running,
+                     tags=frozenset({"tony", gang_tag(MASTER, [s for _, s in gang(3)], at_start=True)}))
+
+
+def test_a_waiting_job_is_submitted_once_the_gang_asked_at_start_before_it_has_asked(tmp_path):
+    # YARN places a queue's containers in the order their requests come, and a gang asked at start
+    # is requested only once its master runs. Here the first job's gang and master fill the node
+    # exactly: submitted before that, the waiting job's master would take 512 MB of the gang's
+    # room. It waits while the first is an intent, then while YARN has it ACCEPTED, and is
+    # submitted once its master runs (its requests are in).
+    store = LocalStorage(tmp_path)
+    full = [Node("nm-0", "", (5632, 8, 0), (5632, 8, 0))]  # skein's master, the AM and 3 x 1536 MB
+    rm: list[AppReport] = []
+    room = [full]
+    first = plan(store, nodes=full)
+    steps = []
+
+    def submitted():  # its client submits it, and YARN accepts it
+        rm.append(at_start("ACCEPTED"))
+        first.done()
+        steps.append("accepted")
+
+    def master_runs():  # its master registered and asked for the gang; YARN placed the master
+        rm[0] = at_start("RUNNING", running=1)
+        room[0] = [Node("nm-0", "", (5120, 7, 0), (5632, 8, 0))]
+        steps.append("running")
+    timers = [threading.Timer(0.5, submitted), threading.Timer(1.0, master_runs)]
+    for t in timers:
+        t.start()
+    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, full, lambda: list(rm), store,
+                        elders_wait_s=30, room_now=lambda: (room[0], QUEUE_INFO))
+    for t in timers:
+        t.join()
+    assert first.tasks and not second.tasks and intents(store) == []
+    assert steps == ["accepted", "running"] and second.looked["held_s"] >= 1.0, second.looked
+    # A job ahead whose submission never ends (its client died) holds the next one back only so long.
+    stuck = plan(store, nodes=full)
+    second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, full, list, store, elders_wait_s=0.5)
+    assert not second.tasks and second.looked["held_s"] >= 0.5 and len(intents(store)) == 1
+    stuck.done()
+
+
+def test_a_waiting_job_whose_master_fits_beside_the_gangs_asked_at_start_is_submitted_at_once(tmp_path):
+    # 8 GB free, the first job's gang and master take 5.5 GB: the waiting job's master fits beside
+    # them wherever YARN puts it, so it does not wait for the first to be submitted.
     store = LocalStorage(tmp_path)
     first = plan(store)
-    submitted = threading.Timer(0.6, first.done)
-    submitted.start()
-    t0 = time.monotonic()
     second = plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, list, store, elders_wait_s=30)
-    waited = time.monotonic() - t0
-    submitted.join()
-    assert first.tasks and not second.tasks and intents(store) == []
-    assert first.intent is None and waited >= 0.5, waited  # it returned only after the first's intent went
-    # A job ahead whose submission never ends (its client died) holds the next one back only so long.
-    stuck = plan(store)
-    t0 = time.monotonic()
-    assert not plan_start(tasks(3), gang(3), MASTER, 0, QUEUE, QUEUE_INFO, NODES, list, store, elders_wait_s=0.5).tasks
-    assert time.monotonic() - t0 >= 0.5 and len(intents(store)) == 1  # it waited, the stuck one's intent stays
-    stuck.done()
+    assert first.tasks and not second.tasks and "turn has not come" in second.why
+    assert second.looked["held_s"] == 0 and intents(store) == [first.intent.rsplit("/", 1)[1]]
+    first.done()

@@ -71,6 +71,7 @@ from .containers import (
 from .driver import close_drivers, driver_running, shared_driver, submit_application
 from .environment import ship_environment
 from .gang import (
+    LIVE_STATES,
     Node,
     Shape,
     asked_at_start,
@@ -290,7 +291,7 @@ class YarnBackend(Backend):
         store = line_store(spec.gang_line_dir, str(self.conf_dir), login) if tasks else None
         # Read once the intents are listed: a job submitted in between is then in the list.
         return plan_start(tasks, gang.shapes, gang.master, spec.priority, gang.queue, gang.queue_info, gang.nodes,
-                          lambda: rm.apps(tags=("tony",), states=("ACCEPTED", "RUNNING")), store,
+                          lambda: rm.apps(tags=("tony",), states=LIVE_STATES), store,
                           room_now=lambda: (nodes_from(rm.nodes()), rm.queue(spec.queue or "default")))
 
     # ------------------------------------------------------------------ Backend
@@ -326,7 +327,8 @@ class YarnBackend(Backend):
             raise
         # The tasks skein's master asks for as the application starts, with the AM: the whole gang
         # when the queue has room for it now (yarn/start.py); else none, and the gate asks in turn.
-        log.debug("%s: %s", spec.name, plan.why)
+        log.debug("%s: %s%s", spec.name, plan.why,
+                  f" (held {plan.looked['held_s']} s for the gangs asked at start)" if plan.looked.get("held_s") else "")
         spread = {}
         for ttype, task in spec.tasks.items():
             if task.spread:  # one service per node the type may use (yarn/spread.py)

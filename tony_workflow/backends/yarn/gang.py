@@ -44,6 +44,7 @@ from .rm import AppReport, amounts
 
 __all__ = [
     "GANG_TAG_PREFIX",
+    "LIVE_STATES",
     "Member",
     "Node",
     "Shape",
@@ -72,6 +73,9 @@ _SHAPE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:@([a-z0-9_-]+))?(?:\*(\d+))?(!)?$")
 #: has not started its master: past it, the queue's share for ApplicationMasters is what holds it
 #: back, and it must not hold back the jobs already started.
 START_GRACE_S = 60.0
+#: The states of an application of the queue: submitted (before the scheduler accepts it, for a
+#: moment), accepted (its master not registered yet) or running.
+LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
 
 @dataclass(frozen=True)
@@ -569,14 +573,14 @@ def headroom_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
 def members_from(reports: Iterable[AppReport], queue: str, now: float | None = None,
                  asked: Iterable[str] = ()) -> list[Member]:
     """The TonY jobs with a gang tag in ``queue`` (as the ResourceManager names it, e.g.
-    ``root.default``) that YARN has accepted or runs (``now``: the time, for jobs that ask at
+    ``root.default``) that YARN has been given (:data:`LIVE_STATES`) (``now``: the time, for jobs that ask at
     start and wait for their master; default the clock's); ``asked`` names the applications that
     have asked for their gang."""
     marked = set(asked)
     now = time.time() if now is None else now
     out = []
     for r in reports:
-        if r.queue != queue or r.state not in ("ACCEPTED", "RUNNING"):
+        if r.queue != queue or r.state not in LIVE_STATES:
             continue
         parsed = parse_gang_tag(r.tags)
         if parsed is None:

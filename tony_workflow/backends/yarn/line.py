@@ -46,6 +46,7 @@ from typing import Any
 from ...storage import Storage
 from ..base import Capacity, ContainerRequest
 from .gang import (
+    LIVE_STATES,
     Member,
     Node,
     Shape,
@@ -85,7 +86,6 @@ BACKOFF_MAX_S = 30.0
 BOARD_PREFIX = "board-"
 #: The files of a queue's directory that say a job asked for its gang: ``asked-<application id>``.
 ASKED_PREFIX = "asked-"
-_APP_STATES = ("ACCEPTED", "RUNNING")
 
 
 def line_store(location: str | None, hadoop_conf_dir: str | None = None, login: Any = None) -> Storage | None:
@@ -240,7 +240,7 @@ class Line:
         left on the queue's board."""
         rm = self.rm
         assert rm is not None
-        reports = rm.apps(tags=("tony",), states=_APP_STATES, queue=self.queue, brief=True)
+        reports = rm.apps(tags=("tony",), states=LIVE_STATES, queue=self.queue, brief=True)
         me = next((r for r in reports if r.id == self.app_id), None) or rm.app(self.app_id)
         if me is None:
             raise RMError(f"the ResourceManager does not know {self.app_id}")

@@ -211,6 +211,10 @@ def test_a_job_submitted_to_ask_at_start_counts_before_its_master_runs(tmp_path)
                          am_rpc_address=None, priority=0, tags=frozenset({"tony", tag}))
     p = plan(store, reports=[accepted])
     assert not p.tasks and "application_1_0001" in p.why
+    # So it does for the moment before the scheduler accepts it.
+    submitted = AppReport(**{**accepted.__dict__, "state": "SUBMITTED"})
+    p = plan(store, reports=[submitted])
+    assert not p.tasks and "application_1_0001" in p.why
     # Long past its submission, YARN holds it back (the share for ApplicationMasters): it no longer counts.
     stale = AppReport(**{**accepted.__dict__, "started_at": time.time() - 600})
     p = plan(store, reports=[stale])

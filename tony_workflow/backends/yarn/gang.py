@@ -573,9 +573,9 @@ def headroom_from(queue: dict[str, Any] | None) -> dict[str, Capacity] | None:
 def members_from(reports: Iterable[AppReport], queue: str, now: float | None = None,
                  asked: Iterable[str] = ()) -> list[Member]:
     """The TonY jobs with a gang tag in ``queue`` (as the ResourceManager names it, e.g.
-    ``root.default``) that YARN has been given (:data:`LIVE_STATES`) (``now``: the time, for jobs that ask at
-    start and wait for their master; default the clock's); ``asked`` names the applications that
-    have asked for their gang."""
+    ``root.default``) that YARN has been given and has not ended (:data:`LIVE_STATES`). ``now`` is
+    the time, for jobs that ask at start and wait for their master (default the clock's);
+    ``asked`` names the applications that have asked for their gang."""
     marked = set(asked)
     now = time.time() if now is None else now
     out = []

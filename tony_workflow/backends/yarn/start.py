@@ -173,7 +173,7 @@ def plan_start(tasks: list[str], gang: Sequence[tuple[str, Shape]], master: Shap
     among ``gang``, the (task type, shape) of every container the job asks for) are asked for as
     the application starts. ``queue`` is the ResourceManager's name for the job's queue,
     ``queue_info`` its scheduler entry, ``nodes`` the running NodeManagers, ``reports`` reads the TonY
-    applications the ResourceManager lists (accepted or running), after the intents are listed,
+    applications the ResourceManager lists (:data:`.gang.LIVE_STATES`), after the intents are listed,
     so that a job whose intent is gone from the listing (it was submitted meanwhile) is in the list;
     ``store`` the line directory (None: there is none). A job that waits for its turn returns once
     its master's container fits beside what the jobs asking at start still lack, or after
@@ -249,7 +249,7 @@ def _after_elders(store: Storage, queue: str, priority: int, master: Shape, look
                   room_now: Callable[[], tuple[Sequence[Node], dict[str, Any] | None]], within_s: float) -> float:
     """Returns (the seconds it held the submission) once the master's container of a job that
     waits for its turn fits beside what the jobs that ask for their gang as they start still lack,
-    those ``look`` counted ahead of it (by their intents) and those YARN has accepted, or after
+    those ``look`` counted ahead of it (by their intents) and those YARN has been given, or after
     ``within_s``. YARN places a queue's containers in the order their requests come, and a gang
     asked at start is requested only once its master runs: a waiting job's master submitted
     before that would take room the gang was counted to have (three gangs fitting exactly, one

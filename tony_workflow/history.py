@@ -167,10 +167,13 @@ def build_record(status: dict[str, Any], events: Iterable[dict[str, Any]], *, us
             t = tasks.setdefault(e["task"], {"task_id": e["task"], "launches": 0, "metrics": {}})
             if e["state"] == "LAUNCHED":
                 t["launches"] += 1
+            # When its user process started and ended (the latest session's), as the task's host saw
+            # them where its executor said so: the AM hears of them later, by a varying delay.
             if e["state"] == "RUNNING":
-                t["started_at"] = ts  # its user process started (the latest session's)
+                t["started_at"] = e.get("at") or ts
             if e["state"] in _FINAL_TASK:
-                t.update(state=e["state"], exit_code=e.get("exit_code"), session=e.get("session"), finished_at=ts)
+                t.update(state=e["state"], exit_code=e.get("exit_code"), session=e.get("session"),
+                         finished_at=e.get("at") or ts)
                 if e["state"] in ("FAILED", "LOST"):
                     timeline.append({"ts": ts, "what": f"task {e['task']} {e['state']} (exit {e.get('exit_code')})",
                                      "detail": str(e.get("diagnostics") or "")[:500]})

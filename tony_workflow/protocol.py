@@ -166,13 +166,15 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Started:
-    """The user's process runs; ``restored`` says which checkpoint it was given."""
+    """The user's process runs; ``restored`` says which checkpoint it was given, ``at`` when it
+    was started, by the task's host's clock (the moment before it was spawned)."""
 
     task_id: str
     session_id: int
     pid: int | None = None
     restored: dict[str, Any] | None = None
     container_id: str | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,8 @@ class Result:
     #: the container whose executor reports: a task's earlier container (replaced while its
     #: executor still ran) is not the task's now
     container_id: str | None = None
+    #: when the process was seen ended, by the task's host's clock
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -127,14 +127,16 @@ class AMClient:
                           progress=progress, store=store, **({"container_id": container_id} if container_id else {}))
 
     def task_started(self, task_id: str, session_id: int, pid: int, restored: dict | None = None,
-                     container_id: str | None = None) -> dict:
+                     container_id: str | None = None, at: float | None = None) -> dict:
         return self._call(protocol.STARTED, task_id=task_id, session_id=session_id, pid=pid, restored=restored,
-                          **({"container_id": container_id} if container_id else {}))
+                          **({"container_id": container_id} if container_id else {}),
+                          **({"at": at} if at is not None else {}))
 
     def result(self, task_id: str, session_id: int, exit_code: int, diagnostics: str = "",
-               container_id: str | None = None) -> dict:
+               container_id: str | None = None, at: float | None = None) -> dict:
         return self._call(protocol.RESULT, task_id=task_id, session_id=session_id, exit_code=exit_code,
-                          diagnostics=diagnostics, **({"container_id": container_id} if container_id else {}))
+                          diagnostics=diagnostics, **({"container_id": container_id} if container_id else {}),
+                          **({"at": at} if at is not None else {}))
 
     def horovod_driver(self, task_id: str, session_id: int, host: str, port: int,
                        slots: list[dict] | None = None) -> dict:

@@ -64,6 +64,22 @@ def test_a_record_tells_the_sessions_the_restarts_and_the_peak_use_of_each_task(
     assert r["hints"] == ["worker asked for 8.0 GiB, used at most 1.8 GiB: tony.worker.memory could be lower"]
 
 
+def test_a_tasks_run_is_timed_by_its_own_host_where_its_executor_said_when():
+    # The AM hears that a process started and ended later than it did, by a varying delay (its
+    # lock, the network): the executor's own stamps, taken before the spawn and after the end, are
+    # what the record shows; an event without them (an older executor) keeps the AM's time.
+    events = [*EVENTS[:9],
+              {"ts": T0 + 36, "event": "task_state", "task": "worker:0", "session": 1, "state": "RUNNING",
+               "at": T0 + 34.5},
+              {"ts": T0 + 36, "event": "task_state", "task": "worker:1", "session": 1, "state": "RUNNING"},
+              {"ts": T0 + 80, "event": "task_state", "task": "worker:0", "session": 1, "state": "SUCCEEDED",
+               "exit_code": 0, "at": T0 + 79.25},
+              *EVENTS[9:]]
+    tasks = {t["task_id"]: t for t in build_record(status(), events, user="alice", conf={}, requested=REQUESTED)["tasks"]}
+    assert (tasks["worker:0"]["started_at"], tasks["worker:0"]["finished_at"]) == (T0 + 34.5, T0 + 79.25)
+    assert (tasks["worker:1"]["started_at"], tasks["worker:1"]["finished_at"]) == (T0 + 36, T0 + 80)
+
+
 def test_a_job_that_waited_at_the_gate_shows_when_its_turn_came_before_its_am_started():
     events = [{**EVENTS[0], "admitted": T0 + 0.4}, *EVENTS[1:]]
     timeline = build_record(status(), events, user="alice", conf={}, requested=REQUESTED)["timeline"]

@@ -200,7 +200,8 @@ class AMRoutes:
             task.last_heartbeat = time.time()
             if req.restored and s.store.restored(task.id, task.session_id, req.restored):
                 s.warnings_changed()
-            s.set_task_state(task, TaskState.RUNNING, pid=task.status.pid)
+            s.set_task_state(task, TaskState.RUNNING, pid=task.status.pid,
+                             **({"at": req.at} if req.at is not None else {}))
             if all(t.status.state == TaskState.RUNNING for t in s.tasks.values()):
                 # Every task has restored its checkpoint: earlier copies are no longer needed.
                 keep = {t.container.id for t in s.tasks.values()}
@@ -215,6 +216,7 @@ class AMRoutes:
                 return task
             # Decisions belong to the monitor thread; a handler only records and wakes it.
             task.reported = (req.exit_code, req.diagnostics or "")
+            task.exited_at = req.at
             s.cond.notify_all()
             return 200, _ACK
 

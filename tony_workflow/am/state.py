@@ -146,6 +146,8 @@ class AMState:
             task.ended_at = time.time()
         if task.final and task.status.metrics:
             extra.setdefault("metrics", task.status.metrics)  # the final figures stay in the task's last event
+        if task.final and task.exited_at is not None:
+            extra.setdefault("at", task.exited_at)  # when its process ended, as its host saw it
         self.events.emit("task_state", task=task.id, session=task.session_id, state=state, **extra)
         self.publish()
 

@@ -33,6 +33,8 @@ class Task:
     progress: TaskProgress = field(default_factory=TaskProgress)
     #: when it reached a final state (by the AM's clock)
     ended_at: float | None = None
+    #: when its process ended, by its own host's clock (its executor's report; None if unsaid)
+    exited_at: float | None = None
 
     @property
     def id(self) -> str:

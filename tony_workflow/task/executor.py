@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -468,12 +469,14 @@ class TaskExecutor:
             self._start_tensorboard(tb_port.port)
         port.release_for_launch()
         if command:
+            # Stamped before the spawn and after the end is seen: the time between holds the whole run.
+            spawned = math.floor(time.time() * 1000) / 1000  # in ms, as the AM's events are
             self.user = subprocess.Popen(["bash", "-c", command], cwd=user_dir, env=env,
                                          stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.task_started(self.task_id, self.session_id, self.user.pid, restored=self.restored,
-                                     container_id=self.container_id)
+                                     container_id=self.container_id, at=spawned)
         else:
             with contextlib.suppress(AMError, AMUnreachable):
                 self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0,
@@ -488,6 +491,7 @@ class TaskExecutor:
                 f"JupyterLab at {url}", headers, None)).start()
         unannounced = self._announce() if driver and self.user is not None else None
         code = self._wait()
+        exited = math.ceil(time.time() * 1000) / 1000
         code = 1 if unannounced and code == 0 else code
         port.close()
         if self.stop_event.is_set() and code != 0 and self.user is not None:
@@ -511,7 +515,7 @@ class TaskExecutor:
                 # The final figures, progress and store outcome, before the result ends the task.
                 self.am.heartbeat(self.task_id, self.session_id, container_id=self.container_id, **self._report())
                 self.am.result(self.task_id, self.session_id, code, stderr_tail() if code else "",
-                               container_id=self.container_id)
+                               container_id=self.container_id, at=exited if self.user is not None else None)
         if self.inbox:
             self.inbox.close()
         return code

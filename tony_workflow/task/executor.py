@@ -12,7 +12,6 @@ import contextlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import secrets
 import signal
@@ -468,19 +467,16 @@ class TaskExecutor:
             tb_port.release_for_launch()
             self._start_tensorboard(tb_port.port)
         port.release_for_launch()
+        # Stamped before the spawn, and `exited` once its end is seen: the whole run lies between.
+        spawned = time.time() if command else None
         if command:
-            # Stamped before the spawn and after the end is seen: the time between holds the whole run.
-            spawned = math.floor(time.time() * 1000) / 1000  # in ms, as the AM's events are
             self.user = subprocess.Popen(["bash", "-c", command], cwd=user_dir, env=env,
                                          stdin=subprocess.DEVNULL)
             log.info("started %s (pid %d): %s", self.task_id, self.user.pid, command)
-            with contextlib.suppress(AMError, AMUnreachable):
-                self.am.task_started(self.task_id, self.session_id, self.user.pid, restored=self.restored,
-                                     container_id=self.container_id, at=spawned)
-        else:
-            with contextlib.suppress(AMError, AMUnreachable):
-                self.am.task_started(self.task_id, self.session_id, self.tensorboard.pid if self.tensorboard else 0,
-                                     restored=self.restored, container_id=self.container_id)
+        with contextlib.suppress(AMError, AMUnreachable):
+            running = self.user or self.tensorboard  # without a command, TensorBoard alone
+            self.am.task_started(self.task_id, self.session_id, running.pid if running else 0, restored=self.restored,
+                                 container_id=self.container_id, at=spawned)
         if self.mirror and (self.is_chief or self.follows_rank0):
             threading.Thread(target=self._mirror_loop, name="mirror", daemon=True).start()
         if lab and self.user is not None:
@@ -491,7 +487,7 @@ class TaskExecutor:
                 f"JupyterLab at {url}", headers, None)).start()
         unannounced = self._announce() if driver and self.user is not None else None
         code = self._wait()
-        exited = math.ceil(time.time() * 1000) / 1000
+        exited = time.time()
         code = 1 if unannounced and code == 0 else code
         port.close()
         if self.stop_event.is_set() and code != 0 and self.user is not None:
